@@ -1,0 +1,42 @@
+//! `uswap`: the command-line face of the user-space swap.
+//!
+//! Flags are parsed here (clap, "lowargs"), turned into each subsystem's own configuration
+//! in the subcommand modules ("hiargs"), and only `main` decides the exit code: 0 on
+//! success, 1 when the work failed, 2 for bad usage (clap's own convention).
+
+#![deny(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod bench;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+/// The Linux swap subsystem rebuilt in user space.
+///
+/// A program's memory gets a swap it controls: zero pages cost nothing, cold pages are
+/// compressed into a zswap-like pool, and the pool writes back to a swap file whose slots
+/// come from the kernel's cluster allocator. Pages move through userfaultfd.
+#[derive(Debug, Parser)]
+#[command(name = "uswap", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a benchmark: prints a table, or one JSON object with --json.
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
+    };
+    if let Err(error) = result {
+        eprintln!("uswap: {error:#}");
+        std::process::exit(1);
+    }
+}
