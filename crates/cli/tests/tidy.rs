@@ -4,7 +4,7 @@
 //! - no debugging macro (`dbg!`) anywhere, and no `todo!()` / `unimplemented!()` outside
 //!   test code (files under `tests/` or `benches/`, or after a `#[cfg(test)]` line);
 //! - every `unsafe` block and `unsafe impl` carries a `// SAFETY:` comment on its line or in
-//!   the comment lines directly above it; every `unsafe fn` documents `# Safety`;
+//!   the comment (or attribute) lines directly above it; every `unsafe fn` documents `# Safety`;
 //! - every crate root denies `unsafe_code` (leaf modules allow it by name);
 //! - no fix-me marker, and no line longer than 100 columns (rustfmt does not wrap comments).
 //!
@@ -61,7 +61,10 @@ fn check_text(text: &str, is_test_file: bool, is_crate_root: bool) -> Vec<Proble
             problems.push(Problem { line: n, what: "line longer than 100 columns".into() });
         }
         if code.contains(&unsafe_block) || code.contains(&unsafe_impl) {
-            let above = lines[..i].iter().rev().take_while(|l| l.trim_start().starts_with("//"));
+            let above = lines[..i].iter().rev().take_while(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") || t.starts_with("#[")
+            });
             let documented =
                 raw.contains(&safety) || above.into_iter().any(|l| l.contains(&safety));
             if !documented {

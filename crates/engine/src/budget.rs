@@ -1,0 +1,226 @@
+//! The memory budget and its watermarks.
+//!
+//! Everything the managed pages occupy is charged against one budget in bytes, as the kernel
+//! charges zswap to the memory cgroup: pages mapped in the regions (resident), folio data
+//! held by the swap cache while a page-out or page-in is in flight, and the compressed pool.
+//!
+//! ```text
+//!  0                                                        budget
+//!  |======= used ========|.............. free ................|
+//!                                     |<- high ->|  background reclaim runs until free >= high
+//!                                          |<-low->|  free < low wakes the background reclaimer
+//!                                              |min|  free < min + need: the fault reclaims itself
+//! ```
+//!
+//! The watermarks are levels of *free* budget: `min <= low <= high < budget`. A fault that
+//! needs `need` bytes charges them only once `free >= min + need`, reclaiming directly
+//! first if it must (the kernel's allocstall); so the charged total never passes the budget
+//! by more than the folios in flight at once.
+//!
+//! Context: lock-free counters; any thread.
+
+use crate::sync::{AtomicU64, Ordering};
+use crate::{Error, PAGE_SIZE};
+
+/// Free-budget levels, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Below this (plus what a fault needs), the faulting thread reclaims.
+    pub min_bytes: u64,
+    /// Below this, the background reclaimer is woken.
+    pub low_bytes: u64,
+    /// The background reclaimer stops once free reaches this.
+    pub high_bytes: u64,
+}
+
+impl Watermarks {
+    /// Defaults for a budget: min 1%, low 2%, high 3% of the budget, but at least one
+    /// largest folio apart so a reclaim pass has room to make progress, when the budget
+    /// allows it.
+    pub fn default_for(budget_bytes: u64, max_folio_bytes: u64) -> Self {
+        let percent = budget_bytes / 100;
+        let step = percent.max(max_folio_bytes);
+        if 3 * step < budget_bytes {
+            Watermarks { min_bytes: step, low_bytes: 2 * step, high_bytes: 3 * step }
+        } else {
+            // A tiny budget: keep the order, let rounding pull the levels towards zero.
+            Watermarks { min_bytes: percent, low_bytes: 2 * percent, high_bytes: 3 * percent }
+        }
+    }
+
+    /// Checks `min <= low <= high < budget`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the levels that are out of order.
+    pub fn validate(&self, budget_bytes: u64) -> Result<(), Error> {
+        let Watermarks { min_bytes, low_bytes, high_bytes } = *self;
+        if !(min_bytes <= low_bytes && low_bytes <= high_bytes && high_bytes < budget_bytes) {
+            return Err(Error::Config(format!(
+                "watermarks out of order: need min <= low <= high < budget, got min {min_bytes}, \
+                 low {low_bytes}, high {high_bytes}, budget {budget_bytes} (bytes)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How urgent reclaim is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pressure {
+    /// Free is at or above the high watermark: nothing to do.
+    None,
+    /// Free is below high but not below low: a running reclaimer keeps going.
+    BelowHigh,
+    /// Free is below low: wake the background reclaimer.
+    BelowLow,
+    /// Free is below min: faults reclaim directly.
+    BelowMin,
+}
+
+/// The budget's accounting (see the module documentation).
+#[derive(Debug)]
+pub struct Budget {
+    budget_bytes: u64,
+    watermarks: Watermarks,
+    resident_bytes: AtomicU64,
+    swapcache_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl Budget {
+    /// A budget with validated watermarks.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a budget below one page or watermarks out of order.
+    pub fn new(budget_bytes: u64, watermarks: Watermarks) -> Result<Self, Error> {
+        if budget_bytes < PAGE_SIZE as u64 {
+            return Err(Error::Config(format!(
+                "budget of {budget_bytes} bytes is smaller than one page ({PAGE_SIZE} bytes)"
+            )));
+        }
+        watermarks.validate(budget_bytes)?;
+        Ok(Budget {
+            budget_bytes,
+            watermarks,
+            resident_bytes: AtomicU64::new(0),
+            swapcache_bytes: AtomicU64::new(0),
+            peak_bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// The budget in bytes.
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    /// The watermarks.
+    pub fn watermarks(&self) -> Watermarks {
+        self.watermarks
+    }
+
+    /// Charges pages now mapped in a region.
+    pub fn charge_resident(&self, bytes: u64) {
+        self.resident_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Uncharges pages no longer mapped.
+    pub fn uncharge_resident(&self, bytes: u64) {
+        let old = self.resident_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        assert!(old >= bytes, "resident charge underflow: {old} - {bytes}");
+    }
+
+    /// Charges folio data held by the swap cache.
+    pub fn charge_swapcache(&self, bytes: u64) {
+        self.swapcache_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Uncharges folio data the swap cache released.
+    pub fn uncharge_swapcache(&self, bytes: u64) {
+        let old = self.swapcache_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        assert!(old >= bytes, "swap cache charge underflow: {old} - {bytes}");
+    }
+
+    /// Charged resident bytes.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Charged swap cache bytes.
+    pub fn swapcache_bytes(&self) -> u64 {
+        self.swapcache_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Everything charged, given the pool's current size; records the peak.
+    pub fn used(&self, pool_bytes: u64) -> u64 {
+        let used = self.resident_bytes() + self.swapcache_bytes() + pool_bytes;
+        self.peak_bytes.fetch_max(used, Ordering::Relaxed);
+        used
+    }
+
+    /// The most ever charged (as observed by [`Budget::used`]).
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Free budget, zero when over.
+    pub fn free(&self, pool_bytes: u64) -> u64 {
+        self.budget_bytes.saturating_sub(self.used(pool_bytes))
+    }
+
+    /// How urgent reclaim is, for a fault about to charge `need` more bytes.
+    pub fn pressure(&self, pool_bytes: u64, need: u64) -> Pressure {
+        let free = self.free(pool_bytes);
+        let wm = self.watermarks;
+        if free < wm.min_bytes + need {
+            Pressure::BelowMin
+        } else if free < wm.low_bytes + need {
+            Pressure::BelowLow
+        } else if free < wm.high_bytes {
+            Pressure::BelowHigh
+        } else {
+            Pressure::None
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_ordered_for_every_size() {
+        for budget in [4096u64, 65536, 1 << 20, 256 << 20, 64 << 30] {
+            let wm = Watermarks::default_for(budget, 64 << 10);
+            wm.validate(budget).unwrap_or_else(|e| panic!("{budget}: {e}"));
+        }
+    }
+
+    #[test]
+    fn out_of_order_watermarks_are_refused() {
+        let wm = Watermarks { min_bytes: 10, low_bytes: 5, high_bytes: 20 };
+        let err = Budget::new(1 << 20, wm).unwrap_err();
+        assert!(err.to_string().contains("watermarks out of order"), "{err}");
+        let wm = Watermarks { min_bytes: 1, low_bytes: 2, high_bytes: 1 << 20 };
+        assert!(Budget::new(1 << 20, wm).is_err(), "high must be below the budget");
+        assert!(Budget::new(100, Watermarks::default_for(100, 4096)).is_err());
+    }
+
+    #[test]
+    fn pressure_levels() {
+        let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
+        let budget = Budget::new(1000 * 4096, wm).unwrap();
+        assert_eq!(budget.pressure(0, 0), Pressure::None);
+        budget.charge_resident(1000 * 4096 - 250);
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowHigh);
+        assert_eq!(budget.pressure(0, 100), Pressure::BelowLow);
+        assert_eq!(budget.pressure(100, 0), Pressure::BelowLow);
+        assert_eq!(budget.pressure(200, 0), Pressure::BelowMin);
+        budget.charge_swapcache(51);
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowLow);
+        assert_eq!(budget.used(0), 1000 * 4096 - 199);
+        budget.uncharge_swapcache(51);
+        budget.uncharge_resident(1000 * 4096 - 250);
+        assert_eq!(budget.used(0), 0);
+        assert_eq!(budget.peak_bytes(), 1000 * 4096 - 50, "pool bytes count too");
+    }
+}

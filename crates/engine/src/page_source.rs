@@ -1,0 +1,109 @@
+//! The page source: where the managed pages really live.
+//!
+//! The engine decides *what* moves (which folio to evict, what data a fault needs); a page
+//! source does the moving. The userfaultfd frontend implements it over a real process's
+//! memory (`UFFDIO_MOVE` out, `UFFDIO_COPY` / `UFFDIO_ZEROPAGE` in); the simulator and the
+//! engine's own tests implement it over simulated memory. The same engine code runs under
+//! both.
+//!
+//! Addresses are the program's virtual addresses (or the simulator's); every call covers
+//! whole pages, aligned to the page size, inside one region the engine registered.
+//!
+//! The contract the engine relies on:
+//!
+//! 1. [`PageSource::take`] is atomic with respect to the program's accesses: a write either
+//!    happened before the take (and its data is in `dst`) or happens after (and faults into
+//!    the engine). No write is ever lost. Pages that were not present (the program dropped
+//!    them, e.g. `MADV_DONTNEED` racing with reclaim) read as zeros and are reported.
+//! 2. After [`PageSource::map`] or [`PageSource::map_zero`] returns `Mapped`, the program
+//!    sees exactly that data, and threads waiting in a fault on those pages are woken.
+//!    `AlreadyPresent` means someone mapped the pages first: nothing changed.
+//! 3. [`PageSource::poison`] makes later accesses to the pages fail loudly (SIGBUS), for data
+//!    the engine could not read back: an error must never map wrong data.
+//! 4. Calls on different pages may run concurrently; calls on the same page are serialised
+//!    by the engine (under the region's page-table lock).
+
+/// What a [`PageSource::take`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Every page was present and is now in `dst`.
+    All,
+    /// Some pages were not present; their part of `dst` was zero-filled.
+    Partial {
+        /// How many pages were not present.
+        holes: u32,
+    },
+}
+
+/// What a [`PageSource::map`] or [`PageSource::map_zero`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapped {
+    /// The data is mapped.
+    Done,
+    /// The pages were already present (a racing fault, or the program wrote there first);
+    /// nothing was changed.
+    AlreadyPresent,
+}
+
+/// Why a page-source operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceError {
+    /// The address space is changing (fork, mremap in progress: the kernel's EAGAIN).
+    /// Nothing was done; try again later.
+    Retry,
+    /// The range is no longer managed (unmapped, or the process is gone).
+    Gone,
+    /// Anything else, with the reason (an errno's text).
+    Failed(String),
+}
+
+impl std::fmt::Display for SourceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceError::Retry => write!(f, "address space changing, retry"),
+            SourceError::Gone => write!(f, "range no longer managed"),
+            SourceError::Failed(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Where the managed pages live (see the module documentation for the contract).
+pub trait PageSource: Send + Sync {
+    /// Takes `dst.len()` bytes of pages at `addr` out of the program's view, copying their
+    /// content into `dst`.
+    ///
+    /// # Errors
+    /// [`SourceError::Retry`] if the layout is changing (nothing taken),
+    /// [`SourceError::Gone`] if the range is not managed any more.
+    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError>;
+
+    /// Maps `data` (whole pages) at `addr` and wakes threads faulting there.
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError>;
+
+    /// Maps the shared zero page over `len` bytes at `addr` (no memory until written) and
+    /// wakes threads faulting there.
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError>;
+
+    /// Makes accesses to `len` bytes at `addr` fail loudly (SIGBUS), and wakes threads
+    /// faulting there so they see the failure.
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError>;
+
+    /// Wakes threads faulting on `len` bytes at `addr` whose pages are already present.
+    fn wake(&self, addr: u64, len: u64);
+
+    /// Were the pages accessed since the last call? `None` when the source cannot tell
+    /// (userfaultfd has no access bits): reclaim then relies on fault history alone.
+    fn test_and_clear_referenced(&self, addr: u64, len: u64) -> Option<bool> {
+        let _ = (addr, len);
+        None
+    }
+}
