@@ -280,6 +280,15 @@ impl<P: Owner> XArray<P> {
         Ok(old.map(RawEntry::into_entry))
     }
 
+    /// Erases everything, dropping every item; frees every node.
+    pub fn clear(&mut self) {
+        self.stats.nodes_freed += self.nodes.live() as u64;
+        // Dropping the arena drops each node, and each node drops the items it owns.
+        self.nodes = Nodes::new();
+        self.head = None;
+        self.nr_entries = 0;
+    }
+
     /// Entries stored; a multi-index entry counts once.
     pub fn len(&self) -> u64 {
         self.nr_entries

@@ -13,7 +13,7 @@
 //!
 //! What it offers (the kernel's words in brackets):
 //! - load, store, insert, erase, compare-and-exchange (`xa_load`, `xa_store`, `xa_insert`,
-//!   `xa_erase`, `xa_cmpxchg`) on value entries and owned items ([`entry`]);
+//!   `xa_erase`, `xa_cmpxchg`) on value entries and owned items ([`Entry`], [`EntryRef`]);
 //! - **multi-index entries**: one entry of order `o` covering `2^o` aligned indices, stored as
 //!   one canonical slot plus siblings at the level where it fits (`XA_STATE_ORDER`);
 //!   [`XArray::get_order`], [`XArray::split`] (`xa_get_order`, `xas_split`);
@@ -63,7 +63,7 @@
 mod array;
 mod check;
 mod cursor;
-pub mod entry;
+mod entry;
 mod error;
 mod find;
 mod node;

@@ -320,6 +320,11 @@ fn dropping_the_array_drops_every_item_once() {
     }
     xa.store_order(4096, 12, Entry::Item(Arc::clone(&item))).expect("store");
     assert_eq!(Arc::strong_count(&item), 6);
+    xa.clear();
+    xa.check_invariants();
+    assert_eq!((xa.len(), xa.node_count()), (0, 0));
+    assert_eq!(Arc::strong_count(&item), 1);
+    xa.store(9, Entry::Item(Arc::clone(&item))).expect("store after clear");
     drop(xa);
     assert_eq!(Arc::strong_count(&item), 1);
 }
