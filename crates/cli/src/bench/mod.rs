@@ -8,6 +8,8 @@
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
+mod xarray;
+
 /// Options every benchmark understands.
 #[derive(Debug, Clone, Args)]
 pub struct CommonOpts {
@@ -33,6 +35,11 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// The XArray against BTreeMap and HashMap (stores/s, loads/s on 1M dense and sparse
+    /// keys), bytes per dense entry, and the seed's multi-index node memory experiment.
+    /// JSON: dense_load_ratio_vs_btreemap, dense_bytes_per_entry, multi_index_node_bytes,
+    /// single_index_node_bytes, multi_index_node_ratio.
+    Xarray,
 }
 
 /// Runs one benchmark and prints its report.
@@ -42,6 +49,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Xarray => xarray::run(args.common.quick)?,
     };
     report.print(args.common.json);
     Ok(())
