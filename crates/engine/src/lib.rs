@@ -13,6 +13,7 @@ pub mod error;
 pub mod lru;
 pub mod page_source;
 pub mod stats;
+pub mod swap_cache;
 mod sync;
 pub mod workingset;
 pub mod zeromap;
