@@ -490,6 +490,7 @@ impl SwapDevice {
                 found = Some((idx, ci));
                 break;
             }
+            SwapDeviceStats::inc(&self.stats.isolate_contended);
         }
         let (idx, mut ci) = found?;
         assert_eq!(ci.flags, list.flag(), "cluster {idx} on {list:?} with a wrong flag");

@@ -23,8 +23,14 @@ pub struct SwapDeviceStats {
     pub alloc_fast: AtomicU64,
     /// Order-0 allocations that took a slot from a cluster of another order.
     pub alloc_steal: AtomicU64,
+    /// Order-0 passes that failed with free slots left and started again (lists moved
+    /// under the allocator's feet).
+    pub alloc_retry: AtomicU64,
     /// Clusters isolated and scanned by the slow path.
     pub cluster_scans: AtomicU64,
+    /// Clusters skipped by isolation because another thread held their lock (a pass may
+    /// then fail although the device has room, as in the kernel; the caller retries).
+    pub isolate_contended: AtomicU64,
     /// `try_reclaim_cache` calls made by the allocator (cache-only slots, device half full).
     pub reclaim_calls: AtomicU64,
     /// Of those, how many the hook reclaimed.
