@@ -54,6 +54,15 @@ impl<B: Backend> ChecksumBackend<B> {
     }
 }
 
+impl<B: Backend + std::fmt::Debug> std::fmt::Debug for ChecksumBackend<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChecksumBackend")
+            .field("inner", &self.inner)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
 impl<B: Backend> Backend for ChecksumBackend<B> {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         check_request(offset, data.len(), self.nr_pages())?;

@@ -134,6 +134,15 @@ impl<B: Backend> FaultBackend<B> {
     }
 }
 
+impl<B: Backend + std::fmt::Debug> std::fmt::Debug for FaultBackend<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultBackend")
+            .field("inner", &self.inner)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
 impl<B: Backend> Backend for FaultBackend<B> {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         crate::check_request(offset, data.len(), self.nr_pages())?;

@@ -60,6 +60,7 @@ pub struct FileStats {
 }
 
 /// A sparse swap file.
+#[derive(Debug)]
 pub struct FileBackend {
     file: File,
     /// Where it was created (gone from the file system unless `keep`).

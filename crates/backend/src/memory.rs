@@ -76,6 +76,15 @@ impl MemoryBackend {
     }
 }
 
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("nr_pages", &self.slots.len())
+            .field("resident_pages", &self.resident_pages())
+            .finish()
+    }
+}
+
 impl Backend for MemoryBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         check_request(offset, data.len(), self.nr_pages())?;
