@@ -8,6 +8,8 @@
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
+mod slots;
+
 /// Options every benchmark understands.
 #[derive(Debug, Clone, Args)]
 pub struct CommonOpts {
@@ -33,6 +35,11 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// Swap slot allocator: order-0/order-4 allocate+free per second (1 and 2 threads),
+    /// a fragmentation run comparing the 6.18 and the legacy policy (per-order swpout and
+    /// swpout_fallback), file backend buffered vs O_DIRECT. JSON: order0_alloc_free_per_s,
+    /// fallback_rate_order4_current, fallback_rate_order4_legacy, ...
+    Slots,
 }
 
 /// Runs one benchmark and prints its report.
@@ -42,6 +49,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Slots => slots::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())
