@@ -39,6 +39,7 @@ mod error;
 mod fault;
 mod file;
 mod memory;
+mod uring;
 
 pub use checksum::{ChecksumBackend, ChecksumStats};
 pub use error::Error;

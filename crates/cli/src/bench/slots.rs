@@ -347,6 +347,23 @@ fn io_pass(file: &FileBackend, chunk: usize, bytes: usize) -> anyhow::Result<(f6
     Ok((mb / write.as_secs_f64(), mb / read.as_secs_f64()))
 }
 
+/// MB/s writing `bytes` as batches of 32 scattered 4 KiB pages: one `pwrite` each, or
+/// one io_uring submission per batch.
+fn batch_pass(file: &FileBackend, uring: bool, bytes: usize) -> anyhow::Result<f64> {
+    let data = vec![0x5au8; PAGE_SIZE];
+    let slots = file.nr_pages() - 1;
+    let mut rng = SmallRng::seed_from_u64(7);
+    let batches = bytes / (BATCH * PAGE_SIZE);
+    let plan: Vec<Vec<(u64, &[u8])>> = (0..batches)
+        .map(|_| (0..BATCH).map(|_| (1 + rng.gen_range(0..slots), &data[..])).collect())
+        .collect();
+    let start = Instant::now();
+    for batch in &plan {
+        file.write_batch(batch, uring)?;
+    }
+    Ok(bytes as f64 / 1e6 / start.elapsed().as_secs_f64())
+}
+
 fn file_io(report: &mut Report, sizes: &Sizes) -> anyhow::Result<()> {
     let dir = std::env::var_os("USWAP_BENCH_DIR").map_or_else(std::env::temp_dir, Into::into);
     let size = (sizes.io_bytes + 2 * PAGE_SIZE) as u64;
@@ -360,6 +377,14 @@ fn file_io(report: &mut Report, sizes: &Sizes) -> anyhow::Result<()> {
             rows.push((name, label, write, read));
         }
     }
+    let file = FileBackend::create(&dir, size, FileOptions::default())?;
+    let mut batch_rows = Vec::new();
+    for (name, uring) in [("pwrite", false), ("io_uring", true)] {
+        let mb_s = batch_pass(&file, uring, sizes.io_bytes)?;
+        report.field(&format!("file_batch32_{name}_write_mb_s"), mb_s.round());
+        batch_rows.push((name, mb_s));
+    }
+    drop(file);
     let title = format!(
         "File backend, {} MiB written then read, one thread (MB/s) in {}",
         sizes.io_bytes >> 20,
@@ -373,6 +398,13 @@ fn file_io(report: &mut Report, sizes: &Sizes) -> anyhow::Result<()> {
             format!("{write:.0}"),
             format!("{read:.0}"),
         ]);
+    }
+    let table = report.table(
+        "File backend, batches of 32 scattered 4 KiB writes (MB/s)",
+        &["submission", "write"],
+    );
+    for (name, mb_s) in batch_rows {
+        table.row([name.to_string(), format!("{mb_s:.0}")]);
     }
     Ok(())
 }
