@@ -9,6 +9,7 @@ use crate::report::Report;
 use clap::{Args, Subcommand};
 
 mod xarray;
+mod slots;
 
 /// Options every benchmark understands.
 #[derive(Debug, Clone, Args)]
@@ -40,6 +41,11 @@ pub enum Which {
     /// JSON: dense_load_ratio_vs_btreemap, dense_bytes_per_entry, multi_index_node_bytes,
     /// single_index_node_bytes, multi_index_node_ratio.
     Xarray,
+    /// Swap slot allocator: order-0/order-4 allocate+free per second (1 and 2 threads),
+    /// a fragmentation run comparing the 6.18 and the legacy policy (per-order swpout and
+    /// swpout_fallback), file backend buffered vs O_DIRECT. JSON: order0_alloc_free_per_s,
+    /// fallback_rate_order4_current, fallback_rate_order4_legacy, ...
+    Slots,
 }
 
 /// Runs one benchmark and prints its report.
@@ -50,6 +56,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
         Which::Xarray => xarray::run(args.common.quick)?,
+        Which::Slots => slots::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())

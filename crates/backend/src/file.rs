@@ -1,0 +1,284 @@
+//! The file backend: a sparse swap file read and written with `pread` / `pwrite`.
+//!
+//! Setup refuses everything that could hurt: an existing path is never overwritten
+//! (`O_EXCL`), the file is created mode 0600 and unlinked right after it is opened (unless
+//! [`FileOptions::keep`]), so no other process can open it and read swapped data, and the
+//! free space of the file system (`statvfs`) is checked against the size before anything
+//! is created. The file is sized with `ftruncate`, so it is sparse: disk blocks are used
+//! only by slots that were written, and a discard punches them out again
+//! (`fallocate(PUNCH_HOLE | KEEP_SIZE)`).
+//!
+//! ```text
+//!   create(path or dir, size, opts)
+//!     statvfs(dir) >= size? ── no ──> Error::NoSpace
+//!     open(O_CREAT|O_EXCL|O_RDWR, 0600) ── EEXIST ──> Error::Exists
+//!     ftruncate(size)            (sparse: no blocks yet)
+//!     unlink(path) unless keep   (the fd keeps the inode alive)
+//! ```
+//!
+//! I/O: `pwrite` / `pread` of whole pages at `offset * PAGE_SIZE`. With
+//! [`FileOptions::direct`] the file is opened `O_DIRECT` and every request goes through a
+//! page-aligned bounce buffer; docs/benchmarks.md records which is faster here. Every
+//! error is returned and counted ([`FileStats`]).
+//!
+//! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
+
+use crate::aligned::AlignedBuf;
+use crate::uring::Uring;
+use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a swap file is created.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileOptions {
+    /// Keep the file's name after opening (default: unlink it at once, so nobody else can
+    /// open it and it disappears with the process).
+    pub keep: bool,
+    /// Open with `O_DIRECT` (bypass the page cache; requests go through an aligned bounce
+    /// buffer).
+    pub direct: bool,
+}
+
+/// Counters of one file backend.
+#[derive(Debug, Default)]
+pub struct FileStats {
+    /// Pages written.
+    pub write_pages: AtomicU64,
+    /// Pages read.
+    pub read_pages: AtomicU64,
+    /// Pages discarded (holes punched).
+    pub discard_pages: AtomicU64,
+    /// Failed writes.
+    pub write_errors: AtomicU64,
+    /// Failed reads.
+    pub read_errors: AtomicU64,
+    /// Failed discards.
+    pub discard_errors: AtomicU64,
+}
+
+/// A sparse swap file.
+#[derive(Debug)]
+pub struct FileBackend {
+    file: File,
+    /// Where it was created (gone from the file system unless `keep`).
+    path: PathBuf,
+    nr_pages: u64,
+    direct: bool,
+    /// The io_uring of `write_batch`, made on first use.
+    uring: std::sync::OnceLock<Uring>,
+    stats: FileStats,
+}
+
+/// Upper bound on names tried when creating inside a directory (each try is `O_EXCL`).
+const NAME_TRIES: u32 = 64;
+
+impl FileBackend {
+    /// Creates a swap file of `size_bytes` at `path`, or inside `path` when it is a
+    /// directory (a fresh name `.uswap-PID-N.swap`).
+    ///
+    /// # Errors
+    /// [`Error::BadSize`] unless `size_bytes` is a positive multiple of [`PAGE_SIZE`];
+    /// [`Error::Exists`] if `path` exists and is not a directory; [`Error::NoSpace`] if the
+    /// file system has less free space than `size_bytes`; [`Error::Setup`] if the file
+    /// cannot be created, sized or unlinked (not writable, no such directory, ...). On
+    /// error nothing is left behind.
+    ///
+    /// Context: may block (file-system calls).
+    pub fn create(path: &Path, size_bytes: u64, options: FileOptions) -> Result<Self, Error> {
+        if size_bytes == 0 || size_bytes % PAGE_SIZE as u64 != 0 {
+            return Err(Error::BadSize { size_bytes });
+        }
+        let (dir, name) = if path.is_dir() {
+            (path.to_path_buf(), None)
+        } else {
+            if path.symlink_metadata().is_ok() {
+                return Err(Error::Exists { path: path.to_path_buf() });
+            }
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            (parent.unwrap_or(Path::new(".")).to_path_buf(), Some(path.to_path_buf()))
+        };
+        check_free_space(&dir, size_bytes)?;
+        let (file, path) = match name {
+            Some(path) => (open_new(&path, options)?, path),
+            None => open_in_dir(&dir, options)?,
+        };
+        let cleanup = |what, source| {
+            let _ = std::fs::remove_file(&path);
+            Error::Setup { what, path: path.clone(), source }
+        };
+        if let Err(e) = file.set_len(size_bytes) {
+            return Err(cleanup("size", e));
+        }
+        if !options.keep {
+            std::fs::remove_file(&path).map_err(|source| Error::Setup {
+                what: "unlink",
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let nr_pages = size_bytes / PAGE_SIZE as u64;
+        Ok(FileBackend {
+            file,
+            path,
+            nr_pages,
+            direct: options.direct,
+            uring: std::sync::OnceLock::new(),
+            stats: FileStats::default(),
+        })
+    }
+
+    /// The path the file was created at (no longer linked unless `keep` was set).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &FileStats {
+        &self.stats
+    }
+
+    /// Writes whole pages at scattered slots: `writes[i] = (slot, data)`. With `uring`
+    /// all writes go to the kernel in one `io_uring_enter` (per 64); otherwise one
+    /// `pwrite` each. Both are measured by `uswap bench slots`.
+    ///
+    /// # Errors
+    /// As [`Backend::write`], for the first write that failed (all were attempted).
+    ///
+    /// Context: may block; with `uring`, creates a ring on first use.
+    pub fn write_batch(&self, writes: &[(u64, &[u8])], uring: bool) -> Result<(), Error> {
+        for &(offset, data) in writes {
+            check_request(offset, data.len(), self.nr_pages)?;
+        }
+        if !uring || self.direct {
+            for &(offset, data) in writes {
+                self.write(offset, data)?;
+            }
+            return Ok(());
+        }
+        let ring = match self.uring.get() {
+            Some(ring) => ring,
+            None => {
+                let ring = Uring::new().map_err(|e| self.io_error("write", 0, e))?;
+                self.uring.get_or_init(|| ring)
+            }
+        };
+        let positions: Vec<(u64, &[u8])> =
+            writes.iter().map(|&(offset, data)| (offset * PAGE_SIZE as u64, data)).collect();
+        use std::os::fd::AsRawFd;
+        ring.write_all(self.file.as_raw_fd(), &positions)
+            .map_err(|(i, e)| self.io_error("write", writes[i].0, e))?;
+        let pages: u64 = writes.iter().map(|(_, d)| (d.len() / PAGE_SIZE) as u64).sum();
+        self.stats.write_pages.fetch_add(pages, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn io_error(&self, op: &'static str, offset: u64, source: std::io::Error) -> Error {
+        let counter = match op {
+            "write" => &self.stats.write_errors,
+            "read" => &self.stats.read_errors,
+            _ => &self.stats.discard_errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Error::Io { op, offset, source }
+    }
+}
+
+fn open_new(path: &Path, options: FileOptions) -> Result<File, Error> {
+    let mut open = OpenOptions::new();
+    open.read(true).write(true).create_new(true).mode(0o600);
+    if options.direct {
+        open.custom_flags(libc::O_DIRECT);
+    }
+    open.open(path).map_err(|source| match source.kind() {
+        ErrorKind::AlreadyExists => Error::Exists { path: path.to_path_buf() },
+        _ => Error::Setup { what: "create", path: path.to_path_buf(), source },
+    })
+}
+
+fn open_in_dir(dir: &Path, options: FileOptions) -> Result<(File, PathBuf), Error> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    let mut last = Error::Exists { path: dir.to_path_buf() };
+    for _ in 0..NAME_TRIES {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(".uswap-{pid}-{n}.swap"));
+        match open_new(&path, options) {
+            Ok(file) => return Ok((file, path)),
+            Err(e @ Error::Exists { .. }) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+fn check_free_space(dir: &Path, size_bytes: u64) -> Result<(), Error> {
+    let stat = rustix::fs::statvfs(dir).map_err(|e| Error::Setup {
+        what: "statvfs the directory of",
+        path: dir.to_path_buf(),
+        source: e.into(),
+    })?;
+    let available_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
+    if available_bytes < size_bytes {
+        return Err(Error::NoSpace {
+            path: dir.to_path_buf(),
+            needed_bytes: size_bytes,
+            available_bytes,
+        });
+    }
+    Ok(())
+}
+
+impl Backend for FileBackend {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let nr = check_request(offset, data.len(), self.nr_pages)?;
+        let pos = offset * PAGE_SIZE as u64;
+        let result = if self.direct {
+            let mut bounce = AlignedBuf::zeroed(data.len());
+            bounce.copy_from_slice(data);
+            self.file.write_all_at(&bounce, pos)
+        } else {
+            self.file.write_all_at(data, pos)
+        };
+        result.map_err(|e| self.io_error("write", offset, e))?;
+        self.stats.write_pages.fetch_add(nr, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let nr = check_request(offset, buf.len(), self.nr_pages)?;
+        let pos = offset * PAGE_SIZE as u64;
+        let result = if self.direct {
+            let mut bounce = AlignedBuf::zeroed(buf.len());
+            let result = self.file.read_exact_at(&mut bounce, pos);
+            buf.copy_from_slice(&bounce);
+            result
+        } else {
+            self.file.read_exact_at(buf, pos)
+        };
+        result.map_err(|e| self.io_error("read", offset, e))?;
+        self.stats.read_pages.fetch_add(nr, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, nr: u64) -> Result<(), Error> {
+        check_range(offset, nr, self.nr_pages)?;
+        let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        let (pos, len) = (offset * PAGE_SIZE as u64, nr * PAGE_SIZE as u64);
+        rustix::fs::fallocate(&self.file, flags, pos, len)
+            .map_err(|e| self.io_error("discard", offset, e.into()))?;
+        self.stats.discard_pages.fetch_add(nr, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn is_synchronous(&self) -> bool {
+        false
+    }
+
+    fn nr_pages(&self) -> u64 {
+        self.nr_pages
+    }
+}

@@ -1,0 +1,223 @@
+//! Backends: setup refusals of the file backend, sparse files and hole punching, the
+//! checksum layer catching torn / lost / corrupt I/O, fault injection, and a model test of
+//! every backend against a map of pages.
+
+use backend::{
+    Backend, ChecksumBackend, Error, FaultBackend, FaultKind, FaultPlan, FileBackend, FileOptions,
+    MemoryBackend, PAGE_SIZE,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("uswap-backend-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn page(fill: u8) -> Vec<u8> {
+    vec![fill; PAGE_SIZE]
+}
+
+#[test]
+fn file_refuses_an_existing_path() {
+    let dir = scratch_dir("exists");
+    let path = dir.join("swap");
+    std::fs::write(&path, b"precious").unwrap();
+    let err = FileBackend::create(&path, 1 << 20, FileOptions::default());
+    assert!(matches!(err, Err(Error::Exists { .. })), "{err:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious", "never overwritten");
+}
+
+#[test]
+fn file_refuses_bad_sizes_and_full_disks_and_unwritable_places() {
+    let dir = scratch_dir("refuse");
+    let path = dir.join("swap");
+    let err = FileBackend::create(&path, 0, FileOptions::default());
+    assert!(matches!(err, Err(Error::BadSize { size_bytes: 0 })));
+    let err = FileBackend::create(&path, 4097, FileOptions::default());
+    assert!(matches!(err, Err(Error::BadSize { .. })));
+    let err = FileBackend::create(&path, 1 << 60, FileOptions::default());
+    assert!(matches!(err, Err(Error::NoSpace { .. })), "{err:?}");
+    assert!(!path.exists(), "nothing left behind");
+    let err = FileBackend::create(&dir.join("no/such/dir/swap"), 1 << 20, FileOptions::default());
+    assert!(matches!(err, Err(Error::Setup { .. })), "{err:?}");
+    // /proc accepts no new files, even for root.
+    let err = FileBackend::create(
+        std::path::Path::new("/proc/uswap.swap"),
+        1 << 20,
+        FileOptions::default(),
+    );
+    assert!(matches!(err, Err(Error::Setup { .. }) | Err(Error::NoSpace { .. })), "{err:?}");
+}
+
+#[test]
+fn file_is_0600_sparse_and_unlinked_by_default() {
+    let dir = scratch_dir("mode");
+    let kept = FileBackend::create(
+        &dir.join("kept"),
+        64 * PAGE_SIZE as u64,
+        FileOptions { keep: true, direct: false },
+    )
+    .unwrap();
+    let meta = std::fs::metadata(kept.path()).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), 64 * PAGE_SIZE as u64);
+    assert_eq!(meta.blocks(), 0, "sparse: no blocks before the first write");
+    let gone = FileBackend::create(&dir, 64 * PAGE_SIZE as u64, FileOptions::default()).unwrap();
+    assert!(!gone.path().exists(), "unlinked right after opening");
+    gone.write(3, &page(9)).unwrap();
+    let mut buf = page(0);
+    gone.read(3, &mut buf).unwrap();
+    assert_eq!(buf, page(9), "the unlinked file still works through its descriptor");
+}
+
+#[test]
+fn file_discard_punches_a_hole() {
+    let dir = scratch_dir("punch");
+    let opts = FileOptions { keep: true, direct: false };
+    let file = FileBackend::create(&dir.join("swap"), 1024 * PAGE_SIZE as u64, opts).unwrap();
+    file.write(512, &vec![5u8; 512 * PAGE_SIZE]).unwrap();
+    let used = std::fs::metadata(file.path()).unwrap().blocks();
+    assert!(used >= 512 * 8, "written pages take blocks ({used})");
+    file.discard(512, 512).unwrap();
+    let after = std::fs::metadata(file.path()).unwrap().blocks();
+    assert!(after < used / 4, "hole punched: {used} -> {after} blocks");
+    let mut buf = page(1);
+    file.read(700, &mut buf).unwrap();
+    assert_eq!(buf, page(0), "a discarded slot reads as zeros");
+    assert_eq!(file.stats().discard_pages.load(Ordering::Relaxed), 512);
+}
+
+#[test]
+fn file_direct_io_round_trips() {
+    let dir = scratch_dir("direct");
+    let opts = FileOptions { keep: false, direct: true };
+    let file = match FileBackend::create(&dir, 16 * PAGE_SIZE as u64, opts) {
+        Ok(file) => file,
+        Err(Error::Setup { .. }) => return, // a file system without O_DIRECT (tmpfs)
+        Err(e) => panic!("{e}"),
+    };
+    let data: Vec<u8> = (0..4 * PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    file.write(4, &data).unwrap();
+    let mut buf = vec![0u8; 4 * PAGE_SIZE];
+    file.read(4, &mut buf).unwrap();
+    assert_eq!(buf, data);
+}
+
+#[test]
+fn checksum_turns_torn_lost_and_corrupt_io_into_errors() {
+    let faulty = FaultBackend::new(MemoryBackend::new(8));
+    let checked = ChecksumBackend::new(faulty);
+    let mut buf = page(0);
+    for (kind, slot) in [(FaultKind::TornWrite, 1), (FaultKind::LostWrite, 2)] {
+        checked.write(slot, &page(3)).unwrap();
+        checked.inner().arm(FaultPlan { kind, nth: 1, every: false });
+        checked.write(slot, &page(4)).unwrap(); // reported as done
+        let err = checked.read(slot, &mut buf);
+        assert!(matches!(err, Err(Error::Checksum { offset, .. }) if offset == slot), "{kind:?}");
+        assert_eq!(checked.inner().stats().injected(kind), 1);
+    }
+    checked.write(5, &page(6)).unwrap();
+    checked.inner().arm(FaultPlan { kind: FaultKind::CorruptRead, nth: 1, every: false });
+    assert!(matches!(checked.read(5, &mut buf), Err(Error::Checksum { .. })));
+    checked.read(5, &mut buf).unwrap();
+    assert_eq!(buf, page(6), "the stored data was never wrong");
+    assert_eq!(checked.stats().mismatches.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn fault_plans_fire_on_the_nth_operation_and_every_nth() {
+    let faulty = FaultBackend::new(MemoryBackend::new(8));
+    faulty.arm(FaultPlan { kind: FaultKind::FailWrite, nth: 3, every: true });
+    let results: Vec<bool> = (0..7).map(|i| faulty.write(i, &page(1)).is_ok()).collect();
+    assert_eq!(results, [true, true, false, true, true, false, true]);
+    faulty.arm(FaultPlan { kind: FaultKind::FailRead, nth: 1, every: false });
+    let mut buf = page(0);
+    assert!(matches!(faulty.read(0, &mut buf), Err(Error::Injected { op: "read", .. })));
+    assert!(faulty.read(0, &mut buf).is_ok());
+    faulty.arm(FaultPlan { kind: FaultKind::FailDiscard, nth: 1, every: false });
+    assert!(faulty.discard(0, 1).is_err());
+    faulty.read(0, &mut buf).unwrap();
+    assert_eq!(buf, page(1), "a failed discard keeps the data");
+    faulty.disarm_all();
+    assert!(faulty.discard(0, 1).is_ok());
+    assert_eq!(faulty.stats().injected(FaultKind::FailWrite), 2);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { offset: u64, nr: u64, fill: u8 },
+    Read { offset: u64, nr: u64 },
+    Discard { offset: u64, nr: u64 },
+}
+
+const PAGES: u64 = 32;
+
+fn op() -> impl Strategy<Value = Op> {
+    let span = (0..PAGES + 2, 0..6u64);
+    prop_oneof![
+        (span.clone(), any::<u8>()).prop_map(|((offset, nr), fill)| Op::Write { offset, nr, fill }),
+        span.clone().prop_map(|(offset, nr)| Op::Read { offset, nr }),
+        span.prop_map(|(offset, nr)| Op::Discard { offset, nr }),
+    ]
+}
+
+/// Runs `ops` on `backend` and on a map of pages; every result and every byte read must
+/// agree.
+fn check_against_model(backend: &dyn Backend, ops: &[Op]) {
+    let mut model: HashMap<u64, u8> = HashMap::new();
+    let in_range = |offset: u64, nr: u64| nr > 0 && offset + nr <= PAGES;
+    for op in ops {
+        match *op {
+            Op::Write { offset, nr, fill } => {
+                let data = vec![fill; nr as usize * PAGE_SIZE];
+                assert_eq!(backend.write(offset, &data).is_ok(), in_range(offset, nr), "{op:?}");
+                if in_range(offset, nr) {
+                    (offset..offset + nr).for_each(|s| {
+                        model.insert(s, fill);
+                    });
+                }
+            }
+            Op::Read { offset, nr } => {
+                let mut buf = vec![0xEEu8; nr as usize * PAGE_SIZE];
+                assert_eq!(backend.read(offset, &mut buf).is_ok(), in_range(offset, nr), "{op:?}");
+                if in_range(offset, nr) {
+                    for (i, chunk) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+                        let want = model.get(&(offset + i as u64)).copied().unwrap_or(0);
+                        assert!(chunk.iter().all(|&b| b == want), "{op:?} page {i}");
+                    }
+                }
+            }
+            Op::Discard { offset, nr } => {
+                assert_eq!(backend.discard(offset, nr).is_ok(), in_range(offset, nr), "{op:?}");
+                if in_range(offset, nr) {
+                    (offset..offset + nr).for_each(|s| {
+                        model.remove(&s);
+                    });
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn memory_matches_the_model(ops in prop::collection::vec(op(), 1..120)) {
+        check_against_model(&MemoryBackend::new(PAGES), &ops);
+    }
+
+    #[test]
+    fn checksummed_file_matches_the_model(ops in prop::collection::vec(op(), 1..120)) {
+        let dir = std::env::temp_dir();
+        let size = PAGES * PAGE_SIZE as u64;
+        let file = FileBackend::create(&dir, size, FileOptions::default()).unwrap();
+        check_against_model(&ChecksumBackend::new(file), &ops);
+    }
+}
