@@ -12,6 +12,7 @@ pub mod budget;
 pub mod error;
 pub mod lru;
 pub mod page_source;
+pub mod region;
 pub mod stats;
 pub mod swap_cache;
 mod sync;

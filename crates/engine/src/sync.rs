@@ -9,7 +9,7 @@
 #![allow(unused_imports)]
 
 #[cfg(not(loom))]
-pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
@@ -20,7 +20,7 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
-pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard};
+pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard, RwLock};
 
 #[cfg(loom)]
 mod loom_shim {
@@ -38,6 +38,24 @@ mod loom_shim {
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+    }
+
+    /// loom's reader-writer lock with parking_lot's shape.
+    #[derive(Debug, Default)]
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            RwLock(loom::sync::RwLock::new(value))
+        }
+
+        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+
+        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner)
         }
     }
 

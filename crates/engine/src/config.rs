@@ -1,0 +1,192 @@
+//! The engine's configuration, validated once at start: every value that can be wrong is
+//! refused here with a message that names it, before anything is set up.
+
+use crate::budget::Watermarks;
+use crate::{Error, MAX_ORDER, PAGE_SIZE};
+use backend::Backend;
+use slots::AllocPolicy;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where the swap device keeps page data.
+#[derive(Clone)]
+pub enum BackendConfig {
+    /// In memory, synchronous (like zram without compression, or brd).
+    Memory,
+    /// A sparse swap file, created 0600 in `dir` (a private temporary file, unlinked right
+    /// away unless `keep`), or at `path` exactly (which must not exist).
+    File {
+        /// Directory for a private swap file; ignored when `path` is given.
+        dir: PathBuf,
+        /// An exact path for the swap file.
+        path: Option<PathBuf>,
+        /// Keep the file's name after opening (for inspection); default unlinks it.
+        keep: bool,
+    },
+    /// A backend built by the caller (tests, the simulator's fault-injecting backends).
+    Custom(Arc<dyn Backend>),
+}
+
+impl std::fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendConfig::Memory => write!(f, "Memory"),
+            BackendConfig::File { dir, path, keep } => {
+                write!(f, "File {{ dir: {dir:?}, path: {path:?}, keep: {keep} }}")
+            }
+            BackendConfig::Custom(_) => write!(f, "Custom"),
+        }
+    }
+}
+
+/// The swap device.
+#[derive(Debug, Clone)]
+pub struct SwapConfig {
+    /// Where its data lives.
+    pub backend: BackendConfig,
+    /// Its size in bytes (rounded down to whole pages; at least one 2 MiB cluster).
+    pub size_bytes: u64,
+    /// The slot allocation policy (6.18's, or the legacy one for comparisons).
+    pub policy: AllocPolicy,
+    /// Discard (punch holes in) clusters as they become free.
+    pub discard: bool,
+    /// Keep a crc32c per slot and check it on every read.
+    pub checksums: bool,
+}
+
+impl Default for SwapConfig {
+    fn default() -> Self {
+        SwapConfig {
+            backend: BackendConfig::Memory,
+            size_bytes: 1 << 30,
+            policy: AllocPolicy::Current,
+            discard: false,
+            checksums: false,
+        }
+    }
+}
+
+/// Everything the engine needs to start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Bytes the managed pages may occupy: resident + swap cache + compressed pool.
+    pub budget_bytes: u64,
+    /// Free-budget levels; `None` derives them from the budget.
+    pub watermarks: Option<Watermarks>,
+    /// Order of the folios a first touch maps (and that page-out then moves whole):
+    /// 0 = 4 KiB, 2 = 16 KiB, 4 = 64 KiB, up to 9 = 2 MiB.
+    pub folio_order: u32,
+    /// Swap a large folio back in whole when its slots are aligned and of one kind.
+    pub large_swapin: bool,
+    /// Most pages read (and mapped) ahead of a fault; 0 turns readahead off.
+    pub readahead_max_pages: u32,
+    /// The swap device.
+    pub swap: SwapConfig,
+    /// Run a background reclaimer thread (the kernel's kswapd). Without it, reclaim runs
+    /// only on the fault path and when asked ([`crate::Engine::reclaim`]), which is what the
+    /// deterministic simulator wants.
+    pub background_reclaim: bool,
+    /// Pages one reclaim pass isolates at most (the kernel's SWAP_CLUSTER_MAX is 32).
+    pub reclaim_batch_pages: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            budget_bytes: 256 << 20,
+            watermarks: None,
+            folio_order: 0,
+            large_swapin: true,
+            readahead_max_pages: 8,
+            swap: SwapConfig::default(),
+            background_reclaim: true,
+            reclaim_batch_pages: 32,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Bytes in one folio of the configured order.
+    pub fn folio_bytes(&self) -> u64 {
+        (PAGE_SIZE as u64) << self.folio_order.min(MAX_ORDER)
+    }
+
+    /// The watermarks in force.
+    pub fn watermarks(&self) -> Watermarks {
+        self.watermarks.unwrap_or_else(|| {
+            Watermarks::default_for(self.budget_bytes, (PAGE_SIZE as u64) << MAX_ORDER.min(4))
+        })
+    }
+
+    /// Checks every value; the message of the first bad one says what to change.
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.folio_order > MAX_ORDER {
+            return Err(Error::Config(format!(
+                "folio order {} is above the largest, {MAX_ORDER} (2 MiB)",
+                self.folio_order
+            )));
+        }
+        if self.budget_bytes < self.folio_bytes() {
+            return Err(Error::Config(format!(
+                "budget of {} bytes is smaller than one folio ({} bytes at order {})",
+                self.budget_bytes,
+                self.folio_bytes(),
+                self.folio_order
+            )));
+        }
+        self.watermarks().validate(self.budget_bytes)?;
+        if self.reclaim_batch_pages == 0 {
+            return Err(Error::Config("reclaim batch of 0 pages would never reclaim".into()));
+        }
+        let cluster_bytes = (slots::SWAPFILE_CLUSTER * PAGE_SIZE) as u64;
+        if self.swap.size_bytes < cluster_bytes {
+            return Err(Error::Config(format!(
+                "swap size of {} bytes is smaller than one cluster ({cluster_bytes} bytes)",
+                self.swap.size_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        EngineConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_themselves() {
+        let cases: [(EngineConfig, &str); 4] = [
+            (EngineConfig { folio_order: 10, ..Default::default() }, "folio order 10"),
+            (
+                EngineConfig { budget_bytes: 32 << 10, folio_order: 4, ..Default::default() },
+                "smaller than one folio",
+            ),
+            (
+                EngineConfig {
+                    watermarks: Some(Watermarks { min_bytes: 9, low_bytes: 1, high_bytes: 20 }),
+                    ..Default::default()
+                },
+                "watermarks out of order",
+            ),
+            (
+                EngineConfig {
+                    swap: SwapConfig { size_bytes: 4096, ..SwapConfig::default() },
+                    ..Default::default()
+                },
+                "smaller than one cluster",
+            ),
+        ];
+        for (config, expected) in cases {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(expected), "{error:?} should mention {expected:?}");
+        }
+    }
+}
