@@ -5,6 +5,9 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod heap;
+mod zpool;
+
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
@@ -33,6 +36,12 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// The compressors and the zsmalloc-like pool on the page corpus: compress and
+    /// decompress ns per page (p50, p99) and ratio per compressor; pool overhead (pool
+    /// bytes / compressed bytes) after random frees and compaction, against a heap
+    /// allocation per object. JSON: `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`,
+    /// `lz4_ratio`, `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
+    Zpool,
 }
 
 /// Runs one benchmark and prints its report.
@@ -42,6 +51,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Zpool => zpool::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())
