@@ -221,7 +221,7 @@ impl ZsPool {
     }
 
     /// Reserves, checks the hook, and allocates a zspage for class `index`. No lock held.
-    fn alloc_zspage(&self, index: ClassIndex, size: usize) -> Result<ZsPage, Error> {
+    fn alloc_zspage(&self, index: ClassIndex, size: usize) -> Result<Box<ZsPage>, Error> {
         let geometry = self.table.geometry(index);
         let pages = geometry.pages_per_zspage;
         if !self.reserve_pages(pages) {
@@ -256,7 +256,7 @@ impl ZsPool {
     }
 
     /// Drops a zspage taken out of its class and gives its pages back. No lock held.
-    fn release_zspage(&self, zspage: ZsPage) {
+    fn release_zspage(&self, zspage: Box<ZsPage>) {
         let pages = zspage.page_count();
         drop(zspage);
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);

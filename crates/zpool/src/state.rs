@@ -9,7 +9,7 @@
 //! Every method here runs with the class mutex held (the caller owns `&mut ClassState`
 //! through the guard) and never allocates page memory: zspages come in already built and
 //! go out to be dropped by the caller after unlocking. The tables (`handles`, `zspages`,
-//! the id and slot free lists, the groups) grow by doubling, amortised, under the mutex;
+//! the id and slot free lists, the groups) grow geometrically, amortised, under the mutex;
 //! that is the one allocation under a lock, on a sleeping lock, and bounded by the pool's
 //! page limit.
 //!
@@ -60,11 +60,20 @@ pub(crate) struct Location {
     pub(crate) size: usize,
 }
 
+/// Makes room for one more element, growing by a quarter instead of doubling: the tables
+/// keep their high-water capacity, and a quarter wastes at most 20% of it where doubling
+/// wastes up to half. Still geometric, so pushes stay amortised O(1).
+fn grow_gently<T>(table: &mut Vec<T>) {
+    if table.len() == table.capacity() {
+        table.reserve_exact((table.len() / 4).max(16));
+    }
+}
+
 /// What one compaction round did.
 #[derive(Debug)]
 pub(crate) struct CompactRound {
     pub(crate) moved: usize,
-    pub(crate) freed: Option<ZsPage>,
+    pub(crate) freed: Option<Box<ZsPage>>,
 }
 
 /// A size class's mutable state. Lock: the class's `Mutex` (every field).
@@ -72,7 +81,7 @@ pub(crate) struct CompactRound {
 pub(crate) struct ClassState {
     index: ClassIndex,
     geometry: ClassGeometry,
-    zspages: Vec<Option<ZsPage>>,
+    zspages: Vec<Option<Box<ZsPage>>>,
     free_zspage_ids: Vec<u32>,
     groups: [Vec<u32>; FULLNESS_GROUPS],
     handles: Vec<HandleSlot>,
@@ -128,13 +137,14 @@ impl ClassState {
         self.live_zspages * self.geometry.pages_per_zspage
     }
 
-    /// Metadata bytes held, by capacity: the tables and lists, and per live zspage its page
-    /// pointers, object slots and the `ZsPage` itself (inside `zspages`, counted there).
+    /// Metadata bytes held, by capacity: the tables and lists, and per live zspage the
+    /// `ZsPage` itself, its page pointers and its object slots.
     pub(crate) fn meta_bytes(&self) -> usize {
         let id = size_of::<u32>();
-        let per_zspage =
-            self.geometry.pages_per_zspage * size_of::<usize>() + self.geometry.objs_per_zspage * 4;
-        self.zspages.capacity() * size_of::<Option<ZsPage>>()
+        let per_zspage = size_of::<ZsPage>()
+            + self.geometry.pages_per_zspage * size_of::<usize>()
+            + self.geometry.objs_per_zspage * 4;
+        self.zspages.capacity() * size_of::<Option<Box<ZsPage>>>()
             + self.free_zspage_ids.capacity() * id
             + self.groups.iter().map(|g| g.capacity() * id).sum::<usize>()
             + self.handles.capacity() * size_of::<HandleSlot>()
@@ -160,9 +170,9 @@ impl ClassState {
     /// and the fresh zspage if it was not needed, for the caller to free after unlocking.
     pub(crate) fn alloc_with_fresh(
         &mut self,
-        fresh: ZsPage,
+        fresh: Box<ZsPage>,
         size: usize,
-    ) -> (Handle, Option<ZsPage>) {
+    ) -> (Handle, Option<Box<ZsPage>>) {
         if let Some(handle) = self.alloc_in_existing(size) {
             return (handle, Some(fresh));
         }
@@ -188,13 +198,14 @@ impl ClassState {
         }
         let slot = u32::try_from(self.handles.len()).unwrap_or(DEAD);
         assert!(slot < DEAD >> 1, "handle table of class {:?} overflows", self.index);
+        grow_gently(&mut self.handles);
         self.handles.push(HandleSlot { generation: 1, zspage: DEAD, obj: 0, size: 0 });
         (slot, 1)
     }
 
     /// Frees the handle's object; returns its zspage if that became empty (already taken
     /// out of the class), for the caller to drop after unlocking.
-    pub(crate) fn free(&mut self, handle: Handle) -> Option<ZsPage> {
+    pub(crate) fn free(&mut self, handle: Handle) -> Option<Box<ZsPage>> {
         let at = self.locate(handle);
         let slot = handle.slot() as usize;
         let owner = self.zspage_mut(at.zspage).free_obj(at.obj);
@@ -206,6 +217,7 @@ impl ClassState {
             obj: 0,
             size: 0,
         };
+        grow_gently(&mut self.free_slots);
         self.free_slots.push(handle.slot());
         self.objects -= 1;
         self.object_bytes -= at.size;
@@ -264,7 +276,7 @@ impl ClassState {
         zspage.unwrap_or_else(|| panic!("zspage {id} is not live"))
     }
 
-    fn insert_zspage(&mut self, mut zspage: ZsPage) -> u32 {
+    fn insert_zspage(&mut self, mut zspage: Box<ZsPage>) -> u32 {
         let group = fullness_group(zspage.inuse(), zspage.capacity());
         zspage.group = group as u8;
         zspage.group_pos = self.groups[group].len() as u32;
@@ -274,6 +286,7 @@ impl ClassState {
                 id
             }
             None => {
+                grow_gently(&mut self.zspages);
                 self.zspages.push(Some(zspage));
                 (self.zspages.len() - 1) as u32
             }
@@ -284,10 +297,11 @@ impl ClassState {
     }
 
     /// Takes zspage `id` out of its group and the table.
-    fn remove_zspage(&mut self, id: u32) -> ZsPage {
+    fn remove_zspage(&mut self, id: u32) -> Box<ZsPage> {
         self.unlist(id);
         let zspage = self.zspages[id as usize].take();
         let zspage = zspage.unwrap_or_else(|| panic!("zspage {id} is not live"));
+        grow_gently(&mut self.free_zspage_ids);
         self.free_zspage_ids.push(id);
         self.live_zspages -= 1;
         zspage
@@ -307,7 +321,7 @@ impl ClassState {
 
     /// Moves zspage `id` to the group its in-use ratio gives; an emptied zspage is taken
     /// out and returned instead.
-    fn fix_fullness(&mut self, id: u32) -> Option<ZsPage> {
+    fn fix_fullness(&mut self, id: u32) -> Option<Box<ZsPage>> {
         let zspage = self.zspage(id);
         let group = fullness_group(zspage.inuse(), zspage.capacity());
         if group == 0 {
@@ -429,7 +443,7 @@ impl ClassState {
         }
         assert_eq!(objects, self.objects, "object count");
         assert_eq!(bytes, self.object_bytes, "object bytes");
-        let used: usize = self.zspages.iter().flatten().map(ZsPage::inuse).sum();
+        let used: usize = self.zspages.iter().flatten().map(|z| z.inuse()).sum();
         assert_eq!(used, self.objects, "objects in zspages");
     }
 }

@@ -80,7 +80,10 @@ impl ZsPage {
     /// could not be had.
     ///
     /// Context: allocates; call it with no lock held.
-    pub(crate) fn alloc(pages: usize, objs: usize) -> Option<Self> {
+    ///
+    /// Boxed, so the class's zspage table holds one pointer per id, not the whole struct:
+    /// the table keeps its high-water length, and 8 bytes per id there is what that costs.
+    pub(crate) fn alloc(pages: usize, objs: usize) -> Option<Box<Self>> {
         let mut chain = Vec::new();
         chain.try_reserve_exact(pages).ok()?;
         for _ in 0..pages {
@@ -92,14 +95,14 @@ impl ZsPage {
             let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
             slots.push(ObjSlot::free(next));
         }
-        Some(ZsPage {
+        Some(Box::new(ZsPage {
             pages: chain.into_boxed_slice(),
             objs: slots.into_boxed_slice(),
             free_head: if objs > 0 { 0 } else { NO_OBJ },
             inuse: 0,
             group: 0,
             group_pos: 0,
-        })
+        }))
     }
 
     /// Objects in use.

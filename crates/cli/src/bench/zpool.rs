@@ -275,8 +275,16 @@ fn tables(report: &mut Report, rows: &[(&str, &str, [f64; 6], PoolFigures)], nai
     for (name, _, f, _) in rows {
         table.row([name.to_string()].into_iter().chain(f[..4].iter().map(|v| format_figure(*v))));
     }
-    let header =
-        ["compressor", "ratio", "incompressible", "live bytes", "pool full", "freed", "compacted"];
+    let header = [
+        "compressor",
+        "ratio",
+        "incompressible",
+        "live bytes",
+        "all live",
+        "half freed",
+        "compacted",
+        "of which metadata",
+    ];
     let table = report.table("Pool overhead (pool bytes / live object bytes)", &header);
     for (name, _, f, pool) in rows {
         let live = pool.live_bytes as f64;
