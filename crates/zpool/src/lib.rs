@@ -42,11 +42,19 @@
 //! before or entirely after a move, never half of it. Page memory is allocated and freed
 //! outside every lock.
 //!
-//! Memory accounting ([`ZsPool::total_bytes`]) is exact for what this crate holds: 4096 bytes
-//! per page held by a zspage, plus the metadata allocations (handle tables, per-object
-//! slots, zspage tables and lists, by capacity) plus the fixed pool structure. It does not
-//! count the system allocator's own headers around those allocations (16 B per 4 KiB page
-//! with glibc, 0.4%); the benchmark measures those separately with `mallinfo2`.
+//! Memory accounting ([`ZsPool::total_bytes`]) is exact for what this crate holds:
+//!
+//! - 4096 bytes per page held by a live zspage;
+//! - per live zspage: the `ZsPage` struct, its page pointers and its 4-byte object slots;
+//! - per class, by capacity: the handle table (12 bytes a slot, kept at its high water:
+//!   handles name slots, so the table cannot shrink), the zspage table (8 bytes an id), the
+//!   free lists and the fullness-group lists;
+//! - the fixed pool structure (the classes and their locks).
+//!
+//! Not counted: the system allocator's own chunk headers around those allocations (16 B per
+//! 4 KiB page with glibc, 0.4%). And a page the pool frees goes back to malloc, not to the
+//! kernel (only the `uffd` layer makes memory-management calls): malloc keeps it for the
+//! next zspage. `uswap bench zpool` measures both views.
 //!
 //! Conventions in this crate: `ppz` = pages per zspage, `obj` = an object index inside a
 //! zspage, `slot` = an index in a class's handle table, `step` = a 16 B size step.

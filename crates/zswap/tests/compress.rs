@@ -286,3 +286,72 @@ fn corpus_ratios() {
         println!("| {name} ({count} pages) | {} |", cells.join(" | "));
     }
 }
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A page built from runs: repeated bytes, copies of earlier bytes, and random bytes,
+    /// so both compressible and incompressible pages come up.
+    fn page() -> impl Strategy<Value = Vec<u8>> {
+        let run = (0u8..3, any::<u8>(), 1usize..600);
+        prop::collection::vec(run, 1..40).prop_map(|runs| {
+            let mut page = Vec::with_capacity(PAGE_SIZE);
+            let mut x = 0x1234_5678u32;
+            for (kind, byte, len) in runs {
+                for i in 0..len {
+                    let value = match kind {
+                        0 => byte,
+                        1 if page.len() > 64 => page[page.len() - 64 + i % 64],
+                        _ => {
+                            x ^= x << 13;
+                            x ^= x >> 17;
+                            x ^= x << 5;
+                            x as u8
+                        }
+                    };
+                    page.push(value);
+                }
+            }
+            page.resize(PAGE_SIZE, 0);
+            page
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Every compressor, with and without checksum: a page comes back exactly, or is
+        /// reported incompressible; never an error, never other bytes.
+        #[test]
+        fn pages_round_trip_or_are_incompressible(bytes in page(), threshold in 64usize..=4096) {
+            let mut page = [0u8; PAGE_SIZE];
+            page.copy_from_slice(&bytes);
+            let mut out = vec![0u8; COMPRESS_OUT_BYTES];
+            let mut back = [0u8; PAGE_SIZE];
+            for name in KINDS {
+                for checksum in [false, true] {
+                    let kind: CompressorKind = name.parse().expect("name");
+                    let config = CompressorConfig {
+                        checksum,
+                        threshold_bytes: threshold,
+                        ..CompressorConfig::new(kind)
+                    };
+                    let compressor = Compressor::with_config(config).expect("setup");
+                    match compressor.compress(&page, &mut out) {
+                        Ok(len) => {
+                            prop_assert!(name == "none" || len < threshold);
+                            compressor.decompress(&out[..len], &mut back).expect("decode");
+                            prop_assert_eq!(&back[..], &page[..]);
+                        }
+                        Err(Error::Incompressible { compressed_bytes, threshold_bytes }) => {
+                            prop_assert_eq!(threshold_bytes, threshold);
+                            prop_assert!(compressed_bytes >= threshold);
+                        }
+                        Err(other) => prop_assert!(false, "{name}: {other}"),
+                    }
+                }
+            }
+        }
+    }
+}
