@@ -5,6 +5,9 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod heap;
+mod zpool;
+
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
@@ -46,6 +49,12 @@ pub enum Which {
     /// swpout_fallback), file backend buffered vs O_DIRECT. JSON: order0_alloc_free_per_s,
     /// fallback_rate_order4_current, fallback_rate_order4_legacy, ...
     Slots,
+    /// The compressors and the zsmalloc-like pool on the page corpus: compress and
+    /// decompress ns per page (p50, p99) and ratio per compressor; pool overhead (pool
+    /// bytes / compressed bytes) after random frees and compaction, against a heap
+    /// allocation per object. JSON: `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`,
+    /// `lz4_ratio`, `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
+    Zpool,
 }
 
 /// Runs one benchmark and prints its report.
@@ -57,6 +66,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Machine => machine(),
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
+        Which::Zpool => zpool::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())

@@ -1,0 +1,244 @@
+//! ZsPage: a chain of base pages holding the objects of one size class.
+//!
+//! The pages are separate 4 KiB allocations (the kernel's order-0 pages: no large
+//! allocation is ever needed, and every page allocation is the same size, so the system
+//! allocator reuses a freed page exactly). Objects are packed end to end across the chain:
+//! object `i` occupies bytes `i * size .. (i + 1) * size` of the chain, so an object may
+//! start in one page and end in the next; [`ZsPage::write`] and [`ZsPage::read`] copy it
+//! in two pieces then.
+//!
+//! Each object has a 4-byte [`ObjSlot`]: when the object is allocated, the handle-table
+//! slot that owns it (the reverse map compaction needs to rewrite the handle); when free,
+//! the next free object, forming the zspage's free list (LIFO, head in `free_head`).
+//!
+//! ```text
+//!   objs:  [used h=17][free →3][used h=4][free →END][used h=9] ...   free_head = 1
+//!   pages: [ page 0 ......................][ page 1 ..........] ...
+//! ```
+//!
+//! Invariants (checked by [`ZsPage::check_invariants`]): the free list visits exactly the
+//! free objects, once each; `inuse` counts the used ones; `pages.len()` is the class's
+//! pages per zspage.
+
+use crate::PAGE_SIZE;
+
+/// One base page of a zspage.
+pub(crate) type PageBox = Box<[u8; PAGE_SIZE]>;
+
+/// Marks the end of a free list.
+const NO_OBJ: u16 = u16::MAX;
+/// Tag bit of a free object's slot.
+const FREE_TAG: u32 = 1 << 31;
+
+/// The per-object metadata word: `FREE_TAG | next free obj`, or the owning handle slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ObjSlot(u32);
+
+impl ObjSlot {
+    fn free(next: u16) -> Self {
+        ObjSlot(FREE_TAG | u32::from(next))
+    }
+
+    fn used(owner: u32) -> Self {
+        assert!(owner & FREE_TAG == 0, "handle slot {owner} too large");
+        ObjSlot(owner)
+    }
+
+    fn owner(self) -> Option<u32> {
+        (self.0 & FREE_TAG == 0).then_some(self.0)
+    }
+
+    fn next_free(self) -> Option<u16> {
+        (self.0 & FREE_TAG != 0).then_some(self.0 as u16)
+    }
+}
+
+/// Allocates one zeroed page, or `None` when the system allocator refuses.
+///
+/// Context: may allocate (that is its purpose); call it with no lock held.
+pub(crate) fn alloc_page() -> Option<PageBox> {
+    let mut bytes: Vec<u8> = Vec::new();
+    bytes.try_reserve_exact(PAGE_SIZE).ok()?;
+    bytes.resize(PAGE_SIZE, 0);
+    bytes.into_boxed_slice().try_into().ok()
+}
+
+/// A chain of pages and the objects in it.
+#[derive(Debug)]
+pub(crate) struct ZsPage {
+    pages: Box<[PageBox]>,
+    objs: Box<[ObjSlot]>,
+    free_head: u16,
+    inuse: u16,
+    /// The fullness group this zspage is listed in, and its position in that list.
+    pub(crate) group: u8,
+    pub(crate) group_pos: u32,
+}
+
+impl ZsPage {
+    /// A new, empty zspage of `pages` pages holding `objs` objects, or `None` when memory
+    /// could not be had.
+    ///
+    /// Context: allocates; call it with no lock held.
+    ///
+    /// Boxed, so the class's zspage table holds one pointer per id, not the whole struct:
+    /// the table keeps its high-water length, and 8 bytes per id there is what that costs.
+    pub(crate) fn alloc(pages: usize, objs: usize) -> Option<Box<Self>> {
+        let mut chain = Vec::new();
+        chain.try_reserve_exact(pages).ok()?;
+        for _ in 0..pages {
+            chain.push(alloc_page()?);
+        }
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(objs).ok()?;
+        for obj in 0..objs {
+            let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
+            slots.push(ObjSlot::free(next));
+        }
+        Some(Box::new(ZsPage {
+            pages: chain.into_boxed_slice(),
+            objs: slots.into_boxed_slice(),
+            free_head: if objs > 0 { 0 } else { NO_OBJ },
+            inuse: 0,
+            group: 0,
+            group_pos: 0,
+        }))
+    }
+
+    /// Objects in use.
+    pub(crate) fn inuse(&self) -> usize {
+        usize::from(self.inuse)
+    }
+
+    /// Objects this zspage holds when full.
+    pub(crate) fn capacity(&self) -> usize {
+        self.objs.len()
+    }
+
+    /// Pages in the chain.
+    pub(crate) fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Takes a free object for handle slot `owner`; `None` when full.
+    pub(crate) fn alloc_obj(&mut self, owner: u32) -> Option<u16> {
+        if self.free_head == NO_OBJ {
+            return None;
+        }
+        let obj = self.free_head;
+        let next = self.objs[usize::from(obj)].next_free();
+        self.free_head = next.unwrap_or_else(|| panic!("free list reached used object {obj}"));
+        self.objs[usize::from(obj)] = ObjSlot::used(owner);
+        self.inuse += 1;
+        Some(obj)
+    }
+
+    /// Frees object `obj` and returns the handle slot that owned it.
+    ///
+    /// # Panics
+    /// If `obj` is already free (a double free inside the pool).
+    pub(crate) fn free_obj(&mut self, obj: u16) -> u32 {
+        let owner = self.owner(obj).unwrap_or_else(|| panic!("double free of object {obj}"));
+        self.objs[usize::from(obj)] = ObjSlot::free(self.free_head);
+        self.free_head = obj;
+        self.inuse -= 1;
+        owner
+    }
+
+    /// The handle slot owning object `obj`, or `None` if it is free.
+    pub(crate) fn owner(&self, obj: u16) -> Option<u32> {
+        self.objs[usize::from(obj)].owner()
+    }
+
+    /// The used objects, in index order.
+    pub(crate) fn used_objs(&self) -> impl Iterator<Item = u16> + '_ {
+        self.objs.iter().enumerate().filter(|(_, s)| s.owner().is_some()).map(|(i, _)| i as u16)
+    }
+
+    /// Copies `data` into the chain at byte `offset`, across a page edge if need be.
+    pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
+        let mut offset = offset;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let (page, in_page) = (offset / PAGE_SIZE, offset % PAGE_SIZE);
+            let n = rest.len().min(PAGE_SIZE - in_page);
+            self.pages[page][in_page..in_page + n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            offset += n;
+        }
+    }
+
+    /// Copies `out.len()` bytes out of the chain from byte `offset`.
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) {
+        let mut offset = offset;
+        let mut rest = out;
+        while !rest.is_empty() {
+            let (page, in_page) = (offset / PAGE_SIZE, offset % PAGE_SIZE);
+            let n = rest.len().min(PAGE_SIZE - in_page);
+            rest[..n].copy_from_slice(&self.pages[page][in_page..in_page + n]);
+            rest = &mut rest[n..];
+            offset += n;
+        }
+    }
+
+    /// Asserts the free list and the in-use count (module essay).
+    pub(crate) fn check_invariants(&self, pages_per_zspage: usize) {
+        assert_eq!(self.pages.len(), pages_per_zspage, "zspage chain length");
+        let mut seen = vec![false; self.objs.len()];
+        let mut free = 0;
+        let mut cursor = self.free_head;
+        while cursor != NO_OBJ {
+            let obj = usize::from(cursor);
+            assert!(!seen[obj], "free list loops at object {obj}");
+            seen[obj] = true;
+            free += 1;
+            cursor = self.objs[obj].next_free().unwrap_or_else(|| panic!("used obj {obj} listed"));
+        }
+        let used = self.objs.iter().filter(|s| s.owner().is_some()).count();
+        assert_eq!(used + free, self.objs.len(), "objects neither used nor on the free list");
+        assert_eq!(used, self.inuse(), "in-use count");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn straddling_object_round_trips() {
+        let Some(mut zspage) = ZsPage::alloc(3, 256) else { panic!("no memory") };
+        let data: Vec<u8> = (0..48u8).collect();
+        // Object 85 of a 48-byte class: bytes 4080..4128, across pages 0 and 1.
+        zspage.write(85 * 48, &data);
+        let mut out = [0u8; 48];
+        zspage.read(85 * 48, &mut out);
+        assert_eq!(&out[..], &data[..]);
+        assert_eq!(zspage.pages[0][4080..], data[..16]);
+        assert_eq!(zspage.pages[1][..32], data[16..]);
+    }
+
+    #[test]
+    fn free_list_is_lifo_and_checked() {
+        let Some(mut zspage) = ZsPage::alloc(1, 4) else { panic!("no memory") };
+        let a = zspage.alloc_obj(10);
+        let b = zspage.alloc_obj(11);
+        assert_eq!((a, b), (Some(0), Some(1)));
+        assert_eq!(zspage.free_obj(0), 10);
+        assert_eq!(zspage.alloc_obj(12), Some(0));
+        zspage.check_invariants(1);
+        assert_eq!(zspage.alloc_obj(13), Some(2));
+        assert_eq!(zspage.alloc_obj(14), Some(3));
+        assert_eq!(zspage.alloc_obj(15), None);
+        assert_eq!(zspage.inuse(), 4);
+        zspage.check_invariants(1);
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn double_free_is_caught() {
+        let Some(mut zspage) = ZsPage::alloc(1, 2) else { panic!("no memory") };
+        let obj = zspage.alloc_obj(1).unwrap_or(0);
+        zspage.free_obj(obj);
+        zspage.free_obj(obj);
+    }
+}

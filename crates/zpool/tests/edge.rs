@@ -1,0 +1,264 @@
+//! Named edge cases of the allocator.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use zpool::{ClassIndex, Error, Handle, PoolConfig, ZsPool, PAGE_SIZE};
+
+fn pool() -> ZsPool {
+    ZsPool::new(PoolConfig::with_max_bytes(64 << 20)).expect("valid config")
+}
+
+fn pattern(size: usize, seed: u8) -> Vec<u8> {
+    (0..size).map(|i| (i as u8) ^ seed.wrapping_add((i >> 8) as u8)).collect()
+}
+
+fn store(pool: &ZsPool, size: usize, seed: u8) -> Handle {
+    let handle = pool.malloc(size).expect("malloc");
+    pool.write(handle, &pattern(size, seed));
+    pool.check_invariants();
+    handle
+}
+
+fn assert_holds(pool: &ZsPool, handle: Handle, size: usize, seed: u8) {
+    let mut buf = vec![0u8; PAGE_SIZE];
+    assert_eq!(pool.read(handle, &mut buf), size);
+    assert_eq!(&buf[..size], &pattern(size, seed)[..]);
+}
+
+#[test]
+fn sizes_at_class_edges_round_trip() {
+    let pool = pool();
+    let sizes = [1, 31, 32, 33, 4080, 4095, 4096];
+    let handles: Vec<_> = sizes.iter().map(|&s| (s, store(&pool, s, s as u8))).collect();
+    for &(size, handle) in &handles {
+        assert_holds(&pool, handle, size, size as u8);
+        let class = pool.classes().geometry(handle.class());
+        assert!(class.size_bytes >= size && class.size_bytes < size.max(32) + 16 * 64);
+        assert_eq!(pool.object_size(handle), size);
+    }
+    // 1, 31 and 32 share the smallest class; 33 goes to the next.
+    assert_eq!(handles[0].1.class(), ClassIndex(0));
+    assert_eq!(handles[2].1.class(), ClassIndex(0));
+    assert_ne!(handles[3].1.class(), ClassIndex(0));
+    // 4080..4096 are stored one per page.
+    for &(_, handle) in &handles[4..] {
+        assert!(pool.classes().geometry(handle.class()).is_huge());
+    }
+}
+
+#[test]
+fn invalid_sizes_are_refused_and_counted() {
+    let pool = pool();
+    assert_eq!(pool.malloc(0), Err(Error::InvalidSize { size: 0 }));
+    assert_eq!(pool.malloc(4097), Err(Error::InvalidSize { size: 4097 }));
+    assert_eq!(pool.counters().invalid_size, 2);
+    assert_eq!(pool.pages_held(), 0);
+    pool.check_invariants();
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    let zero = ZsPool::new(PoolConfig::with_max_bytes(0));
+    assert!(matches!(zero, Err(Error::InvalidConfig { what: "max_pages", .. })));
+}
+
+#[test]
+fn objects_straddling_page_boundaries() {
+    let pool = pool();
+    // A 48-byte class: object 85 spans bytes 4080..4128 of the chain.
+    let mut straddlers = Vec::new();
+    for i in 0..300u32 {
+        let handle = store(&pool, 48, i as u8);
+        if pool.locate(handle).straddles {
+            straddlers.push((handle, i as u8));
+        }
+    }
+    assert!(!straddlers.is_empty(), "no object straddled a page edge");
+    for &(handle, seed) in &straddlers {
+        let at = pool.locate(handle);
+        assert!(at.offset_bytes % PAGE_SIZE > PAGE_SIZE - 48);
+        assert_holds(&pool, handle, 48, seed);
+    }
+}
+
+#[test]
+fn last_object_of_a_multipage_zspage() {
+    let pool = pool();
+    // The first class whose zspage chains more than one page and leaves a tail.
+    let (index, geometry) = pool
+        .classes()
+        .iter()
+        .find(|(_, g)| g.pages_per_zspage > 1 && g.size_bytes > 1000)
+        .expect("a multi-page class");
+    assert_eq!(pool.classes().class_of_size(geometry.size_bytes), Some(index));
+    let size = geometry.size_bytes;
+    let handles: Vec<_> =
+        (0..geometry.objs_per_zspage).map(|i| store(&pool, size, i as u8)).collect();
+    assert_eq!(pool.pages_held(), geometry.pages_per_zspage, "one zspage");
+    let last = *handles.last().expect("objects");
+    let at = pool.locate(last);
+    assert!(at.last_in_zspage);
+    assert_eq!(at.offset_bytes + size, geometry.objs_per_zspage * size);
+    assert!(at.offset_bytes + size <= geometry.pages_per_zspage * PAGE_SIZE);
+    assert!(at.offset_bytes / PAGE_SIZE == geometry.pages_per_zspage - 1 || at.straddles);
+    for (i, &handle) in handles.iter().enumerate() {
+        assert_holds(&pool, handle, size, i as u8);
+    }
+    // One more object needs a second zspage.
+    let _extra = store(&pool, size, 0xee);
+    assert_eq!(pool.pages_held(), 2 * geometry.pages_per_zspage);
+}
+
+#[test]
+fn freeing_the_last_object_frees_the_zspage() {
+    let pool = pool();
+    let a = store(&pool, 700, 1);
+    let b = store(&pool, 700, 2);
+    assert!(pool.pages_held() > 0);
+    pool.free(a);
+    pool.check_invariants();
+    assert!(pool.pages_held() > 0);
+    pool.free(b);
+    pool.check_invariants();
+    assert_eq!(pool.pages_held(), 0);
+    let counters = pool.counters();
+    assert_eq!((counters.zspages_allocated, counters.zspages_freed), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "stale handle")]
+fn double_free_is_caught() {
+    let pool = pool();
+    let a = store(&pool, 100, 1);
+    let _keep = store(&pool, 100, 2);
+    pool.free(a);
+    pool.free(a);
+}
+
+#[test]
+#[should_panic(expected = "stale handle")]
+fn stale_handle_is_caught_after_slot_reuse() {
+    let pool = pool();
+    let a = store(&pool, 100, 1);
+    pool.free(a);
+    let _b = store(&pool, 100, 2); // reuses a's slot with a new generation
+    let mut buf = [0u8; 100];
+    pool.read(a, &mut buf);
+}
+
+#[test]
+fn pool_full_is_refused_counted_and_harmless() {
+    let pool = ZsPool::new(PoolConfig::with_max_bytes(2 * PAGE_SIZE)).expect("config");
+    let a = store(&pool, 4096, 1);
+    let b = store(&pool, 4096, 2);
+    assert_eq!(pool.malloc(4096), Err(Error::PoolFull { size: 4096, limit_pages: 2 }));
+    assert_eq!(pool.counters().pool_full, 1);
+    pool.check_invariants();
+    assert_holds(&pool, a, 4096, 1);
+    pool.free(b);
+    let c = store(&pool, 4096, 3);
+    assert_holds(&pool, c, 4096, 3);
+}
+
+#[test]
+fn accounting_counts_pages_and_metadata() {
+    let pool = pool();
+    let empty = pool.total_bytes();
+    assert!(empty > 0 && empty < 64 << 10, "fixed metadata {empty}");
+    let size = 1000;
+    let geometry = pool.classes().geometry(pool.classes().class_of_size(size).expect("class"));
+    let handles: Vec<_> = (0..100).map(|i| store(&pool, size, i as u8)).collect();
+    let stats = pool.stats();
+    let zspages = 100usize.div_ceil(geometry.objs_per_zspage);
+    assert_eq!(stats.pages, zspages * geometry.pages_per_zspage);
+    assert_eq!(stats.total_bytes, pool.total_bytes());
+    assert_eq!(stats.total_bytes, (stats.pages * PAGE_SIZE + stats.metadata_bytes) as u64);
+    assert_eq!(stats.object_bytes, 100 * size);
+    // Metadata: the fixed part plus a few words per object and per zspage.
+    assert!(stats.metadata_bytes < empty as usize + 100 * 64, "{}", stats.metadata_bytes);
+    for handle in handles {
+        pool.free(handle);
+    }
+    assert_eq!(pool.pages_held(), 0);
+    pool.check_invariants();
+}
+
+#[test]
+fn compaction_frees_sparse_zspages_and_keeps_data() {
+    let pool = pool();
+    let size = 500;
+    let handles: Vec<_> = (0..400).map(|i| store(&pool, size, i as u8)).collect();
+    let before = pool.pages_held();
+    // Free three of every four objects: every zspage becomes sparse.
+    let mut kept = Vec::new();
+    for (i, handle) in handles.into_iter().enumerate() {
+        if i % 4 == 0 {
+            kept.push((handle, i as u8));
+        } else {
+            pool.free(handle);
+        }
+    }
+    pool.check_invariants();
+    let stats = pool.compact();
+    pool.check_invariants();
+    assert!(stats.objects_moved > 0 && stats.zspages_freed > 0, "{stats:?}");
+    assert!(pool.pages_held() <= before / 4 + 2, "{} of {before} pages", pool.pages_held());
+    for &(handle, seed) in &kept {
+        assert_holds(&pool, handle, size, seed);
+    }
+    // A second compaction finds nothing to do.
+    assert_eq!(pool.compact().objects_moved, 0);
+}
+
+#[test]
+fn compaction_moves_an_object_while_a_neighbour_is_read() {
+    let pool = Arc::new(pool());
+    let size = 200;
+    let per_zspage = pool.classes().geometry(pool.classes().class_of_size(size).expect("class"));
+    let n = per_zspage.objs_per_zspage;
+    assert!(n >= 8, "B must end fuller than A");
+    // Zspage A: fill it, then free all but two objects; zspage B: full minus two slots.
+    let a: Vec<_> = (0..n).map(|i| store(&pool, size, i as u8)).collect();
+    let b: Vec<_> = (0..n).map(|i| store(&pool, size, 100 + i as u8)).collect();
+    for &h in &a[2..] {
+        pool.free(h);
+    }
+    pool.free(b[0]);
+    pool.free(b[1]);
+    let (moving, neighbour) = (a[0], a[1]);
+    let zspage_before = pool.locate(moving).zspage;
+    assert_eq!(pool.locate(neighbour).zspage, zspage_before);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (pool, stop) = (Arc::clone(&pool), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) || reads < 1000 {
+                assert_holds(&pool, neighbour, size, 1);
+                assert_holds(&pool, moving, size, 0);
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let stats = pool.compact();
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.join().expect("reader");
+    assert!(reads >= 1000);
+    assert_eq!(stats.objects_moved, 2, "{stats:?}");
+    assert_eq!(stats.zspages_freed, 1);
+    assert_ne!(pool.locate(moving).zspage, zspage_before, "the object moved");
+    assert_holds(&pool, moving, size, 0);
+    assert_holds(&pool, neighbour, size, 1);
+    pool.check_invariants();
+}
+
+#[test]
+fn handle_raw_round_trip_through_the_pool() {
+    let pool = pool();
+    let handle = store(&pool, 321, 9);
+    let raw = handle.to_raw();
+    assert!(raw < 1 << 63);
+    let back = Handle::from_raw(raw).expect("valid raw handle");
+    assert_holds(&pool, back, 321, 9);
+}
