@@ -16,15 +16,15 @@
 //!     unlink(path) unless keep   (the fd keeps the inode alive)
 //! ```
 //!
-//! I/O: `pwrite` / `pread` of whole pages at `offset * PAGE_SIZE`. With
-//! [`FileOptions::direct`] the file is opened `O_DIRECT` and every request goes through a
-//! page-aligned bounce buffer; docs/benchmarks.md records which is faster here. Every
-//! error is returned and counted ([`FileStats`]).
+//! I/O: `pwrite` / `pread` of whole pages at `offset * PAGE_SIZE`. `O_DIRECT` (through an
+//! aligned bounce buffer) and io_uring batches of 32 scattered writes were measured against
+//! this on the dev machine and lost (4-40x slower, and a tie): docs/benchmarks.md has the
+//! figures and the commit that measured them. Writes land in the page cache, which the
+//! kernel writes back and reclaims on its own. Every error is returned and counted
+//! ([`FileStats`]).
 //!
 //! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
 
-use crate::aligned::AlignedBuf;
-use crate::uring::Uring;
 use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -38,9 +38,6 @@ pub struct FileOptions {
     /// Keep the file's name after opening (default: unlink it at once, so nobody else can
     /// open it and it disappears with the process).
     pub keep: bool,
-    /// Open with `O_DIRECT` (bypass the page cache; requests go through an aligned bounce
-    /// buffer).
-    pub direct: bool,
 }
 
 /// Counters of one file backend.
@@ -67,9 +64,6 @@ pub struct FileBackend {
     /// Where it was created (gone from the file system unless `keep`).
     path: PathBuf,
     nr_pages: u64,
-    direct: bool,
-    /// The io_uring of `write_batch`, made on first use.
-    uring: std::sync::OnceLock<Uring>,
     stats: FileStats,
 }
 
@@ -103,8 +97,8 @@ impl FileBackend {
         };
         check_free_space(&dir, size_bytes)?;
         let (file, path) = match name {
-            Some(path) => (open_new(&path, options)?, path),
-            None => open_in_dir(&dir, options)?,
+            Some(path) => (open_new(&path)?, path),
+            None => open_in_dir(&dir)?,
         };
         let cleanup = |what, source| {
             let _ = std::fs::remove_file(&path);
@@ -121,14 +115,7 @@ impl FileBackend {
             })?;
         }
         let nr_pages = size_bytes / PAGE_SIZE as u64;
-        Ok(FileBackend {
-            file,
-            path,
-            nr_pages,
-            direct: options.direct,
-            uring: std::sync::OnceLock::new(),
-            stats: FileStats::default(),
-        })
+        Ok(FileBackend { file, path, nr_pages, stats: FileStats::default() })
     }
 
     /// The path the file was created at (no longer linked unless `keep` was set).
@@ -139,41 +126,6 @@ impl FileBackend {
     /// The counters.
     pub fn stats(&self) -> &FileStats {
         &self.stats
-    }
-
-    /// Writes whole pages at scattered slots: `writes[i] = (slot, data)`. With `uring`
-    /// all writes go to the kernel in one `io_uring_enter` (per 64); otherwise one
-    /// `pwrite` each. Both are measured by `uswap bench slots`.
-    ///
-    /// # Errors
-    /// As [`Backend::write`], for the first write that failed (all were attempted).
-    ///
-    /// Context: may block; with `uring`, creates a ring on first use.
-    pub fn write_batch(&self, writes: &[(u64, &[u8])], uring: bool) -> Result<(), Error> {
-        for &(offset, data) in writes {
-            check_request(offset, data.len(), self.nr_pages)?;
-        }
-        if !uring || self.direct {
-            for &(offset, data) in writes {
-                self.write(offset, data)?;
-            }
-            return Ok(());
-        }
-        let ring = match self.uring.get() {
-            Some(ring) => ring,
-            None => {
-                let ring = Uring::new().map_err(|e| self.io_error("write", 0, e))?;
-                self.uring.get_or_init(|| ring)
-            }
-        };
-        let positions: Vec<(u64, &[u8])> =
-            writes.iter().map(|&(offset, data)| (offset * PAGE_SIZE as u64, data)).collect();
-        use std::os::fd::AsRawFd;
-        ring.write_all(self.file.as_raw_fd(), &positions)
-            .map_err(|(i, e)| self.io_error("write", writes[i].0, e))?;
-        let pages: u64 = writes.iter().map(|(_, d)| (d.len() / PAGE_SIZE) as u64).sum();
-        self.stats.write_pages.fetch_add(pages, Ordering::Relaxed);
-        Ok(())
     }
 
     fn io_error(&self, op: &'static str, offset: u64, source: std::io::Error) -> Error {
@@ -187,26 +139,23 @@ impl FileBackend {
     }
 }
 
-fn open_new(path: &Path, options: FileOptions) -> Result<File, Error> {
+fn open_new(path: &Path) -> Result<File, Error> {
     let mut open = OpenOptions::new();
     open.read(true).write(true).create_new(true).mode(0o600);
-    if options.direct {
-        open.custom_flags(libc::O_DIRECT);
-    }
     open.open(path).map_err(|source| match source.kind() {
         ErrorKind::AlreadyExists => Error::Exists { path: path.to_path_buf() },
         _ => Error::Setup { what: "create", path: path.to_path_buf(), source },
     })
 }
 
-fn open_in_dir(dir: &Path, options: FileOptions) -> Result<(File, PathBuf), Error> {
+fn open_in_dir(dir: &Path) -> Result<(File, PathBuf), Error> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let pid = std::process::id();
     let mut last = Error::Exists { path: dir.to_path_buf() };
     for _ in 0..NAME_TRIES {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!(".uswap-{pid}-{n}.swap"));
-        match open_new(&path, options) {
+        match open_new(&path) {
             Ok(file) => return Ok((file, path)),
             Err(e @ Error::Exists { .. }) => last = e,
             Err(e) => return Err(e),
@@ -236,14 +185,7 @@ impl Backend for FileBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let nr = check_request(offset, data.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
-        let result = if self.direct {
-            let mut bounce = AlignedBuf::zeroed(data.len());
-            bounce.copy_from_slice(data);
-            self.file.write_all_at(&bounce, pos)
-        } else {
-            self.file.write_all_at(data, pos)
-        };
-        result.map_err(|e| self.io_error("write", offset, e))?;
+        self.file.write_all_at(data, pos).map_err(|e| self.io_error("write", offset, e))?;
         self.stats.write_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -251,15 +193,7 @@ impl Backend for FileBackend {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let nr = check_request(offset, buf.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
-        let result = if self.direct {
-            let mut bounce = AlignedBuf::zeroed(buf.len());
-            let result = self.file.read_exact_at(&mut bounce, pos);
-            buf.copy_from_slice(&bounce);
-            result
-        } else {
-            self.file.read_exact_at(buf, pos)
-        };
-        result.map_err(|e| self.io_error("read", offset, e))?;
+        self.file.read_exact_at(buf, pos).map_err(|e| self.io_error("read", offset, e))?;
         self.stats.read_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }

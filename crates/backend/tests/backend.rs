@@ -58,12 +58,9 @@ fn file_refuses_bad_sizes_and_full_disks_and_unwritable_places() {
 #[test]
 fn file_is_0600_sparse_and_unlinked_by_default() {
     let dir = scratch_dir("mode");
-    let kept = FileBackend::create(
-        &dir.join("kept"),
-        64 * PAGE_SIZE as u64,
-        FileOptions { keep: true, direct: false },
-    )
-    .unwrap();
+    let kept =
+        FileBackend::create(&dir.join("kept"), 64 * PAGE_SIZE as u64, FileOptions { keep: true })
+            .unwrap();
     let meta = std::fs::metadata(kept.path()).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_eq!(meta.len(), 64 * PAGE_SIZE as u64);
@@ -79,7 +76,7 @@ fn file_is_0600_sparse_and_unlinked_by_default() {
 #[test]
 fn file_discard_punches_a_hole() {
     let dir = scratch_dir("punch");
-    let opts = FileOptions { keep: true, direct: false };
+    let opts = FileOptions { keep: true };
     let file = FileBackend::create(&dir.join("swap"), 1024 * PAGE_SIZE as u64, opts).unwrap();
     file.write(512, &vec![5u8; 512 * PAGE_SIZE]).unwrap();
     let used = std::fs::metadata(file.path()).unwrap().blocks();
@@ -91,22 +88,6 @@ fn file_discard_punches_a_hole() {
     file.read(700, &mut buf).unwrap();
     assert_eq!(buf, page(0), "a discarded slot reads as zeros");
     assert_eq!(file.stats().discard_pages.load(Ordering::Relaxed), 512);
-}
-
-#[test]
-fn file_direct_io_round_trips() {
-    let dir = scratch_dir("direct");
-    let opts = FileOptions { keep: false, direct: true };
-    let file = match FileBackend::create(&dir, 16 * PAGE_SIZE as u64, opts) {
-        Ok(file) => file,
-        Err(Error::Setup { .. }) => return, // a file system without O_DIRECT (tmpfs)
-        Err(e) => panic!("{e}"),
-    };
-    let data: Vec<u8> = (0..4 * PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
-    file.write(4, &data).unwrap();
-    let mut buf = vec![0u8; 4 * PAGE_SIZE];
-    file.read(4, &mut buf).unwrap();
-    assert_eq!(buf, data);
 }
 
 #[test]

@@ -118,6 +118,12 @@ pub struct SwapDevice {
     pub(crate) stats: SwapDeviceStats,
 }
 
+// The engine shares one device between all its threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SwapDevice>();
+};
+
 /// What a slot operation does to each slot.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum SlotOp {

@@ -11,12 +11,14 @@
 //!    allocations (as the kernel's swap-out does). The same seed runs on the current (6.18)
 //!    and the legacy policy; per-order allocations (`swpout`) and fallbacks
 //!    (`swpout_fallback`) are reported side by side.
-//! 3. **File I/O**: the file backend written and read with buffered `pwrite` / `pread`
-//!    against `O_DIRECT`, in 4 KiB and 64 KiB requests (MB/s), to decide which one stays.
+//! 3. **File I/O**: the file backend (`pwrite` / `pread`) written then read in 4 KiB and
+//!    64 KiB requests (MB/s). `O_DIRECT` and io_uring batches were measured here against
+//!    it and removed (docs/benchmarks.md).
 //!
 //! JSON fields: `order0_alloc_free_per_s` (one thread), `order0_alloc_free_per_s_2t`,
 //! `order4_alloc_free_per_s`, `order4_alloc_free_per_s_2t`, `fallback_rate_order4_current`,
-//! `fallback_rate_order4_legacy`, and `file_{buffered,direct}_{write,read}_mb_s_{4k,64k}`.
+//! `fallback_rate_order4_legacy`, `fallback_rate_orders1to9_{current,legacy}` and
+//! `file_{write,read}_mb_s_{4k,64k}`.
 
 use super::CommonOpts;
 use crate::report::{Report, Target};
@@ -60,7 +62,7 @@ impl Sizes {
                 frag_clusters: 256,
                 frag_steps: 1_500_000,
                 io_bytes: 256 << 20,
-                repeats: 3,
+                repeats: 5,
             }
         }
     }
@@ -347,64 +349,25 @@ fn io_pass(file: &FileBackend, chunk: usize, bytes: usize) -> anyhow::Result<(f6
     Ok((mb / write.as_secs_f64(), mb / read.as_secs_f64()))
 }
 
-/// MB/s writing `bytes` as batches of 32 scattered 4 KiB pages: one `pwrite` each, or
-/// one io_uring submission per batch.
-fn batch_pass(file: &FileBackend, uring: bool, bytes: usize) -> anyhow::Result<f64> {
-    let data = vec![0x5au8; PAGE_SIZE];
-    let slots = file.nr_pages() - 1;
-    let mut rng = SmallRng::seed_from_u64(7);
-    let batches = bytes / (BATCH * PAGE_SIZE);
-    let plan: Vec<Vec<(u64, &[u8])>> = (0..batches)
-        .map(|_| (0..BATCH).map(|_| (1 + rng.gen_range(0..slots), &data[..])).collect())
-        .collect();
-    let start = Instant::now();
-    for batch in &plan {
-        file.write_batch(batch, uring)?;
-    }
-    Ok(bytes as f64 / 1e6 / start.elapsed().as_secs_f64())
-}
-
 fn file_io(report: &mut Report, sizes: &Sizes) -> anyhow::Result<()> {
     let dir = std::env::var_os("USWAP_BENCH_DIR").map_or_else(std::env::temp_dir, Into::into);
     let size = (sizes.io_bytes + 2 * PAGE_SIZE) as u64;
     let mut rows = Vec::new();
-    for (name, direct) in [("buffered", false), ("direct", true)] {
-        for (label, chunk) in [("4k", PAGE_SIZE), ("64k", 16 * PAGE_SIZE)] {
-            let file = FileBackend::create(&dir, size, FileOptions { keep: false, direct })?;
-            let (write, read) = io_pass(&file, chunk, sizes.io_bytes)?;
-            report.field(&format!("file_{name}_write_mb_s_{label}"), write.round());
-            report.field(&format!("file_{name}_read_mb_s_{label}"), read.round());
-            rows.push((name, label, write, read));
-        }
+    for (label, chunk) in [("4k", PAGE_SIZE), ("64k", 16 * PAGE_SIZE)] {
+        let file = FileBackend::create(&dir, size, FileOptions::default())?;
+        let (write, read) = io_pass(&file, chunk, sizes.io_bytes)?;
+        report.field(&format!("file_write_mb_s_{label}"), write.round());
+        report.field(&format!("file_read_mb_s_{label}"), read.round());
+        rows.push((label, write, read));
     }
-    let file = FileBackend::create(&dir, size, FileOptions::default())?;
-    let mut batch_rows = Vec::new();
-    for (name, uring) in [("pwrite", false), ("io_uring", true)] {
-        let mb_s = batch_pass(&file, uring, sizes.io_bytes)?;
-        report.field(&format!("file_batch32_{name}_write_mb_s"), mb_s.round());
-        batch_rows.push((name, mb_s));
-    }
-    drop(file);
     let title = format!(
         "File backend, {} MiB written then read, one thread (MB/s) in {}",
         sizes.io_bytes >> 20,
         dir.display()
     );
-    let table = report.table(&title, &["mode", "request", "write", "read"]);
-    for (name, label, write, read) in rows {
-        table.row([
-            name.to_string(),
-            label.to_string(),
-            format!("{write:.0}"),
-            format!("{read:.0}"),
-        ]);
-    }
-    let table = report.table(
-        "File backend, batches of 32 scattered 4 KiB writes (MB/s)",
-        &["submission", "write"],
-    );
-    for (name, mb_s) in batch_rows {
-        table.row([name.to_string(), format!("{mb_s:.0}")]);
+    let table = report.table(&title, &["request", "write", "read"]);
+    for (label, write, read) in rows {
+        table.row([label.to_string(), format!("{write:.0}"), format!("{read:.0}")]);
     }
     Ok(())
 }
