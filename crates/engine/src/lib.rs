@@ -9,18 +9,28 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod budget;
+pub mod config;
+mod engine;
 pub mod error;
+mod events;
+mod fault;
 pub mod lru;
+pub mod mem_source;
 pub mod page_source;
+mod reclaim;
 pub mod region;
 pub mod stats;
+mod storage;
 pub mod swap_cache;
 mod sync;
 pub mod workingset;
 pub mod zeromap;
 
+pub use config::{BackendConfig, EngineConfig, SwapConfig};
+pub use engine::{Engine, FaultOutcome};
 pub use error::Error;
 pub use page_source::{Mapped, PageSource, SourceError, Taken};
+pub use storage::Tier;
 
 /// Bytes in a base page (x86-64).
 pub const PAGE_SIZE: usize = 4096;

@@ -337,10 +337,11 @@ impl Lru {
     /// Takes up to `max_pages` pages' worth of folios off the inactive tail, isolated for
     /// reclaim; balances the lists first so the inactive list is not starved.
     ///
-    /// Returns `(id, owner, referenced)` per folio; the referenced bit is cleared.
-    pub fn isolate(&self, max_pages: u64, out: &mut Vec<(LruId, FolioOwner, bool)>) {
+    /// Pushes `(id, owner, referenced)` per folio to `out` (the referenced bit is cleared)
+    /// and returns how many folios the balancing deactivated.
+    pub fn isolate(&self, max_pages: u64, out: &mut Vec<(LruId, FolioOwner, bool)>) -> u64 {
         let mut inner = self.inner.lock();
-        Self::balance_locked(&mut inner);
+        let deactivated = Self::balance_locked(&mut inner);
         let mut taken = 0;
         while taken < max_pages {
             let slot = inner.inactive.tail;
@@ -353,6 +354,7 @@ impl Lru {
             taken += record.owner.nr_pages();
             out.push((LruId::new(slot, record.generation), record.owner, referenced));
         }
+        deactivated
     }
 
     /// Returns an isolated folio to a list (page-out failed or it was referenced).
@@ -368,17 +370,32 @@ impl Lru {
         true
     }
 
-    /// Replaces an isolated folio of order `o` by 2^(o - new_order) isolated folios of
-    /// `new_order` (page-out fallback when contiguous slots are short). Returns the new ids
-    /// in index order, or `None` if the id is stale or not isolated.
-    ///
-    /// Context: takes the LRU lock; may allocate.
-    pub fn split_isolated(&self, id: LruId, new_order: u32) -> Option<Vec<LruId>> {
+    /// Takes one folio off its list for reclaim (MADV_PAGEOUT of a range). Returns its
+    /// owner, or `None` if the id is stale or the folio is isolated already.
+    pub fn isolate_one(&self, id: LruId) -> Option<FolioOwner> {
         let mut inner = self.inner.lock();
-        if !inner.live(id) || inner.records[id.slot()].list != ListKind::Isolated {
+        if !inner.live(id) || inner.records[id.slot()].list == ListKind::Isolated {
             return None;
         }
-        let owner = inner.records[id.slot()].owner;
+        inner.isolate_slot(id.slot() as u32);
+        Some(inner.records[id.slot()].owner)
+    }
+
+    /// Replaces a folio of order `o` by 2^(o - new_order) folios of `new_order` on the same
+    /// list (or isolated, if it was): page-out falls back this way when contiguous slots are
+    /// short, and a partial unmap of a large folio splits it first. Returns the new ids in
+    /// index order, or `None` if the id is stale.
+    ///
+    /// Context: takes the LRU lock; may allocate.
+    pub fn split(&self, id: LruId, new_order: u32) -> Option<Vec<LruId>> {
+        let mut inner = self.inner.lock();
+        if !inner.live(id) {
+            return None;
+        }
+        let (owner, kind) = {
+            let r = &inner.records[id.slot()];
+            (r.owner, r.list)
+        };
         assert!(new_order < owner.order, "split to order {new_order} of order {}", owner.order);
         let slot = id.slot() as u32;
         inner.unlink(slot);
@@ -388,8 +405,12 @@ impl Lru {
         for piece in 0..pieces {
             let index = owner.index + (piece << new_order);
             let slot = inner.alloc_slot(FolioOwner { index, order: new_order, ..owner });
-            inner.records[slot as usize].list = ListKind::Isolated;
-            inner.isolated_pages += 1 << new_order;
+            if kind == ListKind::Isolated {
+                inner.records[slot as usize].list = ListKind::Isolated;
+                inner.isolated_pages += 1 << new_order;
+            } else {
+                inner.link_head(slot, kind);
+            }
             ids.push(LruId::new(slot, inner.records[slot as usize].generation));
         }
         Some(ids)
@@ -528,16 +549,23 @@ mod tests {
     }
 
     #[test]
-    fn split_isolated_covers_the_folio() {
+    fn split_covers_the_folio() {
         let lru = Lru::new();
         let id = lru.add(owner(1, 4), false);
         let mut out = Vec::new();
         lru.isolate(16, &mut out);
-        let ids = lru.split_isolated(id, 2).expect("split");
+        let ids = lru.split(id, 2).expect("split");
         assert_eq!(ids.len(), 4);
         let indices: Vec<u64> = ids.iter().map(|i| lru.get(*i).unwrap().0.index).collect();
         assert_eq!(indices, vec![16, 20, 24, 28]);
         assert_eq!(lru.counts().isolated_pages, 16);
+        lru.check_invariants();
+        let listed = lru.add(owner(3, 3), true);
+        let pieces = lru.split(listed, 0).expect("split");
+        assert_eq!(pieces.len(), 8);
+        assert_eq!(lru.counts().active_folios, 8);
+        assert_eq!(lru.isolate_one(pieces[0]).map(|o| o.index), Some(24));
+        assert_eq!(lru.isolate_one(pieces[0]), None, "isolated twice");
         lru.check_invariants();
     }
 

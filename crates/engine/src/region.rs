@@ -97,6 +97,18 @@ pub struct Region {
     nr_pages: u64,
     /// The page table, behind the PTL.
     table: Mutex<XArray<NoItems>>,
+    /// Readahead state; its own small lock (a leaf).
+    pub(crate) readahead: Mutex<Readahead>,
+}
+
+/// Per-region readahead state (the kernel keeps it per VMA in `swap_readahead_info`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Readahead {
+    /// The page index right after the last readahead window: a fault there means the
+    /// program walked through the window (a hit), a fault elsewhere that it did not.
+    pub(crate) next: u64,
+    /// Pages read ahead last time.
+    pub(crate) window: u32,
 }
 
 impl Region {
@@ -118,7 +130,13 @@ impl Region {
         if let Some(why) = why {
             return Err(Error::BadRegion { start, len, why });
         }
-        Ok(Region { id, start, nr_pages: len / page, table: Mutex::new(XArray::new()) })
+        Ok(Region {
+            id,
+            start,
+            nr_pages: len / page,
+            table: Mutex::new(XArray::new()),
+            readahead: Mutex::new(Readahead::default()),
+        })
     }
 
     /// The region's id.

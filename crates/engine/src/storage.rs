@@ -12,11 +12,13 @@
 //! of which one page could not be read.
 //!
 //! When slots are freed (count and cache pin both gone), the swap device calls
-//! [`SlotHook::slots_freed`] before the slots can be reused: the hook drops the pool's copy,
-//! the zero-map bits and any shadow left in the swap cache.
+//! [`SlotHook::slots_freed`] before the slots can be reused: the hook drops the pool's copy
+//! and the zero-map bits. It runs with a cluster lock held, often inside a swap cache shard
+//! lock (the swap cache unpins slots under it), so it never touches the swap cache: a
+//! freed slot's shadow is dropped by whoever freed the slot, or replaced when the slot is
+//! used again.
 
 use crate::stats::Stats;
-use crate::swap_cache::SwapCache;
 use crate::zeromap::{is_zero_filled, ZeroMap};
 use crate::PAGE_SIZE;
 use slots::{SlotFreeHook, SwapDevice, SwapEntry};
@@ -34,10 +36,18 @@ pub enum Tier {
 }
 
 /// The tiers of one swap device.
-#[derive(Debug)]
 pub(crate) struct Storage {
     pub(crate) device: Arc<SwapDevice>,
     pub(crate) zeromap: Arc<ZeroMap>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("swap_type", &self.device.swap_type())
+            .field("zero_pages", &self.zeromap.count())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Storage {
@@ -48,7 +58,12 @@ impl Storage {
     /// zero-map bits are clear.
     ///
     /// Context: may block on backend I/O; takes no engine lock.
-    pub(crate) fn write(&self, first: SwapEntry, data: &[u8], stats: &Stats) -> Result<Tier, String> {
+    pub(crate) fn write(
+        &self,
+        first: SwapEntry,
+        data: &[u8],
+        stats: &Stats,
+    ) -> Result<Tier, String> {
         let nr = (data.len() / PAGE_SIZE) as u64;
         let c = &stats.counters;
         if data.chunks(PAGE_SIZE).all(is_zero_filled) {
@@ -69,15 +84,22 @@ impl Storage {
         }
     }
 
-    /// Reads `buf.len() / PAGE_SIZE` pages of slots `first ..` into `buf`.
+    /// Reads `buf.len() / PAGE_SIZE` pages of slots `first ..` into `buf`; returns whether
+    /// they were all zero-map pages.
     ///
     /// # Errors
     /// What failed; `buf` must then not be used.
     ///
     /// Context: may block on backend I/O; takes no engine lock.
-    pub(crate) fn read(&self, first: SwapEntry, buf: &mut [u8], stats: &Stats) -> Result<(), String> {
+    pub(crate) fn read(
+        &self,
+        first: SwapEntry,
+        buf: &mut [u8],
+        stats: &Stats,
+    ) -> Result<bool, String> {
         let nr = (buf.len() / PAGE_SIZE) as u64;
         let c = &stats.counters;
+        let mut all_zero = true;
         let mut page = 0;
         while page < nr {
             let slot = first.offset() + page;
@@ -87,6 +109,7 @@ impl Storage {
                 bytes.fill(0);
                 Stats::add(&c.swpin_zero, run);
             } else {
+                all_zero = false;
                 if let Err(error) = self.device.backend().read(slot, bytes) {
                     Stats::add(&c.swpin_error, run);
                     return Err(format!("swap device read at slot {slot}: {error}"));
@@ -95,7 +118,7 @@ impl Storage {
             }
             page += run;
         }
-        Ok(())
+        Ok(all_zero)
     }
 
     /// Are the `nr` slots from `first` all of one kind (all zero, all pool, or all device),
@@ -109,13 +132,10 @@ impl Storage {
 #[derive(Debug)]
 pub(crate) struct SlotHook {
     pub(crate) zeromap: Arc<ZeroMap>,
-    pub(crate) swap_cache: Arc<SwapCache>,
 }
 
 impl SlotFreeHook for SlotHook {
     fn slots_freed(&self, first: SwapEntry, nr: u32) {
-        let nr = u64::from(nr);
-        self.zeromap.clear(first.offset(), nr);
-        self.swap_cache.clear_shadows(first.offset(), nr);
+        self.zeromap.clear(first.offset(), u64::from(nr));
     }
 }

@@ -24,9 +24,18 @@
 //! folio. Its data is written only while it is locked, by the thread that inserted it, and
 //! read only after it is unlocked, so readers never see a torn page.
 //!
-//! Lock order: a shard lock is a leaf — it is never held while taking another engine lock,
-//! and nothing calls into the swap device (cluster locks) while holding it. The slot free
-//! hook (cluster lock held) may take a shard lock: cluster → shard.
+//! A folio's presence here and its slots' cache pin in the swap device change together,
+//! under the shard lock: [`SwapCache::add_or_get`] pins the slots (which succeeds only while
+//! a page table still refers to them) in the same critical section that inserts the folio,
+//! and [`SwapCache::delete`] unpins them in the one that removes it. So a slot that is freed
+//! (and perhaps reused) between a fault reading its page table and inserting a folio is
+//! refused ([`AddOrGet::Stale`]) instead of getting a folio it no longer deserves — the
+//! kernel checks the swap count under the cluster lock for the same reason.
+//!
+//! Lock order: shard → swap device cluster lock → (the slot free hook's locks). Nothing
+//! takes a shard lock while holding a cluster lock: the free hook never touches the swap
+//! cache; shadows of freed slots are dropped by whoever freed them, after the fact, or
+//! replaced when the slot is used again.
 
 use crate::sync::{Condvar, Mutex};
 use crate::workingset::Shadow;
@@ -45,8 +54,9 @@ const _: () = assert!(SHARD_SHIFT >= crate::MAX_ORDER);
 enum FolioState {
     /// I/O in flight; the inserting thread owns the data.
     Locked,
-    /// The data is valid.
-    Uptodate,
+    /// The data is valid; `zero` says it is all zero (it came from the zero map), so a read
+    /// fault may map the shared zero page instead of copying.
+    Uptodate { zero: bool },
     /// The I/O failed: the data must never be mapped.
     Error(Arc<str>),
 }
@@ -116,7 +126,10 @@ impl Folio {
 
     /// Runs `f` on the data of an unlocked, up-to-date folio (asserted).
     pub fn with_data<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        assert!(matches!(*self.state.lock(), FolioState::Uptodate), "read of a folio not uptodate");
+        assert!(
+            matches!(*self.state.lock(), FolioState::Uptodate { .. }),
+            "read of a folio not uptodate"
+        );
         let data = self.data.lock();
         f(&data)
     }
@@ -126,30 +139,30 @@ impl Folio {
         matches!(*self.state.lock(), FolioState::Locked)
     }
 
-    /// Ends the I/O: the data is valid (`Ok`) or must never be used (`Err`), and wakes every
-    /// waiter.
+    /// Ends the I/O: the data is valid (`Ok(zero)`, `zero` when it is all zero) or must
+    /// never be used (`Err`), and wakes every waiter.
     ///
     /// # Panics
     /// If the folio was already unlocked (a folio is unlocked exactly once).
-    pub fn unlock(&self, outcome: Result<(), String>) {
+    pub fn unlock(&self, outcome: Result<bool, String>) {
         let mut state = self.state.lock();
         assert_eq!(*state, FolioState::Locked, "folio unlocked twice");
         *state = match outcome {
-            Ok(()) => FolioState::Uptodate,
+            Ok(zero) => FolioState::Uptodate { zero },
             Err(why) => FolioState::Error(why.into()),
         };
         drop(state);
         self.unlocked.notify_all();
     }
 
-    /// Waits until the folio is unlocked; returns whether its data is valid, and whether the
-    /// caller had to wait.
+    /// Waits until the folio is unlocked; returns whether its data is valid (and all zero),
+    /// and whether the caller had to wait.
     ///
     /// # Errors
     /// The reason the I/O failed.
     ///
     /// Context: may block until the inserting thread finishes its I/O.
-    pub fn wait_unlocked(&self) -> (Result<(), Arc<str>>, bool) {
+    pub fn wait_unlocked(&self) -> (Result<bool, Arc<str>>, bool) {
         let mut state = self.state.lock();
         let mut waited = false;
         while *state == FolioState::Locked {
@@ -157,7 +170,7 @@ impl Folio {
             self.unlocked.wait(&mut state);
         }
         let result = match &*state {
-            FolioState::Uptodate => Ok(()),
+            FolioState::Uptodate { zero } => Ok(*zero),
             FolioState::Error(why) => Err(why.clone()),
             FolioState::Locked => unreachable!("loop exits only when unlocked"),
         };
@@ -176,6 +189,9 @@ pub enum AddOrGet {
     /// A large add met folios covering only part of its range: fall back to a smaller
     /// order (the kernel returns NULL and the caller retries at order 0).
     Conflict,
+    /// The slots could not be pinned: no page table refers to them any more (freed), or
+    /// they were just allocated to a page-out. The caller's swap entry is stale.
+    Stale,
 }
 
 /// The swap cache of one swap device (see the module documentation).
@@ -201,12 +217,15 @@ impl SwapCache {
     }
 
     /// Inserts `folio` for its slots unless a folio already covers them (page-in: the
-    /// winner inserts and reads; a loser gets the folio to wait on). Shadows in the range
-    /// are replaced; a larger shadow covering the range is split first, so the rest of it
-    /// stays (the seed's one-walk folio add).
+    /// winner inserts and reads; a loser gets the folio to wait on). Before inserting, under
+    /// the shard lock, `pin` must pin the slots in the swap device (see the module
+    /// documentation); if it refuses, nothing is inserted. Shadows in the range are
+    /// replaced; a larger shadow covering the range is split first, so the rest of it stays
+    /// (the seed's one-walk folio add).
     ///
-    /// Context: takes one shard lock; may allocate XArray nodes under it.
-    pub fn add_or_get(&self, folio: &Arc<Folio>) -> AddOrGet {
+    /// Context: takes one shard lock, and under it whatever `pin` takes (a cluster lock);
+    /// may allocate XArray nodes under it.
+    pub fn add_or_get(&self, folio: &Arc<Folio>, pin: impl FnOnce() -> bool) -> AddOrGet {
         let (slot, order) = (folio.first_slot, folio.order);
         let mut xa = self.shard(slot).lock();
         let mut xas = match xa.cursor(slot, order) {
@@ -231,6 +250,9 @@ impl SwapCache {
                 }
             }
         }
+        if !pin() {
+            return AddOrGet::Stale;
+        }
         if shadow.is_some_and(|(_, found_order)| found_order > order) {
             if let Err(error) = xas.split() {
                 unreachable!("a shadow of order <= 9 always splits: {error}");
@@ -242,25 +264,21 @@ impl SwapCache {
         AddOrGet::Added(shadow.map(|(shadow, _)| shadow))
     }
 
-    /// Inserts `folio` only if no folio covers any of its slots (page-out of freshly
-    /// allocated slots, or writeback pinning a slot). Returns the shadow replaced, or the
-    /// folio in the way.
+    /// Inserts `folio` for slots a page-out has just allocated (they come cache-pinned
+    /// from the allocator and no page table refers to them yet, so nobody else can insert
+    /// there). Returns the stale shadow a previous use of the slots left, if any.
     ///
-    /// # Errors
-    /// `Err(existing)` when a folio is there.
+    /// # Panics
+    /// If a folio is there: the allocator handed out slots the swap cache still uses.
     ///
     /// Context: takes one shard lock; may allocate XArray nodes under it.
-    pub fn add(&self, folio: &Arc<Folio>) -> Result<Option<Shadow>, Arc<Folio>> {
-        match self.add_or_get(folio) {
-            AddOrGet::Added(shadow) => Ok(shadow),
-            AddOrGet::Exists(existing) => Err(existing),
-            AddOrGet::Conflict => {
-                let xa = self.shard(folio.first_slot).lock();
-                let existing = xa
-                    .iter_range(folio.first_slot..=folio.first_slot + (1 << folio.order) - 1)
-                    .find_map(|(_, _, entry)| entry.item().map(Folio::get));
-                Err(existing.expect("a conflict names a folio in the range"))
-            }
+    pub fn add_new(&self, folio: &Arc<Folio>) -> Option<Shadow> {
+        match self.add_or_get(folio, || true) {
+            AddOrGet::Added(shadow) => shadow,
+            other => panic!(
+                "freshly allocated slot {} is in the swap cache: {other:?}",
+                folio.first_slot
+            ),
         }
     }
 
@@ -270,6 +288,18 @@ impl SwapCache {
         xa.load(slot).and_then(|entry| entry.item().map(Folio::get))
     }
 
+    /// Is `folio` still the swap cache's entry for its slots? A folio found earlier may have
+    /// been deleted since, and its slots freed and reused: only a folio still here holds the
+    /// current data of its slots (the kernel's `folio_matches_swap_entry`).
+    ///
+    /// Context: takes one shard lock (callers hold a PTL: PTL → shard).
+    pub fn contains(&self, folio: &Folio) -> bool {
+        let xa = self.shard(folio.first_slot).lock();
+        xa.load(folio.first_slot)
+            .and_then(|entry| entry.item())
+            .is_some_and(|f| std::ptr::eq(f, folio))
+    }
+
     /// The shadow covering `slot`, if one is there.
     pub fn shadow(&self, slot: u64) -> Option<Shadow> {
         let xa = self.shard(slot).lock();
@@ -277,30 +307,35 @@ impl SwapCache {
     }
 
     /// Removes `folio` if it is still the entry for its slots, leaving `shadow` (same
-    /// order) or nothing. Returns whether it was there.
+    /// order) or nothing, and calls `unpin` to drop the slots' cache pin in the same
+    /// critical section. Returns whether it was there (`unpin` runs only then).
     ///
-    /// Context: takes one shard lock.
-    pub fn delete(&self, folio: &Arc<Folio>, shadow: Option<Shadow>) -> bool {
+    /// Context: takes one shard lock, and under it whatever `unpin` takes (a cluster lock,
+    /// and the slot free hook's locks if the slots become free).
+    pub fn delete(&self, folio: &Arc<Folio>, shadow: Option<Shadow>, unpin: impl FnOnce()) -> bool {
         let mut xa = self.shard(folio.first_slot).lock();
         let new = shadow.map(|s| Entry::Value(s.to_value()));
-        xa.compare_exchange(folio.first_slot, Some(EntryRef::Item(&**folio)), new).is_ok()
+        let removed =
+            xa.compare_exchange(folio.first_slot, Some(EntryRef::Item(&**folio)), new).is_ok();
+        if removed {
+            unpin();
+        }
+        removed
     }
 
-    /// Drops the shadows of `nr` slots from `slot` (the slots were freed). Folios are left
-    /// alone: a freed slot never has one (the device frees a slot only when its cache pin
-    /// is gone), which is asserted.
+    /// Drops the shadows of `nr` slots from `slot` (the caller freed the slots). Folios are
+    /// left alone: the slots may already have been allocated to a new page-out.
     ///
-    /// Context: takes one shard lock; called from the slot free hook with a cluster lock
-    /// held.
+    /// Context: takes one shard lock; may allocate XArray nodes (to split a large shadow).
     pub fn clear_shadows(&self, slot: u64, nr: u64) {
         let mut xa = self.shard(slot).lock();
         let last = slot + nr - 1;
-        let mut values = Vec::new();
-        for (first, order, entry) in xa.iter_range(slot..=last) {
-            assert!(entry.value().is_some(), "freed slot {first} still has a folio");
-            values.push((first, order));
-        }
-        for (first, order) in values {
+        let shadows: Vec<(u64, u32)> = xa
+            .iter_range(slot..=last)
+            .filter(|(_, _, entry)| entry.value().is_some())
+            .map(|(first, order, _)| (first, order))
+            .collect();
+        for (first, order) in shadows {
             if first >= slot && first + (1 << order) - 1 <= last {
                 xa.erase(first);
             } else {
@@ -365,14 +400,14 @@ mod tests {
     fn first_inserter_wins_and_losers_wait_on_its_folio() {
         let cache = SwapCache::new(1 << 15);
         let winner = Folio::new_locked(100, 0);
-        assert!(matches!(cache.add_or_get(&winner), AddOrGet::Added(None)));
+        assert!(matches!(cache.add_or_get(&winner, || true), AddOrGet::Added(None)));
         let loser = Folio::new_locked(100, 0);
-        let AddOrGet::Exists(found) = cache.add_or_get(&loser) else { panic!("no folio") };
+        let AddOrGet::Exists(found) = cache.add_or_get(&loser, || true) else { panic!("no folio") };
         assert!(Arc::ptr_eq(&found, &winner));
         let waiter = std::thread::spawn(move || found.wait_unlocked().0);
         winner.with_data_mut(|d| d[0] = 9);
-        winner.unlock(Ok(()));
-        assert_eq!(waiter.join().unwrap(), Ok(()));
+        winner.unlock(Ok(false));
+        assert_eq!(waiter.join().unwrap(), Ok(false));
         winner.with_data(|d| assert_eq!(d[0], 9));
         cache.check_invariants();
     }
@@ -381,12 +416,14 @@ mod tests {
     fn eviction_leaves_a_shadow_that_a_small_refault_splits() {
         let cache = SwapCache::new(1 << 15);
         let folio = Folio::new_locked(512, 4);
-        assert!(matches!(cache.add_or_get(&folio), AddOrGet::Added(None)));
-        folio.unlock(Ok(()));
-        assert!(cache.delete(&folio, Some(shadow(7))));
+        assert!(matches!(cache.add_or_get(&folio, || true), AddOrGet::Added(None)));
+        folio.unlock(Ok(false));
+        assert!(cache.delete(&folio, Some(shadow(7)), || ()));
         assert_eq!(cache.shadow(515), Some(shadow(7)));
         let refault = Folio::new_locked(515, 0);
-        assert!(matches!(cache.add_or_get(&refault), AddOrGet::Added(Some(s)) if s == shadow(7)));
+        assert!(
+            matches!(cache.add_or_get(&refault, || true), AddOrGet::Added(Some(s)) if s == shadow(7))
+        );
         assert_eq!(cache.shadow(514), Some(shadow(7)), "the rest of the shadow stays");
         assert!(cache.get(515).is_some());
         assert_eq!(cache.counts(), (1, 15));
@@ -397,16 +434,16 @@ mod tests {
     fn large_add_conflicts_with_a_partial_folio() {
         let cache = SwapCache::new(1 << 15);
         let small = Folio::new_locked(3, 0);
-        assert!(matches!(cache.add_or_get(&small), AddOrGet::Added(None)));
+        assert!(matches!(cache.add_or_get(&small, || true), AddOrGet::Added(None)));
         let large = Folio::new_locked(0, 2);
-        assert!(matches!(cache.add_or_get(&large), AddOrGet::Conflict));
-        let Err(existing) = cache.add(&large) else { panic!("add should fail") };
-        assert!(Arc::ptr_eq(&existing, &small));
+        assert!(matches!(cache.add_or_get(&large, || true), AddOrGet::Conflict));
         // An order-0 lookup inside a large folio finds the large folio.
         let big = Folio::new_locked(64, 3);
-        assert!(matches!(cache.add_or_get(&big), AddOrGet::Added(None)));
+        assert!(matches!(cache.add_or_get(&big, || true), AddOrGet::Added(None)));
         let inner = Folio::new_locked(66, 0);
-        assert!(matches!(cache.add_or_get(&inner), AddOrGet::Exists(f) if Arc::ptr_eq(&f, &big)));
+        assert!(
+            matches!(cache.add_or_get(&inner, || true), AddOrGet::Exists(f) if Arc::ptr_eq(&f, &big))
+        );
         cache.check_invariants();
     }
 
@@ -414,10 +451,12 @@ mod tests {
     fn delete_is_by_identity() {
         let cache = SwapCache::new(1 << 15);
         let a = Folio::new_locked(5, 0);
-        cache.add(&a).unwrap();
+        cache.add_new(&a);
         let impostor = Folio::new_locked(5, 0);
-        assert!(!cache.delete(&impostor, None));
-        assert!(cache.delete(&a, None));
+        assert!(!cache.delete(&impostor, None, || panic!("unpinned for an impostor")));
+        let mut unpinned = false;
+        assert!(cache.delete(&a, None, || unpinned = true));
+        assert!(unpinned);
         assert!(cache.get(5).is_none());
     }
 
@@ -425,15 +464,28 @@ mod tests {
     fn clear_shadows_cuts_a_large_shadow() {
         let cache = SwapCache::new(1 << 15);
         let folio = Folio::new_locked(0, 3);
-        cache.add(&folio).unwrap();
-        folio.unlock(Ok(()));
-        cache.delete(&folio, Some(shadow(1)));
+        cache.add_new(&folio);
+        folio.unlock(Ok(false));
+        cache.delete(&folio, Some(shadow(1)), || ());
         cache.clear_shadows(2, 2);
         assert_eq!(cache.shadow(1), Some(shadow(1)));
         assert_eq!(cache.shadow(2), None);
         assert_eq!(cache.shadow(3), None);
         assert_eq!(cache.shadow(4), Some(shadow(1)));
         cache.check_invariants();
+    }
+
+    #[test]
+    fn a_refused_pin_inserts_nothing() {
+        let cache = SwapCache::new(1 << 15);
+        let folio = Folio::new_locked(9, 0);
+        assert!(matches!(cache.add_or_get(&folio, || false), AddOrGet::Stale));
+        assert!(cache.get(9).is_none());
+        // A folio already there is found without asking for a pin.
+        cache.add_new(&folio);
+        let again = Folio::new_locked(9, 0);
+        let found = cache.add_or_get(&again, || panic!("pinned twice"));
+        assert!(matches!(found, AddOrGet::Exists(f) if Arc::ptr_eq(&f, &folio)));
     }
 
     #[test]
@@ -449,7 +501,7 @@ mod tests {
     #[should_panic(expected = "unlocked twice")]
     fn double_unlock_is_a_bug() {
         let folio = Folio::new_locked(0, 0);
-        folio.unlock(Ok(()));
-        folio.unlock(Ok(()));
+        folio.unlock(Ok(false));
+        folio.unlock(Ok(false));
     }
 }

@@ -256,29 +256,52 @@ impl SwapDevice {
     /// Pins an in-use slot for the swap cache (zswap writeback's "pin the slot").
     ///
     /// # Errors
-    /// [`Error::CacheBusy`] if it is pinned already (a swap-in is in flight; `-EEXIST`),
-    /// [`Error::SlotFree`] if it is free (`-ENOENT`), [`Error::BadSlot`], range errors.
+    /// As [`SwapDevice::try_pin_cache_range`].
     ///
     /// Context: takes the cluster lock.
     pub fn try_pin_cache(&self, entry: SwapEntry) -> Result<(), Error> {
-        let (idx, ci_off) = self.locate(entry, 1).inspect_err(|_| self.reject())?;
+        self.try_pin_cache_range(entry, 1)
+    }
+
+    /// Pins `nr` in-use slots for the swap cache, all or none: the swap cache calls this
+    /// under its own lock when it inserts a folio for slots page tables refer to, so that
+    /// "a folio is in the swap cache" and "the slots are cache-pinned" change together.
+    ///
+    /// # Errors
+    /// [`Error::CacheBusy`] if any slot is pinned already (another folio owns it, or it was
+    /// just allocated; `-EEXIST`), [`Error::SlotFree`] if any slot has count 0 and no pin
+    /// (`-ENOENT`: a slot no page table refers to cannot be swapped in), [`Error::BadSlot`], range errors. On error no
+    /// slot was changed.
+    ///
+    /// Context: takes the cluster lock.
+    pub fn try_pin_cache_range(&self, entry: SwapEntry, nr: u32) -> Result<(), Error> {
+        let (idx, ci_off) = self.locate(entry, nr).inspect_err(|_| self.reject())?;
         let mut ci = self.lock_cluster(idx);
-        let refused = if ci.slot_is_bad(ci_off) {
-            Some(Error::BadSlot { entry })
-        } else if ci.slot_is_free(ci_off) {
-            SwapDeviceStats::inc(&self.stats.pin_free);
-            Some(Error::SlotFree { entry })
-        } else if ci.slot_has_cache(ci_off) {
-            SwapDeviceStats::inc(&self.stats.pin_busy);
-            Some(Error::CacheBusy { entry })
-        } else {
-            None
-        };
+        let mut refused = None;
+        for off in ci_off..ci_off + nr as usize {
+            let slot = self.entry_at(idx, off);
+            refused = if ci.slot_is_bad(off) {
+                Some(Error::BadSlot { entry: slot })
+            } else if ci.slot_has_cache(off) {
+                SwapDeviceStats::inc(&self.stats.pin_busy);
+                Some(Error::CacheBusy { entry: slot })
+            } else if ci.slot_count(off) == 0 {
+                SwapDeviceStats::inc(&self.stats.pin_free);
+                Some(Error::SlotFree { entry: slot })
+            } else {
+                None
+            };
+            if refused.is_some() {
+                break;
+            }
+        }
         if let Some(e) = refused {
             self.reject();
             return Err(e);
         }
-        ci.set_slot_cache(ci_off, true);
+        for off in ci_off..ci_off + nr as usize {
+            ci.set_slot_cache(off, true);
+        }
         Ok(())
     }
 

@@ -277,3 +277,23 @@ fn discard_punches_the_freed_cluster_and_errors_are_returned_and_counted() {
     si.check_invariants();
     assert!(si.alloc(9).is_ok(), "the cluster is reusable after a failed discard");
 }
+
+#[test]
+fn range_pin_is_all_or_nothing() {
+    let si = device(2, AllocPolicy::Current);
+    let entry = si.alloc(2).unwrap();
+    si.dup(entry, 4).unwrap();
+    si.put_cache(entry, 4).unwrap();
+    // One slot of the four is pinned already: the range pin changes nothing.
+    si.try_pin_cache(entry.add(2)).unwrap();
+    assert!(matches!(si.try_pin_cache_range(entry, 4), Err(Error::CacheBusy { .. })));
+    assert!(!si.is_cache_pinned(entry).unwrap());
+    si.put_cache(entry.add(2), 1).unwrap();
+    // A slot with count 0 refuses too.
+    si.put(entry.add(3), 1).unwrap();
+    assert!(matches!(si.try_pin_cache_range(entry, 4), Err(Error::SlotFree { .. })));
+    assert!(!si.is_cache_pinned(entry.add(1)).unwrap());
+    si.try_pin_cache_range(entry, 3).unwrap();
+    assert!((0..3).all(|i| si.is_cache_pinned(entry.add(i)).unwrap()));
+    si.check_invariants();
+}

@@ -1,0 +1,469 @@
+//! The page-in path (ARCHITECTURE.md, "Page-in"), in order:
+//!
+//! 1. A fault arrives for an address; find its region (else [`Error::OutsideRegions`]).
+//! 2. Under the PTL, read the page table: no entry → first touch; resident → spurious
+//!    (someone mapped it; wake the faulter); swapped → swap-in.
+//! 3. Swap-in: choose the folio (the whole large folio when its slots are of one kind, else
+//!    split the page-table entry and take one page, counted in `swpin_fallback`); make room
+//!    in the budget; `add_or_get` in the swap cache. The winner pins the slots, reads the
+//!    data (zero map → pool → device) and unlocks the folio; a loser waits on that folio.
+//! 4. A shadow found at insertion is a refault: its distance decides activation.
+//! 5. Map under the PTL, after re-validating that the page table still holds the same swap
+//!    entry and that the folio is still in the swap cache for it (the slot may have been
+//!    freed and reused while no lock was held: the seed's ABA race, and its variant where
+//!    the slot comes back to the same page). A read of an all-zero folio maps the shared zero
+//!    page.
+//! 6. Drop the page-table reference (`put`); whoever mapped from the folio deletes it from
+//!    the swap cache, which unpins and, at count 0, frees the slots (and their pool copies).
+//!
+//! Every step that finds the world changed returns [`Step::Again`] and the fault starts
+//! over from step 2, at most [`MAX_FAULT_PASSES`] times.
+
+use crate::engine::{Core, FaultOutcome};
+use crate::lru::FolioOwner;
+use crate::page_source::{Mapped, SourceError};
+use crate::region::{Found, Pte, Region};
+use crate::stats::Stats;
+use crate::swap_cache::{AddOrGet, Folio};
+use crate::sync::Ordering;
+use crate::workingset::Shadow;
+use crate::{Error, MAX_ORDER, PAGE_SIZE};
+use slots::SwapEntry;
+use std::sync::Arc;
+
+/// How many times a fault re-reads the page table after losing a race before it lets the
+/// access retry instead (it faults again if the page is still missing).
+pub(crate) const MAX_FAULT_PASSES: u32 = 8;
+
+/// Zeros as large as the largest folio, for first-touch writes. Never written, so it stays
+/// the kernel's shared zero page and costs no memory.
+static ZERO_FOLIO: [u8; PAGE_SIZE << MAX_ORDER] = [0; PAGE_SIZE << MAX_ORDER];
+
+/// A step of the fault: done, or look again.
+pub(crate) enum Step {
+    Done(FaultOutcome),
+    Again,
+}
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+fn bytes_of(order: u32) -> u64 {
+    PAGE << order
+}
+
+impl Core {
+    /// Handles a fault at `addr` (see the module documentation).
+    ///
+    /// # Errors
+    /// [`Error::OutsideRegions`]; [`Error::SwapIn`] when the data could not be read (the
+    /// page was poisoned); [`Error::Source`] when the page source failed for good.
+    ///
+    /// Context: takes region, swap cache and device locks in turn; may block on a folio
+    /// another thread is reading or writing, on backend I/O, and on direct reclaim.
+    pub(crate) fn handle_fault(&self, addr: u64, write: bool) -> Result<FaultOutcome, Error> {
+        Stats::add(&self.stats.counters.pgfault, 1);
+        let region = self.region_of(addr)?;
+        let index = region.index_of(addr);
+        for _ in 0..MAX_FAULT_PASSES {
+            let found = region.lock().lookup(index);
+            let step = match found {
+                None => self.first_touch(&region, index, write)?,
+                Some(Found { pte: Pte::Resident(_), .. }) => {
+                    Stats::add(&self.stats.counters.pgfault_spurious, 1);
+                    self.source.wake(region.addr_of(index), PAGE);
+                    Step::Done(FaultOutcome::Spurious)
+                }
+                Some(found) => self.swap_in(&region, index, found, write)?,
+            };
+            if let Step::Done(outcome) = step {
+                return Ok(outcome);
+            }
+        }
+        // Lost every race: let the access run again; it faults again if still missing.
+        self.source.wake(region.addr_of(index), PAGE);
+        Ok(FaultOutcome::Spurious)
+    }
+
+    /// Maps a page (or a folio of the configured order) that was never touched: the zero
+    /// page for a read, zeroed memory for a write.
+    fn first_touch(&self, region: &Region, index: u64, write: bool) -> Result<Step, Error> {
+        let order = self.config.folio_order;
+        self.make_room(bytes_of(order));
+        let mut pt = region.lock();
+        if pt.lookup(index).is_some() {
+            return Ok(Step::Again);
+        }
+        let aligned = index & !((1u64 << order) - 1);
+        let (first, order) = if order > 0 && pt.range_is_empty(aligned, order) {
+            (aligned, order)
+        } else {
+            (index, 0)
+        };
+        let (addr, len) = (region.addr_of(first), bytes_of(order));
+        let mapped = if write {
+            self.source.map(addr, &ZERO_FOLIO[..len as usize])
+        } else {
+            self.source.map_zero(addr, len)
+        };
+        if let Err(error) = mapped {
+            return self.source_failed(error);
+        }
+        let id = self.lru.add(FolioOwner { region: region.id(), index: first, order }, false);
+        pt.set(first, order, Pte::Resident(id));
+        self.budget.charge_resident(len);
+        Stats::add(&self.stats.counters.pgfault_first_touch, 1);
+        Ok(Step::Done(FaultOutcome::Mapped))
+    }
+
+    /// Turns a page-source failure into the fault's outcome.
+    fn source_failed(&self, error: SourceError) -> Result<Step, Error> {
+        match error {
+            SourceError::Retry => Ok(Step::Done(FaultOutcome::Retry)),
+            SourceError::Gone => Ok(Step::Done(FaultOutcome::Gone)),
+            SourceError::Failed(why) => {
+                Stats::add(&self.stats.counters.map_error, 1);
+                Err(Error::Source(why))
+            }
+        }
+    }
+
+    /// Steps 3-6 for a swapped page.
+    fn swap_in(
+        &self,
+        region: &Region,
+        index: u64,
+        found: Found,
+        write: bool,
+    ) -> Result<Step, Error> {
+        let Some((first, order, entry)) = self.swapin_range(region, index, &found) else {
+            return Ok(Step::Again);
+        };
+        self.make_room(2 * bytes_of(order));
+        let folio = Folio::new_locked(entry.offset(), order);
+        let device = &self.storage.device;
+        let pin = || device.try_pin_cache_range(entry, 1 << order).is_ok();
+        match self.swap_cache.add_or_get(&folio, pin) {
+            AddOrGet::Added(shadow) => {
+                let step = self.swapin_read_and_map(region, first, entry, &folio, shadow, write);
+                if step.is_ok() && order == 0 {
+                    self.readahead(region, index);
+                }
+                step
+            }
+            AddOrGet::Exists(existing) => {
+                self.swapin_wait_and_map(region, first, order, entry, &existing, write)
+            }
+            AddOrGet::Conflict => {
+                // Part of the large folio is in flight on its own: take this page alone.
+                Stats::add_order(&self.stats.per_order.swpin_fallback, order, 1);
+                self.split_swap_entry(region, &found);
+                Ok(Step::Again)
+            }
+            AddOrGet::Stale => {
+                Stats::add(&self.stats.counters.swapin_raced, 1);
+                Ok(Step::Again)
+            }
+        }
+    }
+
+    /// Chooses what to swap in for a fault at `index`: the whole large folio when its slots
+    /// are of one kind, else one page (splitting the page-table entry). `None` if the entry
+    /// changed meanwhile.
+    fn swapin_range(
+        &self,
+        region: &Region,
+        index: u64,
+        found: &Found,
+    ) -> Option<(u64, u32, SwapEntry)> {
+        let Pte::Swap(entry) = found.pte else { return None };
+        if found.order == 0 {
+            return Some((found.first, 0, entry));
+        }
+        if self.config.large_swapin && self.storage.uniform(entry, 1 << found.order) {
+            return Some((found.first, found.order, entry));
+        }
+        Stats::add_order(&self.stats.per_order.swpin_fallback, found.order, 1);
+        if !self.split_swap_entry(region, found) {
+            return None;
+        }
+        Some((index, 0, found.swap_entry_of(index)?))
+    }
+
+    /// Splits a swapped multi-index entry into order-0 entries, if it is still there.
+    fn split_swap_entry(&self, region: &Region, found: &Found) -> bool {
+        let mut pt = region.lock();
+        if pt.lookup(found.first) != Some(*found) {
+            return false;
+        }
+        pt.split(found.first, 0, |first, old| {
+            Pte::Swap(old.swap_entry_of(first).expect("a swapped entry"))
+        });
+        true
+    }
+
+    /// The winner of `add_or_get`: read the data, unlock the folio, map it, delete it.
+    fn swapin_read_and_map(
+        &self,
+        region: &Region,
+        first: u64,
+        entry: SwapEntry,
+        folio: &Arc<Folio>,
+        shadow: Option<Shadow>,
+        write: bool,
+    ) -> Result<Step, Error> {
+        let bytes = folio.len_bytes() as u64;
+        Stats::add(&self.stats.counters.pgmajfault, 1);
+        self.budget.charge_swapcache(bytes);
+        self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+        let read = folio.with_data_mut(|data| self.storage.read(entry, data, &self.stats));
+        let zero = read.as_ref().is_ok_and(|all_zero| *all_zero);
+        folio.unlock(read.clone());
+        let step = match read {
+            Ok(_) => {
+                let activate = shadow.is_some_and(|s| self.refault(s, folio.order()));
+                self.map_from_folio(
+                    region,
+                    first,
+                    folio.order(),
+                    entry,
+                    folio,
+                    zero && !write,
+                    activate,
+                )
+            }
+            Err(why) => self.fail_swapin(region, first, folio.order(), why),
+        };
+        self.delete_folio(folio, None);
+        step
+    }
+
+    /// A loser of `add_or_get`: wait for the folio, then map from it.
+    fn swapin_wait_and_map(
+        &self,
+        region: &Region,
+        first: u64,
+        order: u32,
+        entry: SwapEntry,
+        folio: &Arc<Folio>,
+        write: bool,
+    ) -> Result<Step, Error> {
+        let (result, waited) = folio.wait_unlocked();
+        if waited {
+            Stats::add(&self.stats.counters.swapcache_wait, 1);
+        }
+        let step = match result {
+            Ok(zero) => {
+                self.map_from_folio(region, first, order, entry, folio, zero && !write, false)
+            }
+            Err(why) => self.fail_swapin(region, first, order, why.to_string()),
+        };
+        // Whoever maps from a folio deletes it (the synchronous fast path); if its owner is
+        // still going to (a page-out leaving a shadow), the first delete wins.
+        if folio.first_slot() == entry.offset() && folio.order() == order {
+            self.delete_folio(folio, None);
+        }
+        step
+    }
+
+    /// Deletes a folio from the swap cache if it is still there, leaving `shadow` (or
+    /// nothing), unpinning its slots in the same critical section, and uncharging it.
+    /// Returns whether this call deleted it.
+    pub(crate) fn delete_folio(&self, folio: &Arc<Folio>, shadow: Option<Shadow>) -> bool {
+        let device = &self.storage.device;
+        let first = SwapEntry::new(device.swap_type(), folio.first_slot());
+        let nr = 1u32 << folio.order();
+        let deleted = self.swap_cache.delete(folio, shadow, || {
+            if let Err(error) = device.put_cache(first, nr) {
+                panic!("unpin of swap cache folio at {first:?}: {error}");
+            }
+        });
+        if deleted {
+            // The swap cache charge goes with the folio's presence: charged by whoever
+            // inserted it, uncharged by whoever deletes it.
+            self.nr_swapcached.fetch_sub(1, Ordering::Relaxed);
+            self.budget.uncharge_swapcache(folio.len_bytes() as u64);
+        }
+        deleted
+    }
+
+    /// Step 4: a refault of an evicted page. Returns whether to activate it.
+    fn refault(&self, shadow: Shadow, order: u32) -> bool {
+        let c = &self.stats.counters;
+        let refault = self.workingset.refault(shadow, self.lru.counts().active_pages);
+        Stats::add(&c.workingset_refault_anon, 1 << order);
+        if refault.activate {
+            Stats::add(&c.workingset_activate_anon, 1 << order);
+            self.workingset.age(1 << order);
+        }
+        if refault.restore {
+            Stats::add(&c.workingset_restore_anon, 1 << order);
+        }
+        refault.activate
+    }
+
+    /// Step 5: under the PTL, re-validate and map `[first, first + 2^order)` from `folio`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn map_from_folio(
+        &self,
+        region: &Region,
+        first: u64,
+        order: u32,
+        entry: SwapEntry,
+        folio: &Folio,
+        zero_page: bool,
+        activate: bool,
+    ) -> Result<Step, Error> {
+        let mut pt = region.lock();
+        // Re-validate: the page table still refers to the entry, and the folio is still the
+        // swap cache's folio for it. While we hold the PTL our reference keeps the slot from
+        // being freed, so a folio still in the cache now holds the slot's current data. A
+        // folio deleted meanwhile may be a previous life of a reused slot (the ABA race):
+        // never map from it, look again.
+        let same_entry = pt.lookup(first) == Some(Found { first, order, pte: Pte::Swap(entry) });
+        if !same_entry || !self.swap_cache.contains(folio) {
+            Stats::add(&self.stats.counters.swapin_raced, 1);
+            return Ok(Step::Again);
+        }
+        let (addr, len) = (region.addr_of(first), bytes_of(order));
+        let mapped = if zero_page {
+            self.source.map_zero(addr, len)
+        } else {
+            let skip = ((entry.offset() - folio.first_slot()) * PAGE) as usize;
+            folio.with_data(|data| self.source.map(addr, &data[skip..skip + len as usize]))
+        };
+        match mapped {
+            Ok(Mapped::Done) => {}
+            Ok(Mapped::AlreadyPresent) => Stats::add(&self.stats.counters.map_error, 1),
+            Err(error) => return self.source_failed(error),
+        }
+        let id = self.lru.add(FolioOwner { region: region.id(), index: first, order }, activate);
+        pt.set(first, order, Pte::Resident(id));
+        self.budget.charge_resident(len);
+        if let Err(error) = self.storage.device.put(entry, 1 << order) {
+            panic!("page table held {entry:?} but the device refused the put: {error}");
+        }
+        Stats::add_order(&self.stats.per_order.swpin, order, 1);
+        Ok(Step::Done(FaultOutcome::Mapped))
+    }
+
+    /// The data of `[first, first + 2^order)` could not be read: poison the pages so the
+    /// access fails loudly, and report. The swap entry stays (a later retry may read it).
+    fn fail_swapin(
+        &self,
+        region: &Region,
+        first: u64,
+        order: u32,
+        why: String,
+    ) -> Result<Step, Error> {
+        let addr = region.addr_of(first);
+        // If poisoning fails too, the faulting thread stays blocked until the range goes
+        // away; the error below is still reported to the frontend, which must not retry.
+        let _ = self.source.poison(addr, bytes_of(order));
+        Err(Error::SwapIn { addr, why })
+    }
+
+    /// Reads and maps the swapped pages after a fault at `index`, up to a window that
+    /// grows while faults come in sequence and shrinks when they do not (the kernel's
+    /// `__swapin_nr_pages`). Readahead never reclaims: it stops when the budget is short.
+    fn readahead(&self, region: &Region, index: u64) {
+        let max = u64::from(self.config.readahead_max_pages);
+        if max == 0 {
+            return;
+        }
+        let window = {
+            let mut ra = region.readahead.lock();
+            let sequential = ra.next == index && index > 0;
+            if sequential {
+                Stats::add(&self.stats.counters.swap_ra_hit, u64::from(ra.window));
+            }
+            let window = if sequential {
+                (u64::from(ra.window) * 2).clamp(2, max)
+            } else {
+                u64::from(ra.window) / 2
+            };
+            ra.window = window as u32;
+            ra.next = index + window + 1;
+            window
+        };
+        for index in index + 1..=index + window {
+            if index >= region.nr_pages() || !self.readahead_one(region, index) {
+                break;
+            }
+        }
+    }
+
+    /// Swaps in one page for readahead if it is swapped, order 0, and nobody is on it.
+    /// Returns false to stop the window.
+    fn readahead_one(&self, region: &Region, index: u64) -> bool {
+        use crate::budget::Pressure;
+        if self.budget.pressure(self.pool_bytes(), 2 * PAGE) >= Pressure::BelowLow {
+            return false;
+        }
+        let Some(found @ Found { order: 0, pte: Pte::Swap(entry), .. }) =
+            region.lock().lookup(index)
+        else {
+            return false;
+        };
+        let folio = Folio::new_locked(entry.offset(), 0);
+        let device = &self.storage.device;
+        let pin = || device.try_pin_cache_range(entry, 1).is_ok();
+        match self.swap_cache.add_or_get(&folio, pin) {
+            AddOrGet::Added(shadow) => {
+                Stats::add(&self.stats.counters.swap_ra, 1);
+                let mapped =
+                    self.swapin_read_and_map(region, found.first, entry, &folio, shadow, false);
+                matches!(mapped, Ok(Step::Done(FaultOutcome::Mapped)))
+            }
+            // Someone else is reading or writing it: leave it to them.
+            AddOrGet::Exists(_) | AddOrGet::Conflict | AddOrGet::Stale => false,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem_source::MemorySource;
+    use crate::{Engine, EngineConfig};
+
+    const BASE: u64 = 1 << 30;
+
+    fn engine() -> (Engine, Arc<MemorySource>) {
+        let source = Arc::new(MemorySource::new(BASE, 64));
+        let dyn_source: Arc<dyn crate::PageSource> = source.clone();
+        let config =
+            EngineConfig { budget_bytes: 1 << 20, background_reclaim: false, ..Default::default() };
+        let engine = Engine::new(config, dyn_source).unwrap();
+        engine.add_region(BASE, 64 * PAGE).unwrap();
+        (engine, source)
+    }
+
+    // postmortem: the stress test (order-2 folios, pages of one folio owned by different
+    // threads) read a page's old version after it had been overwritten with zeros. A fault
+    // waited on folio F for slot E; another thread mapped F, freed E, wrote new data, and
+    // reclaim paged the folio out again *to the same slot E*. The waiter woke, found the page
+    // table saying Swap(E) again, and mapped F's stale data. Re-validating the page-table
+    // entry is not enough after a slot can come back to the same page: the folio must still
+    // be the swap cache's folio for the entry (the kernel's folio_matches_swap_entry).
+    #[test]
+    fn a_folio_no_longer_in_the_swap_cache_is_never_mapped() {
+        let (engine, source) = engine();
+        let data = vec![7u8; PAGE_SIZE];
+        source.write(&engine, BASE, &data).unwrap();
+        assert_eq!(engine.pageout(BASE, PAGE).unwrap(), 1);
+        let core = &engine.core;
+        let region = core.region_of(BASE).unwrap();
+        let found = region.lock().lookup(0).unwrap();
+        let Pte::Swap(entry) = found.pte else { panic!("page not swapped: {found:?}") };
+        // A folio for the same entry that the swap cache does not hold: an earlier life.
+        let stale = Folio::new_locked(entry.offset(), 0);
+        stale.with_data_mut(|d| d.fill(0xee));
+        stale.unlock(Ok(false));
+        let step = core.map_from_folio(&region, 0, 0, entry, &stale, false, false).unwrap();
+        assert!(matches!(step, Step::Again), "a stale folio was mapped");
+        let mut buf = vec![0u8; PAGE_SIZE];
+        source.read(&engine, BASE, &mut buf).unwrap();
+        assert_eq!(buf, data);
+        engine.check_invariants();
+    }
+}

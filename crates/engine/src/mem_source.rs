@@ -1,0 +1,253 @@
+//! An in-memory page source: simulated process memory for the engine's tests, for
+//! `uswap bench engine`, and for the simulator.
+//!
+//! Every page of the simulated address space is `Missing` (an access faults into the
+//! engine), `Zero` (the shared zero page: reads see zeros, a write allocates), `Data`, or
+//! `Poisoned` (an access fails, as SIGBUS would). Each page has its own lock, so a take or a
+//! map of a page is atomic with respect to the simulated program's accesses to it, which
+//! is the [`PageSource`] contract: a write lands before a take (and is in the taken data)
+//! or after it (and faults).
+//!
+//! The "program" is whoever calls [`MemorySource::read`] and [`MemorySource::write`]: they
+//! fault into the engine when a page is missing and retry, exactly as a real access
+//! would. Accesses set a referenced bit that reclaim can test.
+
+use crate::engine::{Engine, FaultOutcome};
+use crate::page_source::{Mapped, PageSource, SourceError, Taken};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::{Error, PAGE_SIZE};
+
+/// A page of simulated memory.
+#[derive(Debug, Clone)]
+enum Page {
+    Missing,
+    Zero,
+    Data(Box<[u8]>),
+    Poisoned,
+}
+
+/// Why a simulated access failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessError {
+    /// The page is poisoned: the engine could not read its data back (SIGBUS).
+    Poisoned {
+        /// The address.
+        addr: u64,
+    },
+    /// The engine refused the fault.
+    Engine(Error),
+    /// The fault kept being retried without the page appearing.
+    Livelock {
+        /// The address.
+        addr: u64,
+    },
+}
+
+/// Bound on fault-and-retry rounds for one access; a correct engine needs one or two.
+const ACCESS_ROUNDS_MAX: u32 = 1000;
+
+/// Simulated memory at `[base, base + nr_pages * 4096)`.
+#[derive(Debug)]
+pub struct MemorySource {
+    base: u64,
+    pages: Box<[Mutex<Page>]>,
+    referenced: Box<[AtomicBool]>,
+    /// Pages holding data (what RSS would count; zero-page mappings cost nothing).
+    data_pages: AtomicU64,
+    /// `take` calls that should fail with `Retry` (fault injection: fork in progress).
+    inject_retry: AtomicU64,
+}
+
+impl MemorySource {
+    /// A source of `nr_pages` missing pages from `base` (page aligned).
+    pub fn new(base: u64, nr_pages: u64) -> Self {
+        assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
+        MemorySource {
+            base,
+            pages: (0..nr_pages).map(|_| Mutex::new(Page::Missing)).collect(),
+            referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
+            data_pages: AtomicU64::new(0),
+            inject_retry: AtomicU64::new(0),
+        }
+    }
+
+    /// The first address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The size in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_SIZE as u64
+    }
+
+    /// Pages holding data (not missing, not the zero page).
+    pub fn data_pages(&self) -> u64 {
+        self.data_pages.load(Ordering::Relaxed)
+    }
+
+    /// Makes the next `n` takes fail with [`SourceError::Retry`].
+    pub fn inject_take_retries(&self, n: u64) {
+        self.inject_retry.store(n, Ordering::Relaxed);
+    }
+
+    fn page_index(&self, addr: u64) -> usize {
+        assert!(addr >= self.base, "address below the source");
+        let index = ((addr - self.base) / PAGE_SIZE as u64) as usize;
+        assert!(index < self.pages.len(), "address past the source");
+        index
+    }
+
+    /// Reads the page at `addr` (page aligned) into `buf`, faulting into `engine` as a real
+    /// access would.
+    ///
+    /// # Errors
+    /// [`AccessError`] when the page is poisoned or the engine refuses.
+    pub fn read(&self, engine: &Engine, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
+        self.access(engine, addr, false, |page| match page {
+            Page::Data(data) => buf.copy_from_slice(data),
+            Page::Zero => buf.fill(0),
+            Page::Missing | Page::Poisoned => unreachable!("access() handles these"),
+        })
+    }
+
+    /// Writes `data` (one page) at `addr`, faulting as a real access would.
+    ///
+    /// # Errors
+    /// As [`MemorySource::read`].
+    pub fn write(&self, engine: &Engine, addr: u64, data: &[u8]) -> Result<(), AccessError> {
+        self.access(engine, addr, true, |page| {
+            if matches!(page, Page::Zero) {
+                // Copy-on-write of the zero page: now it costs memory.
+                self.data_pages.fetch_add(1, Ordering::Relaxed);
+                *page = Page::Data(vec![0; PAGE_SIZE].into_boxed_slice());
+            }
+            let Page::Data(bytes) = page else { unreachable!("made present above") };
+            bytes.copy_from_slice(data);
+        })
+    }
+
+    fn access(
+        &self,
+        engine: &Engine,
+        addr: u64,
+        write: bool,
+        mut f: impl FnMut(&mut Page),
+    ) -> Result<(), AccessError> {
+        let index = self.page_index(addr);
+        for _ in 0..ACCESS_ROUNDS_MAX {
+            {
+                let mut page = self.pages[index].lock();
+                match &*page {
+                    Page::Poisoned => return Err(AccessError::Poisoned { addr }),
+                    Page::Data(_) | Page::Zero => {
+                        self.referenced[index].store(true, Ordering::Relaxed);
+                        f(&mut page);
+                        return Ok(());
+                    }
+                    Page::Missing => {}
+                }
+            }
+            match engine.handle_fault(addr, write) {
+                Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Retry) => {}
+                Ok(FaultOutcome::Gone) => {
+                    return Err(AccessError::Engine(Error::OutsideRegions { addr }))
+                }
+                Err(Error::SwapIn { .. }) => {} // the page is poisoned now; the loop reports it
+                Err(error) => return Err(AccessError::Engine(error)),
+            }
+        }
+        Err(AccessError::Livelock { addr })
+    }
+
+    /// Drops pages as `MADV_DONTNEED` would (the caller then tells the engine, as the
+    /// REMOVE event does).
+    pub fn drop_range(&self, addr: u64, len: u64) {
+        let first = self.page_index(addr);
+        for index in first..first + (len / PAGE_SIZE as u64) as usize {
+            let mut page = self.pages[index].lock();
+            if matches!(*page, Page::Data(_)) {
+                self.data_pages.fetch_sub(1, Ordering::Relaxed);
+            }
+            *page = Page::Missing;
+        }
+    }
+
+    /// Locks the pages of `[addr, addr + len)` in address order.
+    fn lock_range(&self, addr: u64, len: usize) -> Vec<crate::sync::MutexGuard<'_, Page>> {
+        let first = self.page_index(addr);
+        (first..first + len / PAGE_SIZE).map(|i| self.pages[i].lock()).collect()
+    }
+
+    fn install(&self, addr: u64, len: usize, mut make: impl FnMut(usize) -> Page) -> Mapped {
+        let mut pages = self.lock_range(addr, len);
+        if pages.iter().any(|p| !matches!(**p, Page::Missing)) {
+            return Mapped::AlreadyPresent;
+        }
+        for (i, page) in pages.iter_mut().enumerate() {
+            let new = make(i);
+            if matches!(new, Page::Data(_)) {
+                self.data_pages.fetch_add(1, Ordering::Relaxed);
+            }
+            **page = new;
+        }
+        Mapped::Done
+    }
+}
+
+impl PageSource for MemorySource {
+    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+        let pending = self.inject_retry.load(Ordering::Relaxed);
+        if pending > 0 {
+            self.inject_retry.store(pending - 1, Ordering::Relaxed);
+            return Err(SourceError::Retry);
+        }
+        let mut holes = 0;
+        let mut pages = self.lock_range(addr, dst.len());
+        for (page, out) in pages.iter_mut().zip(dst.chunks_mut(PAGE_SIZE)) {
+            match std::mem::replace(&mut **page, Page::Missing) {
+                Page::Data(data) => {
+                    out.copy_from_slice(&data);
+                    self.data_pages.fetch_sub(1, Ordering::Relaxed);
+                }
+                Page::Zero => out.fill(0),
+                Page::Missing | Page::Poisoned => {
+                    out.fill(0);
+                    holes += 1;
+                }
+            }
+        }
+        Ok(if holes == 0 { Taken::All } else { Taken::Partial { holes } })
+    }
+
+    fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
+        Ok(self.install(addr, data.len(), |i| {
+            Page::Data(data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].to_vec().into_boxed_slice())
+        }))
+    }
+
+    fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        Ok(self.install(addr, len as usize, |_| Page::Zero))
+    }
+
+    fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        for mut page in self.lock_range(addr, len as usize) {
+            if matches!(*page, Page::Missing) {
+                *page = Page::Poisoned;
+            }
+        }
+        Ok(())
+    }
+
+    fn wake(&self, _addr: u64, _len: u64) {}
+
+    fn test_and_clear_referenced(&self, addr: u64, len: u64) -> Option<bool> {
+        let first = self.page_index(addr);
+        let pages = (len / PAGE_SIZE as u64) as usize;
+        let mut any = false;
+        for flag in &self.referenced[first..first + pages] {
+            any |= flag.swap(false, Ordering::Relaxed);
+        }
+        Some(any)
+    }
+}

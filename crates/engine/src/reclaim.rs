@@ -1,0 +1,286 @@
+//! The page-out path and reclaim (ARCHITECTURE.md, "Page-out"), in order:
+//!
+//! 1. Reclaim isolates cold folios from the inactive tail (the background reclaimer when
+//!    free budget drops below the low watermark, until it reaches high; the faulting thread
+//!    itself below min). A referenced folio gets a second chance on the active list.
+//! 2. Allocate 2^order aligned slots; for order > 0 on failure, count `swpout_fallback`,
+//!    split the folio (LRU record and page-table entry) and page the pieces out as order 0.
+//! 3. Insert a locked folio in the swap cache for the new slots: racing faults find it.
+//! 4. Under the PTL, check the folio is still what was isolated, point the page table at
+//!    the swap entry (one reference per slot), and take the pages out of the program
+//!    (`PageSource::take`: a writer faults and waits on the folio from now on).
+//! 5. Store the data: zero map, pool, or device ([`crate::storage`]).
+//! 6. Unlock the folio and replace it in the swap cache by a shadow; its memory is no
+//!    longer charged. If every tier refused, the data goes back where it came from.
+//!
+//! Reclaim never holds a lock across a page-out; each step takes and releases its own.
+
+use crate::budget::Pressure;
+use crate::engine::Core;
+use crate::lru::{FolioOwner, LruId};
+use crate::page_source::SourceError;
+use crate::region::{Found, Pte, Region};
+use crate::stats::Stats;
+use crate::storage::Tier;
+use crate::swap_cache::Folio;
+use crate::sync::Ordering;
+use crate::{Error, PAGE_SIZE};
+use slots::SwapEntry;
+use std::sync::Arc;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// After this many passes in a row that reclaim nothing, a reclaim loop gives up (the
+/// resident set is all referenced, or the swap device is full).
+const IDLE_PASSES_MAX: u32 = 4;
+
+impl Core {
+    /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
+    /// directly).
+    pub(crate) fn wake_kswapd(&self) {
+        if self.config.background_reclaim {
+            let mut pending = self.kswapd_pending.lock();
+            if !*pending {
+                *pending = true;
+                self.kswapd_wake.notify_all();
+            }
+        }
+    }
+
+    /// Before a fault charges `need` bytes: wake the background reclaimer below the low
+    /// watermark; below min, reclaim here until the fault fits (the kernel's allocstall).
+    pub(crate) fn make_room(&self, need: u64) {
+        let pressure = self.budget.pressure(self.pool_bytes(), need);
+        if pressure >= Pressure::BelowLow {
+            self.wake_kswapd();
+        }
+        if pressure == Pressure::BelowMin {
+            Stats::add(&self.stats.counters.allocstall, 1);
+            self.reclaim_while(true, || {
+                self.budget.pressure(self.pool_bytes(), need) == Pressure::BelowMin
+            });
+        }
+    }
+
+    /// Reclaims while the pressure is above `target`. Returns pages reclaimed.
+    pub(crate) fn reclaim_to(&self, target: Pressure, direct: bool) -> u64 {
+        self.reclaim_while(direct, || self.budget.pressure(self.pool_bytes(), 0) > target)
+    }
+
+    fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
+        let (mut total, mut idle) = (0, 0);
+        while more() {
+            let reclaimed = self.reclaim_batch(direct);
+            total += reclaimed;
+            idle = if reclaimed == 0 { idle + 1 } else { 0 };
+            if idle >= IDLE_PASSES_MAX {
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                break;
+            }
+        }
+        total
+    }
+
+    /// The background reclaimer's loop: sleep until woken, then reclaim to the high
+    /// watermark.
+    pub(crate) fn kswapd(&self) {
+        loop {
+            {
+                let mut pending = self.kswapd_pending.lock();
+                while !*pending && !self.shutdown.load(Ordering::Acquire) {
+                    self.kswapd_wake.wait(&mut pending);
+                }
+                *pending = false;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            Stats::add(&self.stats.counters.kswapd_wake, 1);
+            let _running = self.kswapd_running.lock();
+            self.reclaim_to(Pressure::None, false);
+        }
+    }
+
+    /// One pass: isolate a batch from the inactive tail and page it out. Returns pages
+    /// reclaimed.
+    fn reclaim_batch(&self, direct: bool) -> u64 {
+        let c = &self.stats.counters;
+        let mut batch = Vec::new();
+        let deactivated = self.lru.isolate(self.config.reclaim_batch_pages, &mut batch);
+        Stats::add(&c.pgdeactivate, deactivated);
+        let scanned: u64 = batch.iter().map(|(_, owner, _)| owner.nr_pages()).sum();
+        Stats::add(if direct { &c.pgscan_direct } else { &c.pgscan_kswapd }, scanned);
+        let mut reclaimed = 0;
+        for (id, owner, referenced) in batch {
+            let Some(region) = self.region_by_id(owner.region) else {
+                self.lru.remove(id);
+                continue;
+            };
+            let addr = region.addr_of(owner.index);
+            let accessed = self.source.test_and_clear_referenced(addr, owner.nr_pages() * PAGE);
+            if referenced || accessed == Some(true) {
+                self.lru.putback(id, true);
+                Stats::add(&c.pgactivate, 1);
+                continue;
+            }
+            reclaimed += self.page_out(&region, id, owner);
+        }
+        Stats::add(if direct { &c.pgsteal_direct } else { &c.pgsteal_kswapd }, reclaimed);
+        reclaimed
+    }
+
+    /// Pages out one isolated folio (steps 2-6). Returns pages reclaimed; on any refusal the
+    /// folio is back on a list (or gone, if its pages were dropped meanwhile).
+    pub(crate) fn page_out(&self, region: &Region, id: LruId, owner: FolioOwner) -> u64 {
+        let order = owner.order;
+        let entry = match self.storage.device.alloc(order) {
+            Ok(entry) => entry,
+            Err(slots::Error::NoSpace { .. }) if order > 0 => {
+                Stats::add_order(&self.stats.per_order.swpout_fallback, order, 1);
+                return self.split_and_page_out(region, id, owner);
+            }
+            Err(_) => {
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                self.lru.putback(id, false);
+                return 0;
+            }
+        };
+        let folio = Folio::new_locked(entry.offset(), order);
+        // Slots fresh from the allocator: any shadow there is from an earlier use.
+        let _stale_shadow = self.swap_cache.add_new(&folio);
+        self.budget.charge_swapcache(folio.len_bytes() as u64);
+        self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+        match self.take_pages(region, id, owner, entry, &folio) {
+            Ok(()) => self.store_taken(region, id, owner, entry, &folio),
+            Err(putback) => {
+                folio.unlock(Err("page-out abandoned before the pages were taken".into()));
+                self.delete_folio(&folio, None);
+                if putback {
+                    self.lru.putback(id, false);
+                }
+                0
+            }
+        }
+    }
+
+    /// Step 4, under the PTL. `Err(putback)` if the pages were not taken: `putback` says
+    /// whether the folio is still resident (else its pages were dropped or moved).
+    fn take_pages(
+        &self,
+        region: &Region,
+        id: LruId,
+        owner: FolioOwner,
+        entry: SwapEntry,
+        folio: &Folio,
+    ) -> Result<(), bool> {
+        let (order, nr) = (owner.order, 1u32 << owner.order);
+        let mut pt = region.lock();
+        let resident = Found { first: owner.index, order, pte: Pte::Resident(id) };
+        if pt.lookup(owner.index) != Some(resident) {
+            return Err(false);
+        }
+        pt.set(owner.index, order, Pte::Swap(entry));
+        if let Err(error) = self.storage.device.dup(entry, nr) {
+            panic!("fresh slots {entry:?} refused a reference: {error}");
+        }
+        let taken = folio.with_data_mut(|data| self.source.take(region.addr_of(owner.index), data));
+        let Err(error) = taken else { return Ok(()) };
+        // The pages never left: undo, under the same lock hold.
+        pt.set(owner.index, order, Pte::Resident(id));
+        if let Err(error) = self.storage.device.put(entry, nr) {
+            panic!("undo of a reference just taken on {entry:?}: {error}");
+        }
+        let c = &self.stats.counters;
+        match error {
+            SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
+            SourceError::Failed(_) => Stats::add(&c.map_error, 1),
+        }
+        Err(true)
+    }
+
+    /// Steps 5-6: store the taken data and leave a shadow; if no tier takes it, put the
+    /// data back. Returns pages reclaimed.
+    fn store_taken(
+        &self,
+        region: &Region,
+        id: LruId,
+        owner: FolioOwner,
+        entry: SwapEntry,
+        folio: &Arc<Folio>,
+    ) -> u64 {
+        let (order, nr) = (owner.order, owner.nr_pages());
+        let was_active = self.lru.remove(id).is_some();
+        self.budget.uncharge_resident(nr * PAGE);
+        let shadow = self.workingset.eviction(false);
+        self.workingset.age(nr);
+        debug_assert!(was_active, "an isolated folio vanished while its pages were out");
+        let stored = folio.with_data_mut(|data| self.storage.write(entry, data, &self.stats));
+        match stored {
+            Ok(tier) => {
+                folio.unlock(Ok(tier == Tier::Zero));
+                self.delete_folio(folio, Some(shadow));
+                Stats::add_order(&self.stats.per_order.swpout, order, 1);
+                nr
+            }
+            Err(_) => {
+                Stats::add(&self.stats.counters.pageout_fail, 1);
+                folio.unlock(Ok(false));
+                self.restore(region, owner, entry, folio);
+                0
+            }
+        }
+    }
+
+    /// No tier took the data: map it back from the folio (if a racing fault has not done
+    /// so already) and drop the slots. If even that fails, the folio stays in the swap cache
+    /// with the only copy, and the next fault maps it from there.
+    fn restore(&self, region: &Region, owner: FolioOwner, entry: SwapEntry, folio: &Arc<Folio>) {
+        let mapped =
+            self.map_from_folio(region, owner.index, owner.order, entry, folio, false, false);
+        match mapped {
+            Ok(crate::fault::Step::Done(crate::engine::FaultOutcome::Mapped))
+            | Ok(crate::fault::Step::Again) => {
+                self.delete_folio(folio, None);
+            }
+            Ok(crate::fault::Step::Done(_)) | Err(_) => {}
+        }
+    }
+
+    /// Page-out found no 2^order contiguous slots: split the folio into order-0 pieces and
+    /// page those out. Returns pages reclaimed.
+    fn split_and_page_out(&self, region: &Region, id: LruId, owner: FolioOwner) -> u64 {
+        let pieces = {
+            let mut pt = region.lock();
+            let resident = Found { first: owner.index, order: owner.order, pte: Pte::Resident(id) };
+            if pt.lookup(owner.index) != Some(resident) {
+                return 0;
+            }
+            let Some(ids) = self.lru.split(id, 0) else { return 0 };
+            pt.split(owner.index, 0, |first, _| Pte::Resident(ids[(first - owner.index) as usize]));
+            ids
+        };
+        let mut reclaimed = 0;
+        for (n, piece) in pieces.into_iter().enumerate() {
+            let owner = FolioOwner { index: owner.index + n as u64, order: 0, ..owner };
+            reclaimed += self.page_out(region, piece, owner);
+        }
+        reclaimed
+    }
+
+    /// MADV_PAGEOUT: pages out every resident folio intersecting `[addr, addr + len)`.
+    pub(crate) fn pageout_range(&self, addr: u64, len: u64) -> Result<u64, Error> {
+        let region = self.region_of(addr)?;
+        let first = region.index_of(addr);
+        let end = (addr.saturating_add(len)).min(region.end());
+        let last = region.index_of(end - 1);
+        let entries = region.lock().entries(first, last);
+        let mut reclaimed = 0;
+        for found in entries {
+            let Pte::Resident(id) = found.pte else { continue };
+            if let Some(owner) = self.lru.isolate_one(id) {
+                reclaimed += self.page_out(&region, id, owner);
+            }
+        }
+        Ok(reclaimed)
+    }
+}

@@ -1,0 +1,145 @@
+//! The page-out and page-in paths on simulated memory: data comes back, zero pages cost
+//! nothing, large folios move whole, the budget holds, and bad input is refused.
+
+mod common;
+
+use common::{addr, content, setup, PAGE};
+use engine::budget::Watermarks;
+use engine::{EngineConfig, Error};
+
+fn config(budget_pages: u64) -> EngineConfig {
+    EngineConfig {
+        budget_bytes: budget_pages * PAGE as u64,
+        background_reclaim: false,
+        ..EngineConfig::default()
+    }
+}
+
+#[test]
+fn pages_beyond_the_budget_come_back() {
+    let (engine, source) = setup(config(64), 1024);
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let stats = engine.stats();
+    assert!(stats.counters.pswpout > 900, "pages went out: {}", stats.counters.pswpout);
+    assert!(stats.gauges.used_bytes <= 64 * PAGE as u64, "used {}", stats.gauges.used_bytes);
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..1024 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    engine.check_invariants();
+    let stats = engine.stats();
+    assert!(stats.counters.pswpin > 900 || stats.counters.swap_ra > 0);
+}
+
+#[test]
+fn zero_pages_are_stored_as_bits_and_read_as_the_zero_page() {
+    let (engine, source) = setup(config(64), 512);
+    for page in 0..512 {
+        source.write(&engine, addr(page), &content(page, 0)).unwrap();
+    }
+    engine.pageout(addr(0), 512 * PAGE as u64).unwrap();
+    let stats = engine.stats();
+    assert_eq!(stats.counters.swpout_zero, 512);
+    assert_eq!(stats.counters.pswpout, 0, "zero pages never reach the device");
+    assert_eq!(source.data_pages(), 0);
+    let mut buf = vec![1u8; PAGE];
+    for page in 0..512 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert!(buf.iter().all(|b| *b == 0), "page {page}");
+    }
+    assert_eq!(source.data_pages(), 0, "reads of zero entries map the shared zero page");
+    assert_eq!(engine.stats().counters.swpin_zero, 512);
+    engine.check_invariants();
+}
+
+#[test]
+fn large_folios_go_out_and_come_back_whole() {
+    let config = EngineConfig { folio_order: 4, ..config(256) };
+    let (engine, source) = setup(config, 4096);
+    for page in 0..4096 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..4096 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    let stats = engine.stats();
+    assert!(stats.per_order.swpout[4] > 200, "64 KiB page-outs: {:?}", stats.per_order.swpout);
+    assert!(stats.per_order.swpin[4] > 200, "64 KiB page-ins: {:?}", stats.per_order.swpin);
+    engine.check_invariants();
+}
+
+#[test]
+fn removed_pages_read_as_zero_and_free_their_slots() {
+    let (engine, source) = setup(config(32), 256);
+    for page in 0..256 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    source.drop_range(addr(0), 128 * PAGE as u64);
+    engine.remove(addr(0), 128 * PAGE as u64);
+    engine.check_invariants();
+    let mut buf = vec![1u8; PAGE];
+    for page in 0..128 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert!(buf.iter().all(|b| *b == 0), "removed page {page} reads zero");
+    }
+    for page in 128..256 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "kept page {page}");
+    }
+    engine.check_invariants();
+}
+
+#[test]
+fn a_take_that_must_retry_keeps_the_page() {
+    let (engine, source) = setup(config(32), 64);
+    for page in 0..16 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    source.inject_take_retries(3);
+    let out = engine.pageout(addr(0), 16 * PAGE as u64).unwrap();
+    assert_eq!(out, 13, "three page-outs were refused by the source");
+    assert_eq!(engine.stats().counters.pageout_retry, 3);
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1));
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error() {
+    let tiny = EngineConfig { budget_bytes: 8192, folio_order: 4, ..config(1) };
+    let error =
+        engine::Engine::new(tiny, std::sync::Arc::new(engine::mem_source::MemorySource::new(0, 1)));
+    assert!(
+        matches!(error, Err(Error::Config(ref m)) if m.contains("smaller than one folio")),
+        "{error:?}"
+    );
+    let unordered = EngineConfig {
+        watermarks: Some(Watermarks {
+            min_bytes: 3 << 20,
+            low_bytes: 1 << 20,
+            high_bytes: 4 << 20,
+        }),
+        ..config(4096)
+    };
+    let error = engine::Engine::new(
+        unordered,
+        std::sync::Arc::new(engine::mem_source::MemorySource::new(0, 1)),
+    );
+    assert!(
+        matches!(error, Err(Error::Config(ref m)) if m.contains("watermarks out of order")),
+        "{error:?}"
+    );
+    let (engine, _source) = setup(config(64), 16);
+    let outside = engine.handle_fault(0x1000, false);
+    assert_eq!(outside, Err(Error::OutsideRegions { addr: 0x1000 }));
+    assert!(engine.add_region(common::BASE + 4096, 4096).is_err(), "overlap refused");
+    engine.check_invariants();
+}
