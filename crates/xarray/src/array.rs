@@ -401,7 +401,10 @@ impl<P: Owner> XArray<P> {
         node.store_span(off, span, raw);
         node.set_marks_at(off, marks);
         self.nr_entries += 1;
-        self.fix_marks_up(id);
+        // Unmarked replaced entries leave every summary bit above as it was.
+        if marks != 0 {
+            self.fix_marks_up(id);
+        }
     }
 
     /// Swaps the entry at `place` for `raw`, keeping span and marks.
