@@ -102,7 +102,7 @@ impl<P: Owner> XArray<P> {
     /// The entry at `index` (a multi-index entry is seen at every index it covers).
     #[inline]
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, P::Target>> {
-        let (id, off) = self.walk(index)?;
+        let (id, off, _) = self.walk(index)?;
         Some(self.nodes.get(id).entry_ref(off))
     }
 
@@ -163,14 +163,14 @@ impl<P: Owner> XArray<P> {
         entry: Entry<P>,
         mut replaced: impl FnMut(u64, u32, Entry<P>),
     ) -> Result<(), Refused<P>> {
-        if let Err(error) = self.check_store(index, order, &entry) {
+        if let Err(error) = self.check_entry(index, order, &entry) {
             return Err(Refused::new(error, entry));
         }
         let raw = RawEntry::new(entry);
-        self.store_checked(index, order, raw, &mut |first, order, old| {
+        self.store_raw(index, order, raw, &mut |first, order, old| {
             replaced(first, order, old.into_entry());
-        });
-        Ok(())
+        })
+        .map_err(|(error, raw)| Refused::new(error, raw.into_entry()))
     }
 
     /// Stores `entry` over `[index, index + 2^order)` only if no entry is there.
@@ -187,10 +187,10 @@ impl<P: Owner> XArray<P> {
             let error = Error::Occupied { index: place.first, order: place.order };
             return Err(Refused::new(error, entry));
         }
-        self.store_checked(index, order, RawEntry::new(entry), &mut |_, _, _| {
+        self.store_raw(index, order, RawEntry::new(entry), &mut |_, _, _| {
             unreachable!("insert checked the range is empty")
-        });
-        Ok(())
+        })
+        .map_err(|(error, raw)| Refused::new(error, raw.into_entry()))
     }
 
     /// Erases the entry covering `index` — all of it, if it is a multi-index entry (the
@@ -270,9 +270,12 @@ impl<P: Owner> XArray<P> {
             (Some(place), Some(new)) => Some(self.replace_at(place, RawEntry::new(new))),
             (Some(place), None) => Some(self.remove_at(place)),
             (None, Some(new)) => {
-                self.store_checked(index, 0, RawEntry::new(new), &mut |_, _, _| {
+                let stored = self.store_raw(index, 0, RawEntry::new(new), &mut |_, _, _| {
                     unreachable!("compare_exchange found the index empty")
                 });
+                if let Err((error, _raw)) = stored {
+                    unreachable!("{error} at an empty index");
+                }
                 None
             }
             (None, None) => None,
@@ -347,31 +350,24 @@ impl<P: Owner> XArray<P> {
         }
     }
 
-    /// Everything a store checks before it changes the tree.
-    pub(crate) fn check_store(
-        &mut self,
-        index: u64,
-        order: u32,
-        entry: &Entry<P>,
-    ) -> Result<(), Error> {
-        self.check_entry(index, order, entry)?;
-        if let Some(place) = self.covering_larger(index, order) {
-            self.stats.refused_covered += 1;
-            return Err(Error::Covered { index: place.first, order: place.order });
-        }
-        Ok(())
-    }
-
-    /// Stores a checked entry: makes the path, hands back what the range held, writes the
-    /// canonical slot and its siblings. Context: allocates nodes.
-    pub(crate) fn store_checked(
+    /// Stores an entry whose range and value are checked, in one walk: makes the path (or
+    /// refuses with [`Error::Covered`], giving the entry back, when a larger entry covers
+    /// part of the range), hands back what the range held, writes the canonical slot and its
+    /// siblings. Context: allocates nodes.
+    pub(crate) fn store_raw(
         &mut self,
         index: u64,
         order: u32,
         raw: RawEntry<P>,
         replaced: &mut dyn FnMut(u64, u32, RawEntry<P>),
-    ) {
-        let (id, off) = self.create_path(index, order);
+    ) -> Result<(), (Error, RawEntry<P>)> {
+        let (id, off) = match self.create_path(index, order) {
+            Ok(path) => path,
+            Err(place) => {
+                self.stats.refused_covered += 1;
+                return Err((Error::Covered { index: place.first, order: place.order }, raw));
+            }
+        };
         let shift = self.nodes.get(id).shift();
         let span = 1usize << (order - shift);
         let base = node_base(index, shift);
@@ -405,6 +401,7 @@ impl<P: Owner> XArray<P> {
         if marks != 0 {
             self.fix_marks_up(id);
         }
+        Ok(())
     }
 
     /// Swaps the entry at `place` for `raw`, keeping span and marks.
