@@ -13,7 +13,7 @@
 
 use crate::entry::{Entry, EntryRef, RawEntry, MAX_VALUE};
 use crate::error::{Error, Refused};
-use crate::node::{NodeId, Nodes, Slot};
+use crate::node::{NodeId, NodeReserve, Nodes, Slot};
 use crate::tree::{check_range, node_base, Place};
 use crate::Owner;
 use std::fmt;
@@ -41,6 +41,9 @@ pub struct Stats {
     pub nodes_allocated: u64,
     /// Nodes ever freed.
     pub nodes_freed: u64,
+    /// Nodes taken from the spares a [`NodeReserve`] gave (the rest were allocated in the
+    /// call: the fallback).
+    pub nodes_from_reserve: u64,
     /// Successful splits.
     pub splits: u64,
     /// Refused: index not aligned to the order.
@@ -86,6 +89,7 @@ impl<P: Owner> XArray<P> {
             stats: Stats {
                 nodes_allocated: 0,
                 nodes_freed: 0,
+                nodes_from_reserve: 0,
                 splits: 0,
                 refused_misaligned: 0,
                 refused_order: 0,
@@ -312,10 +316,25 @@ impl<P: Owner> XArray<P> {
         self.nodes.live() * std::mem::size_of::<crate::node::Node<P>>()
     }
 
-    /// All memory the array holds: its nodes plus the arena's id table. Items pointed to
-    /// by item entries are the caller's and not counted.
+    /// All memory the array holds: its nodes, the arena's id table and free list, and spare
+    /// nodes. Items pointed to by item entries are the caller's and not counted.
     pub fn memory_bytes(&self) -> usize {
-        self.node_bytes() + self.nodes.table_bytes() + std::mem::size_of::<Self>()
+        self.node_bytes() + self.nodes.overhead_bytes() + std::mem::size_of::<Self>()
+    }
+
+    /// Takes the nodes of `reserve` as spares: the next node allocations of stores and
+    /// splits use them instead of the allocator (the kernel's `xas_split_alloc`: allocate
+    /// before taking the lock, split under it). Spares stay until used or [`XArray::clear`].
+    ///
+    /// Context: caller holds the lock; allocates only to grow the node id table (amortized
+    /// doubling), so that placing the spares in the tree allocates nothing.
+    pub fn refill(&mut self, reserve: NodeReserve<P>) {
+        self.nodes.refill(reserve);
+    }
+
+    /// Spare nodes held (see [`XArray::refill`]).
+    pub fn spare_nodes(&self) -> usize {
+        self.nodes.spare()
     }
 
     /// The event counters.

@@ -60,8 +60,9 @@
 //! the caller's entry back for stores), counted in [`Stats`]. A panic means a broken
 //! invariant — a bug in this crate — never bad input. Stores allocate at most one node per
 //! level on their path (10); a split at most [`XArray::split_nodes_needed`] nodes, bounded
-//! by [`MAX_SPLIT_ORDERS`]. Allocation is the global allocator's, inside the call: the
-//! callers' locks are mutexes that park, not spin locks.
+//! by [`MAX_SPLIT_ORDERS`]. A caller that must not allocate under its lock sizes a
+//! [`NodeReserve`] first (`NodeReserve::for_split`), allocates it outside the lock, and
+//! hands it over with [`XArray::refill`]; the split then takes its nodes from there.
 //!
 //! # Unsafe
 //!
@@ -92,6 +93,7 @@ pub use cursor::Cursor;
 pub use entry::{Entry, EntryRef, NoItem, NoItems, Owner, MAX_VALUE};
 pub use error::{Error, Refused};
 pub use find::Iter;
+pub use node::NodeReserve;
 
 /// The largest order of an entry: an order-63 entry covers half the key space.
 pub const MAX_ORDER: u32 = 63;

@@ -222,7 +222,11 @@ impl<P: Owner> XArray<P> {
 
     pub(crate) fn alloc_node(&mut self, shift: u32, parent: NodeId, offset: usize) -> NodeId {
         self.stats.nodes_allocated += 1;
-        self.nodes.alloc(shift, parent, offset)
+        let (id, from_spare) = self.nodes.alloc(shift, parent, offset);
+        if from_spare {
+            self.stats.nodes_from_reserve += 1;
+        }
+        id
     }
 
     fn free_node(&mut self, id: NodeId) {
