@@ -13,7 +13,7 @@
 
 use crate::entry::{Entry, EntryRef, RawEntry, MAX_VALUE};
 use crate::error::{Error, Refused};
-use crate::node::{NodeId, Nodes, Slot};
+use crate::node::{NodeId, NodeReserve, Nodes, Slot};
 use crate::tree::{check_range, node_base, Place};
 use crate::Owner;
 use std::fmt;
@@ -41,6 +41,9 @@ pub struct Stats {
     pub nodes_allocated: u64,
     /// Nodes ever freed.
     pub nodes_freed: u64,
+    /// Nodes taken from the spares a [`NodeReserve`] gave (the rest were allocated in the
+    /// call: the fallback).
+    pub nodes_from_reserve: u64,
     /// Successful splits.
     pub splits: u64,
     /// Refused: index not aligned to the order.
@@ -86,6 +89,7 @@ impl<P: Owner> XArray<P> {
             stats: Stats {
                 nodes_allocated: 0,
                 nodes_freed: 0,
+                nodes_from_reserve: 0,
                 splits: 0,
                 refused_misaligned: 0,
                 refused_order: 0,
@@ -102,7 +106,7 @@ impl<P: Owner> XArray<P> {
     /// The entry at `index` (a multi-index entry is seen at every index it covers).
     #[inline]
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, P::Target>> {
-        let (id, off) = self.walk(index)?;
+        let (id, off, _) = self.walk(index)?;
         Some(self.nodes.get(id).entry_ref(off))
     }
 
@@ -163,14 +167,14 @@ impl<P: Owner> XArray<P> {
         entry: Entry<P>,
         mut replaced: impl FnMut(u64, u32, Entry<P>),
     ) -> Result<(), Refused<P>> {
-        if let Err(error) = self.check_store(index, order, &entry) {
+        if let Err(error) = self.check_entry(index, order, &entry) {
             return Err(Refused::new(error, entry));
         }
         let raw = RawEntry::new(entry);
-        self.store_checked(index, order, raw, &mut |first, order, old| {
+        self.store_raw(index, order, raw, &mut |first, order, old| {
             replaced(first, order, old.into_entry());
-        });
-        Ok(())
+        })
+        .map_err(|(error, raw)| Refused::new(error, raw.into_entry()))
     }
 
     /// Stores `entry` over `[index, index + 2^order)` only if no entry is there.
@@ -187,10 +191,10 @@ impl<P: Owner> XArray<P> {
             let error = Error::Occupied { index: place.first, order: place.order };
             return Err(Refused::new(error, entry));
         }
-        self.store_checked(index, order, RawEntry::new(entry), &mut |_, _, _| {
+        self.store_raw(index, order, RawEntry::new(entry), &mut |_, _, _| {
             unreachable!("insert checked the range is empty")
-        });
-        Ok(())
+        })
+        .map_err(|(error, raw)| Refused::new(error, raw.into_entry()))
     }
 
     /// Erases the entry covering `index` — all of it, if it is a multi-index entry (the
@@ -270,9 +274,12 @@ impl<P: Owner> XArray<P> {
             (Some(place), Some(new)) => Some(self.replace_at(place, RawEntry::new(new))),
             (Some(place), None) => Some(self.remove_at(place)),
             (None, Some(new)) => {
-                self.store_checked(index, 0, RawEntry::new(new), &mut |_, _, _| {
+                let stored = self.store_raw(index, 0, RawEntry::new(new), &mut |_, _, _| {
                     unreachable!("compare_exchange found the index empty")
                 });
+                if let Err((error, _raw)) = stored {
+                    unreachable!("{error} at an empty index");
+                }
                 None
             }
             (None, None) => None,
@@ -309,10 +316,25 @@ impl<P: Owner> XArray<P> {
         self.nodes.live() * std::mem::size_of::<crate::node::Node<P>>()
     }
 
-    /// All memory the array holds: its nodes plus the arena's id table. Items pointed to
-    /// by item entries are the caller's and not counted.
+    /// All memory the array holds: its nodes, the arena's id table and free list, and spare
+    /// nodes. Items pointed to by item entries are the caller's and not counted.
     pub fn memory_bytes(&self) -> usize {
-        self.node_bytes() + self.nodes.table_bytes() + std::mem::size_of::<Self>()
+        self.node_bytes() + self.nodes.overhead_bytes() + std::mem::size_of::<Self>()
+    }
+
+    /// Takes the nodes of `reserve` as spares: the next node allocations of stores and
+    /// splits use them instead of the allocator (the kernel's `xas_split_alloc`: allocate
+    /// before taking the lock, split under it). Spares stay until used or [`XArray::clear`].
+    ///
+    /// Context: caller holds the lock; allocates only to grow the node id table (amortized
+    /// doubling), so that placing the spares in the tree allocates nothing.
+    pub fn refill(&mut self, reserve: NodeReserve<P>) {
+        self.nodes.refill(reserve);
+    }
+
+    /// Spare nodes held (see [`XArray::refill`]).
+    pub fn spare_nodes(&self) -> usize {
+        self.nodes.spare()
     }
 
     /// The event counters.
@@ -347,31 +369,24 @@ impl<P: Owner> XArray<P> {
         }
     }
 
-    /// Everything a store checks before it changes the tree.
-    pub(crate) fn check_store(
-        &mut self,
-        index: u64,
-        order: u32,
-        entry: &Entry<P>,
-    ) -> Result<(), Error> {
-        self.check_entry(index, order, entry)?;
-        if let Some(place) = self.covering_larger(index, order) {
-            self.stats.refused_covered += 1;
-            return Err(Error::Covered { index: place.first, order: place.order });
-        }
-        Ok(())
-    }
-
-    /// Stores a checked entry: makes the path, hands back what the range held, writes the
-    /// canonical slot and its siblings. Context: allocates nodes.
-    pub(crate) fn store_checked(
+    /// Stores an entry whose range and value are checked, in one walk: makes the path (or
+    /// refuses with [`Error::Covered`], giving the entry back, when a larger entry covers
+    /// part of the range), hands back what the range held, writes the canonical slot and its
+    /// siblings. Context: allocates nodes.
+    pub(crate) fn store_raw(
         &mut self,
         index: u64,
         order: u32,
         raw: RawEntry<P>,
         replaced: &mut dyn FnMut(u64, u32, RawEntry<P>),
-    ) {
-        let (id, off) = self.create_path(index, order);
+    ) -> Result<(), (Error, RawEntry<P>)> {
+        let (id, off) = match self.create_path(index, order) {
+            Ok(path) => path,
+            Err(place) => {
+                self.stats.refused_covered += 1;
+                return Err((Error::Covered { index: place.first, order: place.order }, raw));
+            }
+        };
         let shift = self.nodes.get(id).shift();
         let span = 1usize << (order - shift);
         let base = node_base(index, shift);
@@ -401,7 +416,11 @@ impl<P: Owner> XArray<P> {
         node.store_span(off, span, raw);
         node.set_marks_at(off, marks);
         self.nr_entries += 1;
-        self.fix_marks_up(id);
+        // Unmarked replaced entries leave every summary bit above as it was.
+        if marks != 0 {
+            self.fix_marks_up(id);
+        }
+        Ok(())
     }
 
     /// Swaps the entry at `place` for `raw`, keeping span and marks.

@@ -145,7 +145,8 @@ impl<P: Owner> Cursor<'_, P> {
     ///
     /// # Errors
     /// [`Error::SplitTooLarge`] when the covering entry is more than `2^MAX_SPLIT_ORDERS`
-    /// times larger; the array is unchanged. Context: allocates nodes.
+    /// times larger; the array is unchanged. Context: takes nodes from the spares a
+    /// [`NodeReserve`](crate::NodeReserve) gave, else allocates them.
     pub fn split(&mut self) -> Result<(), Error>
     where
         P: Clone,

@@ -131,7 +131,18 @@ fn value_of(word: Word) -> u64 {
 /// 2. `from_raw(into_raw(p))` gives back an owner equivalent to `p` (same pointee);
 /// 3. moving the raw pointer to another thread is as safe as moving `Self`.
 ///
-/// The array adds the alignment requirement itself (asserted at compile time).
+/// The array adds the alignment requirement itself, asserted at compile time: an item type
+/// aligned to less than 4 does not build.
+///
+/// ```compile_fail
+/// let mut xa = xarray::XArray::<Box<u8>>::new();
+/// let _ = xa.store(0, xarray::Entry::Item(Box::new(1u8))); // u8 leaves no tag bits
+/// ```
+///
+/// ```
+/// let mut xa = xarray::XArray::<Box<u32>>::new();
+/// let _ = xa.store(0, xarray::Entry::Item(Box::new(1u32)));
+/// ```
 pub unsafe trait Owner: Sized {
     /// What an item entry points to; loads hand out `&Target`.
     type Target;

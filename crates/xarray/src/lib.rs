@@ -54,6 +54,24 @@
 //! node). Empty nodes are freed on erase and the tree height shrinks when it can, like the
 //! kernel's `xas_delete_node` / `xas_shrink`.
 //!
+//! # Errors, panics, allocation
+//!
+//! Operating conditions are values: every refusal is an [`Error`] (a [`Refused`] carrying
+//! the caller's entry back for stores), counted in [`Stats`]. A panic means a broken
+//! invariant — a bug in this crate — never bad input. Stores allocate at most one node per
+//! level on their path (10); a split at most [`XArray::split_nodes_needed`] nodes, bounded
+//! by [`MAX_SPLIT_ORDERS`]. A caller that must not allocate under its lock sizes a
+//! [`NodeReserve`] first (`NodeReserve::for_split`), allocates it outside the lock, and
+//! hands it over with [`XArray::refill`]; the split then takes its nodes from there.
+//!
+//! # Unsafe
+//!
+//! Two leaf modules allow `unsafe`: `entry` (the [`Owner`] pointer round trips and the
+//! borrowed view of an item) and `node` (turning an owned slot word back into an owned
+//! entry). Tree walks name nodes by arena id, so they need none. Every block carries a
+//! `// SAFETY:` reason; `check_invariants` and the model test's live-item count check the
+//! ownership the reasons rely on (each item dropped exactly once).
+//!
 //! Conventions in this crate: `xa` is an array, `xas` a cursor, `off` a slot offset inside a
 //! node, `id` a node's name in the arena, `index` a key.
 
@@ -75,6 +93,7 @@ pub use cursor::Cursor;
 pub use entry::{Entry, EntryRef, NoItem, NoItems, Owner, MAX_VALUE};
 pub use error::{Error, Refused};
 pub use find::Iter;
+pub use node::NodeReserve;
 
 /// The largest order of an entry: an order-63 entry covers half the key space.
 pub const MAX_ORDER: u32 = 63;

@@ -99,6 +99,18 @@ impl<P: Owner> Node<P> {
         })
     }
 
+    /// Makes a spare (empty) node ready for a new place in the tree.
+    fn reset(&mut self, shift: u32, parent: NodeId, offset: usize) {
+        assert!(shift <= MAX_SHIFT && shift % CHUNK_SHIFT == 0, "bad node shift {shift}");
+        assert!(offset < CHUNK_SIZE);
+        assert_eq!(self.count, 0, "a spare node holds slots");
+        assert!(self.marks.iter().all(|&bits| bits == 0), "a spare node holds marks");
+        debug_assert!(self.slots.iter().all(|&w| w == EMPTY));
+        self.shift = shift as u8;
+        self.offset = offset as u8;
+        self.parent = parent;
+    }
+
     #[inline]
     pub(crate) fn shift(&self) -> u32 {
         u32::from(self.shift)
@@ -266,21 +278,91 @@ impl<P: Owner> Drop for Node<P> {
     }
 }
 
-/// The arena of nodes: boxed nodes by id, a free-id list, and the live count.
+/// Empty nodes allocated ahead of time, outside the caller's lock, for a later split or
+/// store to use without allocating them under it (the kernel's `xas_split_alloc` and
+/// `xas_nomem` shape). Give them to the array with [`XArray::refill`](crate::XArray::refill).
+pub struct NodeReserve<P: Owner> {
+    // Boxed: each node is its own allocation, moved into the tree as is.
+    #[allow(clippy::vec_box)]
+    nodes: Vec<Box<Node<P>>>,
+}
+
+impl<P: Owner> NodeReserve<P> {
+    /// `count` empty nodes. Context: allocates (call it before taking the lock).
+    pub fn new(count: usize) -> Self {
+        NodeReserve { nodes: (0..count).map(|_| Node::new(0, NO_PARENT, 0)).collect() }
+    }
+
+    /// The nodes splitting an order-`order` entry into order `new_order` needs.
+    pub fn for_split(order: u32, new_order: u32) -> Self {
+        Self::new(crate::XArray::<P>::split_nodes_needed(order, new_order))
+    }
+
+    /// Nodes held.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Holds no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+impl<P: Owner> std::fmt::Debug for NodeReserve<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeReserve").field("nodes", &self.nodes.len()).finish()
+    }
+}
+
+/// The arena of nodes: boxed nodes by id, a free-id list, the live count, and spare empty
+/// nodes given by a [`NodeReserve`].
 pub(crate) struct Nodes<P: Owner> {
     table: Vec<Option<Box<Node<P>>>>,
     free: Vec<NodeId>,
     live: usize,
+    // Boxed: spares came from a `NodeReserve` and go into `table` without a copy.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Node<P>>>,
 }
 
 impl<P: Owner> Nodes<P> {
     pub(crate) const fn new() -> Self {
-        Nodes { table: Vec::new(), free: Vec::new(), live: 0 }
+        Nodes { table: Vec::new(), free: Vec::new(), live: 0, spare: Vec::new() }
     }
 
-    /// A new empty node. Context: allocates.
-    pub(crate) fn alloc(&mut self, shift: u32, parent: NodeId, offset: usize) -> NodeId {
-        let node = Node::new(shift, parent, offset);
+    /// Takes a reserve's nodes as spares, and grows the id table so that placing them needs
+    /// no reallocation. Context: allocates only to grow the id table (amortized doubling).
+    pub(crate) fn refill(&mut self, reserve: NodeReserve<P>) {
+        if self.spare.is_empty() {
+            self.spare = reserve.nodes;
+        } else {
+            self.spare.extend(reserve.nodes);
+        }
+        let needed = self.spare.len().saturating_sub(self.free.len());
+        self.table.reserve(needed);
+    }
+
+    /// Spare nodes held.
+    pub(crate) fn spare(&self) -> usize {
+        self.spare.len()
+    }
+
+    /// A node for the tree: a spare one if any (returns true), else a new one.
+    /// Context: allocates when no spare is left.
+    pub(crate) fn alloc(&mut self, shift: u32, parent: NodeId, offset: usize) -> (NodeId, bool) {
+        let (node, from_spare) = match self.spare.pop() {
+            Some(mut node) => {
+                node.reset(shift, parent, offset);
+                (node, true)
+            }
+            None => (Node::new(shift, parent, offset), false),
+        };
+        let id = self.place(node);
+        (id, from_spare)
+    }
+
+    fn place(&mut self, node: Box<Node<P>>) -> NodeId {
         self.live += 1;
         if let Some(id) = self.free.pop() {
             let slot = &mut self.table[id as usize];
@@ -327,10 +409,12 @@ impl<P: Owner> Nodes<P> {
         self.live
     }
 
-    /// Bytes of the id table and the free list (the arena's own overhead).
-    pub(crate) fn table_bytes(&self) -> usize {
+    /// Bytes of the id table, the free list and the spare nodes (the arena's overhead).
+    pub(crate) fn overhead_bytes(&self) -> usize {
         self.table.capacity() * std::mem::size_of::<Option<Box<Node<P>>>>()
             + self.free.capacity() * std::mem::size_of::<NodeId>()
+            + self.spare.capacity() * std::mem::size_of::<Box<Node<P>>>()
+            + self.spare.len() * std::mem::size_of::<Node<P>>()
     }
 
     /// Ids that are allocated, for `check_invariants`.
@@ -345,6 +429,9 @@ impl<P: Owner> Nodes<P> {
         assert_eq!(self.table.len() - vacant, self.live, "live count disagrees");
         for &id in &self.free {
             assert!(self.table[id as usize].is_none(), "free id {id} is in use");
+        }
+        for node in &self.spare {
+            assert_eq!(node.count, 0, "a spare node holds slots");
         }
     }
 }

@@ -14,8 +14,10 @@
 //!
 //! Every piece carries the original's value, or a clone of its owner (an `Arc` clone shares
 //! the pointee, as the kernel stores one pointer in every piece), and the original's marks.
-//! Allocation: the nodes are allocated inside the call, at most `2^MAX_SPLIT_ORDERS / 64 +
-//! 64` of them; [`XArray::split_nodes_needed`] tells the count beforehand.
+//! Allocation: [`XArray::split_nodes_needed`] tells the node count beforehand (8 for a
+//! 2 MiB folio split to pages; at most `32 * 65` within `MAX_SPLIT_ORDERS`). The nodes come
+//! from the spares a [`NodeReserve`](crate::NodeReserve) gave ([`XArray::refill`]), else
+//! from the allocator inside the call.
 
 use crate::entry::RawEntry;
 use crate::error::Error;
@@ -32,7 +34,8 @@ impl<P: Owner + Clone> XArray<P> {
     /// order; [`Error::SplitTooLarge`] if the split would make more than
     /// `2^MAX_SPLIT_ORDERS` pieces. The array is unchanged.
     ///
-    /// Context: allocates nodes (see [`XArray::split_nodes_needed`]).
+    /// Context: caller holds the lock; takes nodes from the spares, else allocates them
+    /// (see [`XArray::split_nodes_needed`], [`XArray::refill`]).
     pub fn split(&mut self, index: u64, new_order: u32) -> Result<(), Error> {
         let Some(place) = self.locate(index) else {
             self.stats.refused_not_present += 1;

@@ -91,7 +91,7 @@ impl<P: Owner> XArray<P> {
     /// every load. The shift is tracked on the way down instead of read from each node, so
     /// a level costs one slot read. Context: read only, no allocation.
     #[inline]
-    pub(crate) fn walk(&self, index: u64) -> Option<(NodeId, usize)> {
+    pub(crate) fn walk(&self, index: u64) -> Option<(NodeId, usize, u32)> {
         let mut id = self.head?;
         let mut node = self.nodes.get(id);
         let mut shift = node.shift();
@@ -111,17 +111,16 @@ impl<P: Owner> XArray<P> {
                 return None;
             }
             if entry::is_sibling(word) {
-                return Some((id, entry::sibling_offset(word)));
+                return Some((id, entry::sibling_offset(word), shift));
             }
-            return Some((id, off));
+            return Some((id, off, shift));
         }
     }
 
     /// The entry covering `index` with its first index and order. Context: read only.
     pub(crate) fn locate(&self, index: u64) -> Option<Place> {
-        let (id, off) = self.walk(index)?;
+        let (id, off, shift) = self.walk(index)?;
         let node = self.nodes.get(id);
-        let shift = node.shift();
         let first = node_base(index, shift) + ((off as u64) << shift);
         let order = shift + node.span(off).trailing_zeros();
         Some(Place { node: id, off, first, order })
@@ -137,34 +136,61 @@ impl<P: Owner> XArray<P> {
     }
 
     /// Makes the path for an order-`order` entry at `index` and returns the node and the
-    /// first slot of its span. The caller has checked that no larger entry covers the range.
+    /// first slot of its span: the check and the creation in one walk.
+    ///
+    /// Returns the covering entry instead when an entry of a larger order covers part of the
+    /// range; then nothing was created. (A larger entry sits on the path above the target
+    /// level, or spans the target slot. Both are met before the walk creates a node, because
+    /// below a created node everything is empty; and growing the height never precedes one,
+    /// because a root lower than the target level holds only smaller entries.)
+    ///
     /// Context: allocates nodes.
-    pub(crate) fn create_path(&mut self, index: u64, order: u32) -> (NodeId, usize) {
+    pub(crate) fn create_path(&mut self, index: u64, order: u32) -> Result<(NodeId, usize), Place> {
         let target = shift_for_order(order);
-        let mut id = match self.head {
+        let (mut id, mut created) = match self.head {
             None => {
                 let root = self.alloc_node(target.max(min_shift(index)), NO_PARENT, 0);
                 self.head = Some(root);
-                root
+                (root, true)
             }
-            Some(root) => self.expand(root, index, target),
+            Some(root) => {
+                let new_root = self.expand(root, index, target);
+                (new_root, new_root != root)
+            }
         };
+        // The shift is tracked on the way down, not read from each node: a node's header
+        // and the slot read are different cache lines, and a sparse tree misses on both.
+        let mut shift = self.nodes.get(id).shift();
         loop {
-            let shift = self.nodes.get(id).shift();
+            let node = self.nodes.get(id);
+            debug_assert_eq!(node.shift(), shift);
             let off = offset_in(index, shift);
+            let covering = match node.slot(off) {
+                Slot::Sibling(c) if shift > target || c < off => Some(c),
+                Slot::Entry if shift > target || node.span(off) > 1 << (order - shift) => Some(off),
+                _ => None,
+            };
+            if let Some(c) = covering {
+                assert!(!created, "a covering entry below a created node");
+                let first = node_base(index, shift) + ((c as u64) << shift);
+                let order = shift + node.span(c).trailing_zeros();
+                return Err(Place { node: id, off: c, first, order });
+            }
             if shift == target {
-                return (id, off);
+                return Ok((id, off));
             }
             assert!(shift > target, "walked below the target level");
-            id = match self.nodes.get(id).slot(off) {
+            id = match node.slot(off) {
                 Slot::Node(child) => child,
                 Slot::Empty => {
                     let child = self.alloc_node(shift - CHUNK_SHIFT, id, off);
                     self.nodes.get_mut(id).put_child(off, child);
+                    created = true;
                     child
                 }
-                slot => panic!("xarray: {slot:?} above the target level (unchecked cover)"),
+                slot => panic!("xarray: {slot:?} above the target level"),
             };
+            shift -= CHUNK_SHIFT;
         }
     }
 
@@ -196,7 +222,11 @@ impl<P: Owner> XArray<P> {
 
     pub(crate) fn alloc_node(&mut self, shift: u32, parent: NodeId, offset: usize) -> NodeId {
         self.stats.nodes_allocated += 1;
-        self.nodes.alloc(shift, parent, offset)
+        let (id, from_spare) = self.nodes.alloc(shift, parent, offset);
+        if from_spare {
+            self.stats.nodes_from_reserve += 1;
+        }
+        id
     }
 
     fn free_node(&mut self, id: NodeId) {

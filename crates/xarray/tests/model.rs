@@ -1,7 +1,8 @@
 //! Model test: random operations on an `XArray<Arc<Tracked>>` and on a `BTreeMap` model of
 //! `first index -> (order, value or item id, marks)`, compared after every operation, with
 //! `check_invariants()` after every operation and a live-item count that catches leaks and
-//! double drops.
+//! double drops. Spare nodes from a `NodeReserve` are mixed in, so reused nodes are checked
+//! too.
 //!
 //! Indices cluster in four windows (0, 2^20, 2^40 and the top 4096 of the key space) so
 //! multi-index stores overlap, and orders run 0..=20 with a tail of 58..=64 for the
@@ -11,7 +12,7 @@ use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
-use xarray::{Entry, EntryRef, Error, Mark, XArray, MAX_SPLIT_ORDERS, MAX_VALUE};
+use xarray::{Entry, EntryRef, Error, Mark, NodeReserve, XArray, MAX_SPLIT_ORDERS, MAX_VALUE};
 
 /// An item that counts how many of its kind are alive.
 #[derive(Debug)]
@@ -135,18 +136,60 @@ impl Model {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Store { index: u64, order: u32, val: Val },
-    Insert { index: u64, order: u32, val: Val },
-    Erase { index: u64 },
-    EraseRange { start: u64, len: u64 },
-    Replace { index: u64, val: Val },
-    Cmpxchg { index: u64, expect_right: bool, new: Option<Val> },
-    Split { index: u64, new_order: u32 },
-    SetMark { index: u64, mark: usize },
-    ClearMark { index: u64, mark: usize },
-    IterRange { start: u64, len: u64, mark: Option<usize> },
-    AddFolio { index: u64, order: u32 },
-    Probe { index: u64 },
+    Store {
+        index: u64,
+        order: u32,
+        val: Val,
+    },
+    Insert {
+        index: u64,
+        order: u32,
+        val: Val,
+    },
+    Erase {
+        index: u64,
+    },
+    EraseRange {
+        start: u64,
+        len: u64,
+    },
+    Replace {
+        index: u64,
+        val: Val,
+    },
+    Cmpxchg {
+        index: u64,
+        expect_right: bool,
+        new: Option<Val>,
+    },
+    Split {
+        index: u64,
+        new_order: u32,
+    },
+    SetMark {
+        index: u64,
+        mark: usize,
+    },
+    ClearMark {
+        index: u64,
+        mark: usize,
+    },
+    IterRange {
+        start: u64,
+        len: u64,
+        mark: Option<usize>,
+    },
+    AddFolio {
+        index: u64,
+        order: u32,
+    },
+    Probe {
+        index: u64,
+    },
+    /// Spare nodes for the next stores and splits to use (no change the model sees).
+    Refill {
+        count: usize,
+    },
 }
 
 const WINDOWS: [u64; 4] = [0, 1 << 20, 1 << 40, u64::MAX - 4095];
@@ -192,6 +235,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(start, len, mark)| Op::IterRange { start, len, mark }),
         4 => ranged().prop_map(|(index, order)| Op::AddFolio { index, order }),
         3 => index().prop_map(|index| Op::Probe { index }),
+        1 => (0usize..20).prop_map(|count| Op::Refill { count }),
     ]
 }
 
@@ -289,6 +333,11 @@ impl Harness {
             Op::IterRange { start, len, mark } => self.iter_range(start, len, mark),
             Op::AddFolio { index, order } => self.add_folio(index, order),
             Op::Probe { index } => self.probe(index),
+            Op::Refill { count } => {
+                let spares = self.xa.spare_nodes();
+                self.xa.refill(NodeReserve::new(count));
+                assert_eq!(self.xa.spare_nodes(), spares + count);
+            }
         }
     }
 
