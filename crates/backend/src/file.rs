@@ -83,7 +83,7 @@ impl FileBackend {
     ///
     /// Context: may block (file-system calls).
     pub fn create(path: &Path, size_bytes: u64, options: FileOptions) -> Result<Self, Error> {
-        if size_bytes == 0 || size_bytes % PAGE_SIZE as u64 != 0 {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(PAGE_SIZE as u64) {
             return Err(Error::BadSize { size_bytes });
         }
         let (dir, name) = if path.is_dir() {

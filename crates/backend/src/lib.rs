@@ -93,7 +93,7 @@ pub trait Backend: Send + Sync {
 /// # Errors
 /// [`Error::NotPageSized`], [`Error::OutOfRange`].
 pub fn check_request(offset: u64, len_bytes: usize, nr_pages: u64) -> Result<u64, Error> {
-    if len_bytes == 0 || len_bytes % PAGE_SIZE != 0 {
+    if len_bytes == 0 || !len_bytes.is_multiple_of(PAGE_SIZE) {
         return Err(Error::NotPageSized { len_bytes });
     }
     let nr = (len_bytes / PAGE_SIZE) as u64;

@@ -11,7 +11,8 @@
 //!
 //! Lock order (a lock on the left may be held while taking one on its right, never the
 //! reverse): regions → PTL → LRU; PTL → swap device cluster lock → slot free hook (zswap,
-//! zero map); PTL → swap cache shard → cluster lock. The LRU lock is a leaf. No engine lock is held while waiting on a folio, reading
+//! zero map); PTL → swap cache shard → cluster lock. The LRU lock is a leaf. No engine lock
+//! is held while waiting on a folio, reading
 //! or writing a backend, or reclaiming.
 
 use crate::budget::{Budget, Pressure};
@@ -106,7 +107,7 @@ fn make_backend(config: &EngineConfig) -> Result<Arc<dyn Backend>, Error> {
         BackendConfig::Memory => Arc::new(MemoryBackend::new(nr_pages)),
         BackendConfig::File { dir, path, keep } => {
             let at = path.as_ref().unwrap_or(dir);
-            let options = FileOptions { keep: *keep, ..FileOptions::default() };
+            let options = FileOptions { keep: *keep };
             let file = FileBackend::create(at, size_bytes, options)
                 .map_err(|e| Error::Config(format!("swap file at {}: {e}", at.display())))?;
             Arc::new(file)

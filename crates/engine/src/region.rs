@@ -120,7 +120,7 @@ impl Region {
         let page = PAGE_SIZE as u64;
         let why = if len == 0 {
             Some("empty")
-        } else if start % page != 0 || len % page != 0 {
+        } else if !start.is_multiple_of(page) || !len.is_multiple_of(page) {
             Some("not page aligned")
         } else if start.checked_add(len).is_none() {
             Some("wraps the address space")

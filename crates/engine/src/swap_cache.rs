@@ -421,9 +421,10 @@ mod tests {
         assert!(cache.delete(&folio, Some(shadow(7)), || ()));
         assert_eq!(cache.shadow(515), Some(shadow(7)));
         let refault = Folio::new_locked(515, 0);
-        assert!(
-            matches!(cache.add_or_get(&refault, || true), AddOrGet::Added(Some(s)) if s == shadow(7))
-        );
+        assert!(matches!(
+            cache.add_or_get(&refault, || true),
+            AddOrGet::Added(Some(s)) if s == shadow(7)
+        ));
         assert_eq!(cache.shadow(514), Some(shadow(7)), "the rest of the shadow stays");
         assert!(cache.get(515).is_some());
         assert_eq!(cache.counts(), (1, 15));
@@ -441,9 +442,10 @@ mod tests {
         let big = Folio::new_locked(64, 3);
         assert!(matches!(cache.add_or_get(&big, || true), AddOrGet::Added(None)));
         let inner = Folio::new_locked(66, 0);
-        assert!(
-            matches!(cache.add_or_get(&inner, || true), AddOrGet::Exists(f) if Arc::ptr_eq(&f, &big))
-        );
+        assert!(matches!(
+            cache.add_or_get(&inner, || true),
+            AddOrGet::Exists(f) if Arc::ptr_eq(&f, &big)
+        ));
         cache.check_invariants();
     }
 

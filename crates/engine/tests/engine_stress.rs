@@ -67,7 +67,8 @@ fn run(config: EngineConfig, ops_per_thread: u64, seed: u64) -> (Outcome, engine
                             let expected = content(page, version[slot]);
                             assert!(
                                 buf == expected,
-                                "page {page} (seed {seed}): read (page, version) {:?}, expected {:?}",
+                                "page {page} (seed {seed}): read (page, version) {:?}, \
+                                 expected {:?}",
                                 head(&buf),
                                 head(&expected)
                             );

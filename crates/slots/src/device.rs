@@ -270,7 +270,8 @@ impl SwapDevice {
     /// # Errors
     /// [`Error::CacheBusy`] if any slot is pinned already (another folio owns it, or it was
     /// just allocated; `-EEXIST`), [`Error::SlotFree`] if any slot has count 0 and no pin
-    /// (`-ENOENT`: a slot no page table refers to cannot be swapped in), [`Error::BadSlot`], range errors. On error no
+    /// (`-ENOENT`: a slot no page table refers to cannot be swapped in), [`Error::BadSlot`],
+    /// range errors. On error no
     /// slot was changed.
     ///
     /// Context: takes the cluster lock.

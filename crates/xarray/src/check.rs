@@ -56,7 +56,10 @@ impl<P: Owner> XArray<P> {
         totals.nodes += 1;
         let node = self.nodes.get(id);
         let shift = node.shift();
-        assert!(shift % CHUNK_SHIFT == 0 && shift <= MAX_SHIFT, "node {id}: shift {shift}");
+        assert!(
+            shift.is_multiple_of(CHUNK_SHIFT) && shift <= MAX_SHIFT,
+            "node {id}: shift {shift}"
+        );
         assert!(node.count() > 0, "node {id} is empty and was not freed");
         let (mut count, mut values) = (0, 0);
         let mut off = 0;

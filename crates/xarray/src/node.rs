@@ -54,7 +54,7 @@ pub(crate) type NodeId = u32;
 pub(crate) const NO_PARENT: NodeId = NodeId::MAX;
 
 const _: () = assert!(CHUNK_SIZE == 64, "mark bitmaps are one u64 per node");
-const _: () = assert!(MAX_SHIFT % CHUNK_SHIFT == 0 && MAX_SHIFT + CHUNK_SHIFT >= 64);
+const _: () = assert!(MAX_SHIFT.is_multiple_of(CHUNK_SHIFT) && MAX_SHIFT + CHUNK_SHIFT >= 64);
 // 64 slots x 8 B + 32 B header: the figure the 12 bytes per dense entry target rests on
 // (a full leaf holds 64 entries: 544 / 64 = 8.5 B each, plus ~1/63 for the levels above).
 const _: () = assert!(std::mem::size_of::<Node<Box<u64>>>() == 544, "node layout changed");
@@ -85,7 +85,7 @@ pub(crate) struct Node<P: Owner> {
 
 impl<P: Owner> Node<P> {
     fn new(shift: u32, parent: NodeId, offset: usize) -> Box<Self> {
-        assert!(shift <= MAX_SHIFT && shift % CHUNK_SHIFT == 0, "bad node shift {shift}");
+        assert!(shift <= MAX_SHIFT && shift.is_multiple_of(CHUNK_SHIFT), "bad node shift {shift}");
         assert!(offset < CHUNK_SIZE);
         Box::new(Node {
             shift: shift as u8,
@@ -101,7 +101,7 @@ impl<P: Owner> Node<P> {
 
     /// Makes a spare (empty) node ready for a new place in the tree.
     fn reset(&mut self, shift: u32, parent: NodeId, offset: usize) {
-        assert!(shift <= MAX_SHIFT && shift % CHUNK_SHIFT == 0, "bad node shift {shift}");
+        assert!(shift <= MAX_SHIFT && shift.is_multiple_of(CHUNK_SHIFT), "bad node shift {shift}");
         assert!(offset < CHUNK_SIZE);
         assert_eq!(self.count, 0, "a spare node holds slots");
         assert!(self.marks.iter().all(|&bits| bits == 0), "a spare node holds marks");
@@ -174,7 +174,7 @@ impl<P: Owner> Node<P> {
     /// If any slot in the span is occupied (the caller empties the span first), or the span
     /// is not a power of two aligned within the node.
     pub(crate) fn store_span(&mut self, off: usize, span: usize, entry: RawEntry<P>) {
-        assert!(span.is_power_of_two() && off % span == 0 && off + span <= CHUNK_SIZE);
+        assert!(span.is_power_of_two() && off.is_multiple_of(span) && off + span <= CHUNK_SIZE);
         assert!(self.slots[off..off + span].iter().all(|&w| w == EMPTY), "span occupied");
         let value = entry::is_value(entry.word());
         self.slots[off] = entry.into_word();

@@ -100,5 +100,5 @@ pub const FULLNESS_GROUPS: usize = 12;
 pub const MAX_OBJS_PER_ZSPAGE: usize = MAX_PAGES_PER_ZSPAGE * PAGE_SIZE / MIN_ALLOC_BYTES;
 
 const _: () = assert!(SIZE_STEPS == 255);
-const _: () = assert!(MIN_ALLOC_BYTES % CLASS_DELTA_BYTES == 0);
+const _: () = assert!(MIN_ALLOC_BYTES.is_multiple_of(CLASS_DELTA_BYTES));
 const _: () = assert!(MAX_OBJS_PER_ZSPAGE < u16::MAX as usize);

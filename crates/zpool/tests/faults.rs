@@ -9,7 +9,9 @@ use zpool::{AllocAttempt, Error, PoolConfig, ZsPool, PAGE_SIZE};
 /// A deterministic source of failures: every zspage allocation whose sequence number is
 /// divisible by `every` fails.
 fn every_nth(every: u64, calls: Arc<AtomicU64>) -> zpool::AllocFailHook {
-    Arc::new(move |_attempt: &AllocAttempt| calls.fetch_add(1, Ordering::Relaxed) % every == 0)
+    Arc::new(move |_attempt: &AllocAttempt| {
+        calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(every)
+    })
 }
 
 #[test]
@@ -25,7 +27,7 @@ fn injected_failures_are_counted_and_lose_nothing() {
         x ^= x >> 7;
         x ^= x << 17;
         let size = 1 + (x % 4096) as usize;
-        if x % 5 == 0 && !live.is_empty() {
+        if x.is_multiple_of(5) && !live.is_empty() {
             let handle = *live.keys().next().expect("live");
             pool.free(handle);
             live.remove(&handle);
