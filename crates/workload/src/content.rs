@@ -10,16 +10,16 @@
 //!   +--------+--------+--------+--------+-- ... --+
 //!   | zero   | ptrs   | text   | ints   |         |   kind of each line: hash(key, line)
 //!   +--------+--------+--------+--------+-- ... --+
-//!   zero    30%  64 zero bytes (padding, cleared structs, unused tails)
-//!   ints    20%  16 x u32 below 1024 (counters, lengths, small enums)
-//!   ptrs    20%  8 x u64 pointers into one 1 MiB arena, 16-byte aligned (heap links)
+//!   zero    35%  64 zero bytes (padding, cleared structs, unused tails)
+//!   ints    15%  16 x u32 below 16 (flags, small enums, short lengths)
+//!   ptrs    20%  8 x u64 pointers to one of 8 objects of the page's 1 MiB arena (links)
 //!   text    25%  ASCII words from a small vocabulary (strings, names, JSON)
 //!   random   5%  8 x u64 of full entropy (hashes, keys, compressed blobs)
 //! ```
 //!
-//! With these weights lz4 and lzo-rle compress a page to roughly a third, close to what
-//! zram reports for desktop and server heaps; the exact ratio is whatever the compressor
-//! finds, and the benchmark reports it.
+//! With these weights zram's lz4 and lzo-rle store a page in roughly 40% of its size
+//! (ratio about 2.5), in the range zram reports for desktop and server heaps (2-4); the
+//! exact ratio is whatever the compressor finds, and the benchmark reports it.
 //!
 //! Invariant: [`fill_page`] is a pure function of (seed, page, version): the verifier
 //! regenerates the expected page and compares all 4096 bytes. Version 0 means "never
@@ -83,8 +83,8 @@ enum LineKind {
 /// The kind of line `hash` selects, by the weights in the module essay (out of 20).
 fn line_kind(hash: u64) -> LineKind {
     match hash % 20 {
-        0..=5 => LineKind::Zero,
-        6..=9 => LineKind::SmallInts,
+        0..=6 => LineKind::Zero,
+        7..=9 => LineKind::SmallInts,
         10..=13 => LineKind::Pointers,
         14..=18 => LineKind::Text,
         _ => LineKind::Random,
@@ -104,23 +104,25 @@ pub fn fill_page(seed: u64, page: u64, version: u32, out: &mut [u8; PAGE_SIZE]) 
     let arena_base = 0x0000_7f00_0000_0000 | ((key >> 20) & 0x00ff_fff0_0000);
     for (line, chunk) in out.chunks_exact_mut(LINE_BYTES).enumerate() {
         let line_key = mix64(key ^ line as u64);
-        fill_line(line_kind(line_key), line_key, arena_base, chunk);
+        fill_line(line_kind(line_key), line_key, arena_base, key, chunk);
     }
     debug_assert_eq!(LINES_PER_PAGE, out.len() / LINE_BYTES);
 }
 
-fn fill_line(kind: LineKind, line_key: u64, arena_base: u64, chunk: &mut [u8]) {
+fn fill_line(kind: LineKind, line_key: u64, arena_base: u64, page_key: u64, chunk: &mut [u8]) {
     match kind {
         LineKind::Zero => chunk.fill(0),
         LineKind::SmallInts => {
             for (i, word) in chunk.chunks_exact_mut(4).enumerate() {
-                let value = (mix64(line_key ^ i as u64) % 1024) as u32;
+                let value = (mix64(line_key ^ i as u64) % 16) as u32;
                 word.copy_from_slice(&value.to_le_bytes());
             }
         }
         LineKind::Pointers => {
             for (i, word) in chunk.chunks_exact_mut(8).enumerate() {
-                let offset = mix64(line_key ^ i as u64) & 0x000f_fff0;
+                // One of the page's 8 objects: links of a heap point to few places.
+                let object = mix64(line_key ^ i as u64) % 8;
+                let offset = mix64(page_key ^ object) & 0x000f_fff0;
                 word.copy_from_slice(&(arena_base + offset).to_le_bytes());
             }
         }
@@ -166,7 +168,7 @@ mod tests {
     use super::*;
 
     /// A fold of page(1, 2, 3) at the generator's first version.
-    const GOLDEN_FOLD: u64 = 0x7a46_62bd_5daa_60be;
+    const GOLDEN_FOLD: u64 = 0x67fd_9943_f6d9_208b;
 
     fn page(seed: u64, index: u64, version: u32) -> Box<[u8; PAGE_SIZE]> {
         let mut out = Box::new([0u8; PAGE_SIZE]);
@@ -210,7 +212,7 @@ mod tests {
             distinct.extend(p.iter().copied());
         }
         let zero_share = zero_lines as f64 / lines as f64;
-        assert!((0.2..0.4).contains(&zero_share), "zero lines {zero_share}");
+        assert!((0.25..0.45).contains(&zero_share), "zero lines {zero_share}");
         // Not text only, not zeros only: most byte values occur.
         assert!(distinct.len() > 200, "{} distinct bytes", distinct.len());
     }

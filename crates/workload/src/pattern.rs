@@ -122,7 +122,7 @@ pub fn scatter(rank: u64, prime: u64, pages: u64) -> u64 {
 }
 
 /// A prime that does not divide `n` (so it is coprime with n).
-fn coprime_prime(n: u64) -> u64 {
+pub fn coprime_prime(n: u64) -> u64 {
     const PRIMES: [u64; 3] = [1_000_003, 1_000_033, 1_000_037];
     PRIMES.into_iter().find(|p| n % p != 0).unwrap_or(1)
 }

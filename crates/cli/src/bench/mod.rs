@@ -5,6 +5,8 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod compare;
+
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
@@ -33,6 +35,11 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// The same workloads under uswap and under the kernel's swap (zram lzo-rle, zram lz4,
+    /// zswap lz4) in a memory cgroup at the same budget: wall time, faults, fault latency,
+    /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
+    /// needs root and /dev/zram0 and is skipped with a note otherwise.
+    Compare(compare::CompareArgs),
 }
 
 /// Runs one benchmark and prints its report.
@@ -42,6 +49,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Compare(compare) => compare::run(&compare, &args.common)?,
     };
     report.print(args.common.json);
     Ok(())

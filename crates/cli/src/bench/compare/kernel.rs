@@ -1,0 +1,373 @@
+//! The kernel side: zram or zswap swap set up for one run and torn down after it.
+//!
+//! ```text
+//!   zram-lzo-rle / zram-lz4            zswap-lz4
+//!   -----------------------            ----------------------------------------
+//!   zram0/comp_algorithm <- alg        create /var/tmp/uswap-bench-PID.swap (fallocate)
+//!   zram0/disksize       <- bytes      mkswap FILE; swapon -p 100 FILE
+//!   mkswap /dev/zram0                  zswap/compressor <- lz4 (old value saved)
+//!   swapon -p 100 /dev/zram0           zswap/enabled    <- Y   (old value saved)
+//!   ... run ...                        ... run ...
+//!   swapoff /dev/zram0                 zswap/enabled    <- old; compressor <- old
+//!   zram0/reset          <- 1          swapoff FILE; rm FILE
+//! ```
+//!
+//! Each step that changed the machine is undone by a guard's `Drop`, in reverse order,
+//! whether the run ended, failed, panicked or was interrupted (SIGINT sets a flag the
+//! harness polls; it never exits past the guards). A teardown step that fails is
+//! reported on stderr and the remaining steps still run.
+//!
+//! Preflight refuses to touch a machine where swap is already active (someone else's
+//! swap would mix with ours, and `swapoff` of theirs is not ours to do) or where zram0 is
+//! already initialised (in use as swap or as a disk by someone else).
+//!
+//! Where the compressed store is charged: zram's memory belongs to no cgroup, so a run's
+//! peak is the cgroup's peak plus zram's `mem_used_max`. zswap charges its pool to the
+//! page's memory cgroup (`obj_cgroup_charge_zswap` in mm/memcontrol.c, which charges the
+//! memory counter in v1 and v2 alike), so for zswap the cgroup's peak already contains the
+//! pool; the harness records the pool's size from /proc/meminfo (`Zswap`) beside it.
+
+use super::machine::{Machine, Roots};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The zram device the harness uses.
+pub const ZRAM_DEVICE: &str = "/dev/zram0";
+/// Swap priority given to our swap (above any default).
+const SWAP_PRIORITY: &str = "100";
+
+/// One kernel configuration of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelConfig {
+    ZramLzoRle,
+    ZramLz4,
+    ZswapLz4,
+}
+
+impl KernelConfig {
+    pub const ALL: [KernelConfig; 3] =
+        [KernelConfig::ZramLzoRle, KernelConfig::ZramLz4, KernelConfig::ZswapLz4];
+
+    /// The name used in tables and in the JSON keys (`kernel_<key>_s`).
+    pub fn key(self) -> &'static str {
+        match self {
+            KernelConfig::ZramLzoRle => "zram_lzo_rle",
+            KernelConfig::ZramLz4 => "zram_lz4",
+            KernelConfig::ZswapLz4 => "zswap_lz4",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            KernelConfig::ZramLzoRle => "zram lzo-rle",
+            KernelConfig::ZramLz4 => "zram lz4",
+            KernelConfig::ZswapLz4 => "zswap lz4 + swap file",
+        }
+    }
+
+    pub fn compressor(self) -> &'static str {
+        match self {
+            KernelConfig::ZramLzoRle => "lzo-rle",
+            KernelConfig::ZramLz4 | KernelConfig::ZswapLz4 => "lz4",
+        }
+    }
+
+    pub fn is_zram(self) -> bool {
+        !matches!(self, KernelConfig::ZswapLz4)
+    }
+}
+
+/// Why the kernel side cannot run on this machine, or `Ok` when it can.
+///
+/// # Errors
+/// A sentence saying what is missing or in use; the caller skips with it as the note.
+pub fn preflight(machine: &dyn Machine, roots: &Roots, config: KernelConfig) -> Result<()> {
+    let swaps = machine.read(&roots.proc_file("swaps")).unwrap_or_default();
+    let active: Vec<&str> = swaps.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
+    if !active.is_empty() {
+        bail!("swap is already active ({}): refusing to change it", active.join("; "));
+    }
+    if config.is_zram() {
+        if !machine.exists(Path::new(ZRAM_DEVICE)) || !machine.exists(&roots.zram("disksize")) {
+            bail!("no {ZRAM_DEVICE} (CONFIG_ZRAM, or `modprobe zram`)");
+        }
+        if machine.read(&roots.zram("initstate")).unwrap_or_default() != "0" {
+            bail!("{ZRAM_DEVICE} is already initialised (in use by someone else)");
+        }
+        let algorithms = machine.read(&roots.zram("comp_algorithm"))?;
+        let known = algorithms
+            .split_whitespace()
+            .any(|a| a.trim_matches(['[', ']']) == config.compressor());
+        if !known {
+            bail!("zram has no {} compressor (has: {algorithms})", config.compressor());
+        }
+    } else if !machine.exists(&roots.zswap("enabled")) {
+        bail!("no zswap (CONFIG_ZSWAP)");
+    } else if machine.read(&roots.zswap("enabled"))? == "Y" {
+        bail!("zswap is already enabled by someone else");
+    }
+    Ok(())
+}
+
+/// zram0 set up as swap; reset on drop.
+pub struct ZramSwap<'m> {
+    machine: &'m dyn Machine,
+    roots: Roots,
+    swapped_on: bool,
+}
+
+impl<'m> ZramSwap<'m> {
+    /// Sets zram0 to `compressor` and `disk_bytes`, formats it and swaps on it.
+    ///
+    /// # Errors
+    /// The failing step; whatever was done before it is undone (the guard drops).
+    pub fn enter(
+        machine: &'m dyn Machine,
+        roots: &Roots,
+        compressor: &str,
+        disk_bytes: u64,
+    ) -> Result<Self> {
+        let mut guard = ZramSwap { machine, roots: roots.clone(), swapped_on: false };
+        machine.write(&roots.zram("comp_algorithm"), compressor)?;
+        machine.write(&roots.zram("disksize"), &disk_bytes.to_string())?;
+        machine.run("mkswap", &[ZRAM_DEVICE])?;
+        machine.run("swapon", &["-p", SWAP_PRIORITY, ZRAM_DEVICE])?;
+        guard.swapped_on = true;
+        Ok(guard)
+    }
+}
+
+impl Drop for ZramSwap<'_> {
+    fn drop(&mut self) {
+        if self.swapped_on {
+            warn_on_error("swapoff zram0", self.machine.run("swapoff", &[ZRAM_DEVICE]));
+        }
+        // reset frees the device's memory and returns it to initstate 0; it fails with
+        // EBUSY while swapoff is still draining, so retry briefly.
+        let reset = self.roots.zram("reset");
+        let mut result = self.machine.write(&reset, "1");
+        for _ in 0..20 {
+            if result.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            result = self.machine.write(&reset, "1");
+        }
+        warn_on_error("reset zram0", result);
+    }
+}
+
+/// A swap file, swapped on; swapped off and removed on drop.
+pub struct SwapFile<'m> {
+    machine: &'m dyn Machine,
+    path: PathBuf,
+    swapped_on: bool,
+}
+
+impl<'m> SwapFile<'m> {
+    /// Creates `path` with `bytes` allocated, formats it and swaps on it.
+    ///
+    /// # Errors
+    /// The failing step; the file is removed again (the guard drops).
+    pub fn enter(machine: &'m dyn Machine, path: &Path, bytes: u64) -> Result<Self> {
+        machine.create_allocated_file(path, bytes)?;
+        let mut guard = SwapFile { machine, path: path.to_path_buf(), swapped_on: false };
+        let name = path.to_str().context("swap file path is not UTF-8")?;
+        machine.run("mkswap", &[name])?;
+        machine.run("swapon", &["-p", SWAP_PRIORITY, name])?;
+        guard.swapped_on = true;
+        Ok(guard)
+    }
+}
+
+impl Drop for SwapFile<'_> {
+    fn drop(&mut self) {
+        if self.swapped_on {
+            let name = self.path.to_string_lossy().into_owned();
+            warn_on_error("swapoff the swap file", self.machine.run("swapoff", &[&name]));
+        }
+        warn_on_error("remove the swap file", self.machine.remove_file(&self.path));
+    }
+}
+
+/// zswap's parameters set for a run; the previous values restored on drop.
+pub struct ZswapParams<'m> {
+    machine: &'m dyn Machine,
+    /// (path, previous value), in the order they were changed.
+    saved: Vec<(PathBuf, String)>,
+}
+
+impl<'m> ZswapParams<'m> {
+    /// Sets zswap's compressor, then enables it.
+    ///
+    /// # Errors
+    /// The failing step; what was changed before it is restored (the guard drops).
+    pub fn enter(machine: &'m dyn Machine, roots: &Roots, compressor: &str) -> Result<Self> {
+        let mut guard = ZswapParams { machine, saved: Vec::new() };
+        guard.set(roots.zswap("compressor"), compressor)?;
+        guard.set(roots.zswap("enabled"), "Y")?;
+        Ok(guard)
+    }
+
+    fn set(&mut self, path: PathBuf, value: &str) -> Result<()> {
+        let previous = self.machine.read(&path)?;
+        self.machine.write(&path, value)?;
+        self.saved.push((path, previous));
+        Ok(())
+    }
+}
+
+impl Drop for ZswapParams<'_> {
+    fn drop(&mut self) {
+        for (path, previous) in self.saved.drain(..).rev() {
+            let what = format!("restore {} to {previous}", path.display());
+            warn_on_error(&what, self.machine.write(&path, &previous));
+        }
+    }
+}
+
+/// The swap of one kernel configuration, torn down on drop (fields drop in order: zswap
+/// is switched off before its swap file goes away).
+/// The guards are held only for their `Drop`.
+pub enum KernelSwap<'m> {
+    Zram { _zram: ZramSwap<'m> },
+    Zswap { _params: ZswapParams<'m>, _file: SwapFile<'m> },
+}
+
+impl<'m> KernelSwap<'m> {
+    /// Sets up `config` with room for `swap_bytes` of swapped pages.
+    ///
+    /// # Errors
+    /// The failing step (everything done before it is undone).
+    pub fn enter(
+        machine: &'m dyn Machine,
+        roots: &Roots,
+        config: KernelConfig,
+        swap_bytes: u64,
+        swap_file: &Path,
+    ) -> Result<Self> {
+        if config.is_zram() {
+            let zram = ZramSwap::enter(machine, roots, config.compressor(), swap_bytes)?;
+            return Ok(KernelSwap::Zram { _zram: zram });
+        }
+        let file = SwapFile::enter(machine, swap_file, swap_bytes)?;
+        let params = ZswapParams::enter(machine, roots, config.compressor())?;
+        Ok(KernelSwap::Zswap { _params: params, _file: file })
+    }
+}
+
+fn warn_on_error(what: &str, result: Result<()>) {
+    if let Err(error) = result {
+        eprintln!("uswap bench compare: teardown: {what}: {error:#}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::machine::fake::FakeMachine;
+    use super::*;
+
+    fn roots() -> Roots {
+        Roots { sys: "/sys".into(), proc: "/proc".into() }
+    }
+
+    fn fresh_machine() -> FakeMachine {
+        FakeMachine::with_files(&[
+            ("/proc/swaps", "Filename Type Size Used Priority"),
+            ("/sys/block/zram0/disksize", "0"),
+            ("/sys/block/zram0/initstate", "0"),
+            ("/sys/block/zram0/comp_algorithm", "[lzo-rle] lzo lz4"),
+            ("/sys/module/zswap/parameters/enabled", "N"),
+            ("/sys/module/zswap/parameters/compressor", "lzo"),
+            ("/dev/zram0", ""),
+        ])
+    }
+
+    #[test]
+    fn zram_setup_and_teardown_commands() {
+        let machine = fresh_machine();
+        let swap = KernelSwap::enter(
+            &machine,
+            &roots(),
+            KernelConfig::ZramLz4,
+            1 << 30,
+            Path::new("/unused"),
+        )
+        .unwrap();
+        drop(swap);
+        assert_eq!(
+            machine.steps(),
+            [
+                "write /sys/block/zram0/comp_algorithm lz4",
+                "write /sys/block/zram0/disksize 1073741824",
+                "run mkswap /dev/zram0",
+                "run swapon -p 100 /dev/zram0",
+                "run swapoff /dev/zram0",
+                "write /sys/block/zram0/reset 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn zswap_setup_restores_previous_parameters() {
+        let machine = fresh_machine();
+        let file = Path::new("/var/tmp/x.swap");
+        let swap =
+            KernelSwap::enter(&machine, &roots(), KernelConfig::ZswapLz4, 4096 * 10, file).unwrap();
+        assert_eq!(machine.value("/sys/module/zswap/parameters/enabled").unwrap(), "Y");
+        assert_eq!(machine.value("/sys/module/zswap/parameters/compressor").unwrap(), "lz4");
+        drop(swap);
+        assert_eq!(machine.value("/sys/module/zswap/parameters/enabled").unwrap(), "N");
+        assert_eq!(machine.value("/sys/module/zswap/parameters/compressor").unwrap(), "lzo");
+        let steps = machine.steps();
+        assert_eq!(steps[0], "fallocate /var/tmp/x.swap 40960");
+        assert_eq!(steps[1], "run mkswap /var/tmp/x.swap");
+        assert_eq!(steps[2], "run swapon -p 100 /var/tmp/x.swap");
+        // zswap off before the swap file goes.
+        let off = steps.iter().position(|s| s.ends_with("enabled N")).unwrap();
+        let swapoff = steps.iter().position(|s| s.starts_with("run swapoff")).unwrap();
+        assert!(off < swapoff, "{steps:?}");
+        assert_eq!(steps.last().unwrap(), "rm /var/tmp/x.swap");
+    }
+
+    #[test]
+    fn failed_swapon_undoes_what_was_done() {
+        let machine = fresh_machine();
+        machine.failing.borrow_mut().push("swapon".into());
+        let result = KernelSwap::enter(
+            &machine,
+            &roots(),
+            KernelConfig::ZramLzoRle,
+            1 << 20,
+            Path::new("/x"),
+        );
+        assert!(result.is_err());
+        let steps = machine.steps();
+        // Not swapped on, so no swapoff; but the device is reset.
+        assert!(!steps.iter().any(|s| s.contains("swapoff")), "{steps:?}");
+        assert_eq!(steps.last().unwrap(), "write /sys/block/zram0/reset 1");
+    }
+
+    #[test]
+    fn preflight_refuses_a_busy_machine() {
+        let machine = fresh_machine();
+        assert!(preflight(&machine, &roots(), KernelConfig::ZramLz4).is_ok());
+        assert!(preflight(&machine, &roots(), KernelConfig::ZswapLz4).is_ok());
+        machine.files.borrow_mut().insert(
+            "/proc/swaps".into(),
+            "Filename Type Size Used Priority\n/dev/zram0 partition 1 0 100".into(),
+        );
+        let error = preflight(&machine, &roots(), KernelConfig::ZramLz4).unwrap_err();
+        assert!(error.to_string().contains("already active"), "{error}");
+        let machine = fresh_machine();
+        machine.files.borrow_mut().insert("/sys/block/zram0/initstate".into(), "1".into());
+        let error = preflight(&machine, &roots(), KernelConfig::ZramLz4).unwrap_err();
+        assert!(error.to_string().contains("initialised"), "{error}");
+        let machine = fresh_machine();
+        machine.files.borrow_mut().remove(Path::new("/dev/zram0"));
+        assert!(preflight(&machine, &roots(), KernelConfig::ZramLz4).is_err());
+        let machine = fresh_machine();
+        machine.files.borrow_mut().insert("/sys/block/zram0/comp_algorithm".into(), "lzo".into());
+        assert!(preflight(&machine, &roots(), KernelConfig::ZramLz4).is_err());
+    }
+}
