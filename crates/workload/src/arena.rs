@@ -6,6 +6,11 @@
 //! the pages start out unpopulated and zero, and `calloc` skips the memset on fresh `mmap`
 //! memory: no page is touched before the workload touches it.
 //!
+//! `calloc` returns memory 16 bytes past a page boundary (glibc's chunk header sits at the
+//! start of the mapping), so the arena asks for one page more and starts at the first page
+//! boundary inside: a workload page is then exactly one page of the machine, and touching
+//! it faults that page and no other.
+//!
 //! The two timed operations, [`Arena::touch_read`] and [`Arena::touch_write`], are
 //! volatile accesses to the first word of a page, so the compiler can neither hoist them
 //! out of the timing window nor merge them with the untimed verification that follows.
@@ -19,28 +24,37 @@ use crate::content::PAGE_SIZE;
 use crate::WorkloadError;
 use std::ptr::NonNull;
 
-/// `pages` zero-initialised pages from the C heap, freed on drop.
+/// `pages` zero-initialised, page-aligned pages from the C heap, freed on drop.
 #[derive(Debug)]
 pub struct Arena {
+    /// What calloc returned (freed on drop).
+    raw: NonNull<u8>,
+    /// The first page boundary at or after `raw`: page 0 of the arena.
     base: NonNull<u8>,
     pages: usize,
 }
 
 impl Arena {
-    /// Allocates `pages` zero pages with `calloc`.
+    /// Allocates `pages` zero pages (plus one for alignment) with `calloc`.
     ///
     /// # Errors
     /// [`WorkloadError::OutOfMemory`] when `calloc` fails or the size overflows.
     pub fn new(pages: usize) -> Result<Self, WorkloadError> {
         let oom = || WorkloadError::OutOfMemory { bytes: (pages as u64) * PAGE_SIZE as u64 };
-        if pages == 0 || pages.checked_mul(PAGE_SIZE).is_none() {
+        let with_slack = pages.checked_add(1).ok_or_else(oom)?;
+        if pages == 0 || with_slack.checked_mul(PAGE_SIZE).is_none_or(|b| b > isize::MAX as usize) {
             return Err(oom());
         }
         // SAFETY: calloc has no preconditions; a null result is handled below. The
         // count/size pair cannot overflow (checked above), and calloc checks it again.
-        let raw = unsafe { libc::calloc(pages, PAGE_SIZE) }.cast::<u8>();
-        let base = NonNull::new(raw).ok_or_else(oom)?;
-        Ok(Arena { base, pages })
+        let raw = unsafe { libc::calloc(with_slack, PAGE_SIZE) }.cast::<u8>();
+        let raw = NonNull::new(raw).ok_or_else(oom)?;
+        let skip = raw.as_ptr().align_offset(PAGE_SIZE);
+        assert!(skip < PAGE_SIZE, "align_offset of a byte pointer is always computable");
+        // SAFETY: skip < PAGE_SIZE, and the allocation has PAGE_SIZE bytes more than the
+        // pages * PAGE_SIZE the arena uses, so base and every page after it stay inside.
+        let base = unsafe { raw.add(skip) };
+        Ok(Arena { raw, base, pages })
     }
 
     /// The number of pages.
@@ -50,8 +64,8 @@ impl Arena {
 
     fn page_ptr(&self, page: usize) -> *mut u8 {
         assert!(page < self.pages, "page {page} outside the arena of {}", self.pages);
-        // SAFETY: page < pages (asserted), so the offset stays inside the allocation of
-        // pages * PAGE_SIZE bytes, which does not overflow isize (checked in new).
+        // SAFETY: page < pages (asserted), so the offset stays inside the pages * PAGE_SIZE
+        // bytes from base, which are inside the allocation and below isize::MAX (new).
         unsafe { self.base.as_ptr().add(page * PAGE_SIZE) }
     }
 
@@ -62,8 +76,8 @@ impl Arena {
     #[inline]
     pub fn touch_read(&self, page: usize) -> u64 {
         let ptr = self.page_ptr(page).cast::<u64>();
-        // SAFETY: ptr is inside the live allocation (page_ptr), aligned to 8 (calloc's
-        // result is 16-aligned and pages are 4096 apart), and every byte pattern is a u64.
+        // SAFETY: ptr is inside the live allocation (page_ptr), aligned to a page (base is),
+        // and every byte pattern is a valid u64.
         unsafe { ptr.read_volatile() }
     }
 
@@ -102,8 +116,8 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: base came from calloc and is freed exactly once, here.
-        unsafe { libc::free(self.base.as_ptr().cast()) }
+        // SAFETY: raw came from calloc and is freed exactly once, here.
+        unsafe { libc::free(self.raw.as_ptr().cast()) }
     }
 }
 
@@ -141,6 +155,22 @@ mod tests {
         assert_eq!(arena.touch_read(2), 0x1234);
         arena.page_mut(1)[4095] = 7;
         assert_eq!(arena.page(1)[4095], 7);
+    }
+
+    #[test]
+    fn pages_are_machine_pages() {
+        // postmortem: calloc returned memory 16 bytes past a page boundary, so each
+        // workload page straddled two machine pages. Verifying page p read the first 16
+        // bytes of machine page p+1, which took p+1's fault outside the timed touch: the
+        // seq pattern showed no fault latency at all, and every pattern faulted twice as
+        // often as it touched. Pages are now aligned.
+        for pages in [1, 3, 1000] {
+            let arena = Arena::new(pages).unwrap();
+            for page in [0, pages - 1] {
+                let address = arena.page(page).as_ptr() as usize;
+                assert_eq!(address % PAGE_SIZE, 0, "page {page} of {pages} at {address:#x}");
+            }
+        }
     }
 
     #[test]

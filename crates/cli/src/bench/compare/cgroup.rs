@@ -117,6 +117,10 @@ impl<'m> MemCgroup<'m> {
         Ok(group)
     }
 
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

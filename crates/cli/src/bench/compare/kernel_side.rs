@@ -11,7 +11,7 @@
 //!     drop guard 2, then guard 1                              (teardown, always)
 //! ```
 
-use super::cgroup::{self, CgroupParent, MemCgroup};
+use super::cgroup::{self, CgroupParent, CgroupVersion, MemCgroup};
 use super::kernel::{preflight, KernelConfig, KernelSwap};
 use super::machine::{Machine, Roots};
 use super::outcome::RunOutcome;
@@ -101,6 +101,10 @@ impl MemoryProbe for KernelProbe<'_> {
             let meminfo = machine.read(&self.env.roots.proc_file("meminfo")).unwrap_or_default();
             sample.compressed_bytes = meminfo_bytes(&meminfo, "Zswap").unwrap_or(0);
             sample.original_bytes = meminfo_bytes(&meminfo, "Zswapped").unwrap_or(0);
+            // v1 does not charge the pool to the cgroup (kernel.rs essay).
+            if self.group.version() == CgroupVersion::V1 {
+                sample.outside_bytes = sample.compressed_bytes;
+            }
         }
         sample
     }
@@ -137,7 +141,8 @@ pub fn run_kernel(
         let stat = machine.read(&env.roots.zram("mm_stat")).unwrap_or_default();
         parse_mm_stat(&stat).map_or(0, |fields| fields[4])
     } else {
-        0 // The zswap pool is charged to the cgroup (module essay of kernel.rs).
+        // The pool outside the charge (v1), sampled: 0 on v2, where it is charged.
+        measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0)
     };
     let outcome = RunOutcome {
         charged_peak_bytes,

@@ -5,7 +5,7 @@
 //! ```text
 //!   for each workload (seq, uniform, zipf, zero, pydict, redis):
 //!       uswap side       uswap_side::run           (not available yet: skipped, noted)
-//!       kernel side      for zram lzo-rle, zram lz4, zswap lz4:
+//!       kernel side      for zram lzo-rle, zram lz4, zswap lz4, zswap lzo-rle:
 //!                            set up swap + cgroup(limit = budget), run, sample, tear down
 //!   report: per-side table, uswap-vs-kernel table, JSON `workloads`, --plot SVGs
 //! ```
@@ -70,8 +70,9 @@ pub struct CompareArgs {
     /// uniform with --quick).
     #[arg(long)]
     pub workloads: Option<String>,
-    /// Comma-separated kernel configurations: zram-lzo-rle,zram-lz4,zswap-lz4 (default:
-    /// all; zram-lz4 with --quick).
+    /// Comma-separated kernel configurations: zram-lzo-rle,zram-lz4,zswap-lz4,
+    /// zswap-lzo-rle (default: all; zram-lz4 with --quick). A configuration whose
+    /// compressor this kernel lacks is skipped with a note.
     #[arg(long)]
     pub configs: Option<String>,
     /// Write SVG charts (latency CDFs, memory over time) into this directory.
@@ -134,7 +135,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
     let configs = parse_configs(args.configs.as_deref().unwrap_or(if quick {
         "zram-lz4"
     } else {
-        "zram-lzo-rle,zram-lz4,zswap-lz4"
+        "zram-lzo-rle,zram-lz4,zswap-lz4,zswap-lzo-rle"
     }))?;
     sys::install_interrupt_handler().context("install the SIGINT handler")?;
     let scratch = Scratch(std::env::temp_dir().join(format!("uswap-bench-{}", std::process::id())));
@@ -224,6 +225,9 @@ fn run_all(
                         Err(error) if error.is::<runner::Interrupted>() || sys::interrupted() => {
                             bail!("interrupted: swap, zram, zswap and the cgroup were restored");
                         }
+                        Err(error) if error.is::<kernel::Unsupported>() => {
+                            Side::Skipped(format!("{error:#}"))
+                        }
                         Err(error) => Side::Failed(format!("{error:#}")),
                     }
                 }
@@ -265,8 +269,9 @@ fn describe(
          fault, the same for both sides); synthetic workloads only",
     );
     report.note(
-        "peak = cgroup peak (memory.max_usage_in_bytes / memory.peak) + zram mem_used_max; \
-         zswap's pool is charged to the cgroup, so its store column is 0 and compr shows it",
+        "peak = cgroup peak (memory.max_usage_in_bytes / memory.peak) + the compressed store \
+         outside the charge: zram mem_used_max; zswap's pool (Zswap in /proc/meminfo, \
+         sampled) on cgroup v1, which does not charge it (v2 does: store 0 there)",
     );
     report.note("this machine is shared with other builds: timings are noisy, compare ratios");
 }

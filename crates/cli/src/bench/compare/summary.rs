@@ -83,7 +83,15 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
         }
     }
     details(report, rows);
-    let header = ["workload", "uswap s", "zram lz4 s", "ratio", "zram lzo-rle s", "zswap lz4 s"];
+    let header = [
+        "workload",
+        "uswap s",
+        "zram lz4 s",
+        "ratio",
+        "zram lzo-rle s",
+        "zswap lz4 s",
+        "zswap lzo-rle s",
+    ];
     let table =
         report.table("uswap vs the kernel (wall seconds; ratio = uswap / zram lz4)", &header);
     for row in rows {
@@ -99,6 +107,7 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
             ratio,
             secs(row.kernel(KernelConfig::ZramLzoRle)),
             secs(row.kernel(KernelConfig::ZswapLz4)),
+            secs(row.kernel(KernelConfig::ZswapLzoRle)),
         ]);
     }
     report.field("workloads", Value::from(rows.iter().map(workload_json).collect::<Vec<_>>()));

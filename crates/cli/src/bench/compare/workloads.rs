@@ -239,8 +239,12 @@ fn run_synthetic(
         verify_errors: report.verify_errors,
         samples: finished.samples,
         detail: format!(
-            "{} accesses, access p50 {} ns, {} slow (> {} ns)",
-            report.accesses, report.access_p50_ns, report.slow_accesses, report.fault_threshold_ns
+            "{} accesses: p50 {} ns, {} slow (> {} ns), {} major faults",
+            report.accesses,
+            report.access_p50_ns,
+            report.slow_accesses,
+            report.fault_threshold_ns,
+            report.run_major_faults
         ),
     })
 }
