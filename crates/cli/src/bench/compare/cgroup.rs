@@ -149,6 +149,17 @@ impl<'m> MemCgroup<'m> {
         }
     }
 
+    /// How many times the group's OOM killer has killed a process (v1 `memory.oom_control`,
+    /// v2 `memory.events`, line `oom_kill N`), when the kernel reports it.
+    pub fn oom_kills(&self) -> Option<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let text = self.machine.read(&self.file(file)).ok()?;
+        text.lines().find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
+    }
+
     fn read_number(&self, name: &str) -> u64 {
         self.machine.read(&self.file(name)).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
     }
@@ -246,6 +257,10 @@ mod tests {
         );
         machine.files.borrow_mut().insert("/sys/fs/cgroup/g/memory.peak".into(), "4096".into());
         assert_eq!(group.peak_bytes(), 4096);
+        assert_eq!(group.oom_kills(), None);
+        let events = "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\noom_group_kill 0";
+        machine.files.borrow_mut().insert("/sys/fs/cgroup/g/memory.events".into(), events.into());
+        assert_eq!(group.oom_kills(), Some(1));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!   ... run ...                        ... run ...
 //!   swapoff /dev/zram0                 zswap/enabled    <- old; compressor <- old
 //!   zram0/reset          <- 1          swapoff FILE; rm FILE
+//!   zram0/comp_algorithm <- old
 //! ```
 //!
 //! Each step that changed the machine is undone by a guard's `Drop`, in reverse order,
@@ -139,11 +140,20 @@ pub fn preflight(machine: &dyn Machine, roots: &Roots, config: KernelConfig) -> 
     Ok(())
 }
 
-/// zram0 set up as swap; reset on drop.
+/// zram0 set up as swap; reset (and its compressor restored) on drop.
 pub struct ZramSwap<'m> {
     machine: &'m dyn Machine,
     roots: Roots,
     swapped_on: bool,
+    /// The compressor selected before (the bracketed name of `comp_algorithm`).
+    previous_compressor: Option<String>,
+}
+
+/// The selected algorithm of zram's `comp_algorithm` (`lzo [lzo-rle] lz4` -> `lzo-rle`).
+pub fn selected_algorithm(comp_algorithm: &str) -> Option<String> {
+    comp_algorithm
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix('[')?.strip_suffix(']').map(str::to_string))
 }
 
 impl<'m> ZramSwap<'m> {
@@ -157,7 +167,13 @@ impl<'m> ZramSwap<'m> {
         compressor: &str,
         disk_bytes: u64,
     ) -> Result<Self> {
-        let mut guard = ZramSwap { machine, roots: roots.clone(), swapped_on: false };
+        let algorithms = machine.read(&roots.zram("comp_algorithm"))?;
+        let mut guard = ZramSwap {
+            machine,
+            roots: roots.clone(),
+            swapped_on: false,
+            previous_compressor: selected_algorithm(&algorithms),
+        };
         machine.write(&roots.zram("comp_algorithm"), compressor)?;
         machine.write(&roots.zram("disksize"), &disk_bytes.to_string())?;
         machine.run("mkswap", &[ZRAM_DEVICE])?;
@@ -183,7 +199,12 @@ impl Drop for ZramSwap<'_> {
             std::thread::sleep(std::time::Duration::from_millis(100));
             result = self.machine.write(&reset, "1");
         }
+        let reset_done = result.is_ok();
         warn_on_error("reset zram0", result);
+        if let (true, Some(previous)) = (reset_done, &self.previous_compressor) {
+            let path = self.roots.zram("comp_algorithm");
+            warn_on_error("restore zram0's compressor", self.machine.write(&path, previous));
+        }
     }
 }
 
@@ -374,8 +395,16 @@ mod tests {
                 "run swapon -p 100 /dev/zram0",
                 "run swapoff /dev/zram0",
                 "write /sys/block/zram0/reset 1",
+                "write /sys/block/zram0/comp_algorithm lzo-rle",
             ]
         );
+    }
+
+    #[test]
+    fn selected_algorithm_is_the_bracketed_one() {
+        assert_eq!(selected_algorithm("lzo [lzo-rle] lz4").as_deref(), Some("lzo-rle"));
+        assert_eq!(selected_algorithm("[lz4]").as_deref(), Some("lz4"));
+        assert_eq!(selected_algorithm("lzo lz4"), None);
     }
 
     #[test]
@@ -481,9 +510,10 @@ mod tests {
         );
         assert!(result.is_err());
         let steps = machine.steps();
-        // Not swapped on, so no swapoff; but the device is reset.
+        // Not swapped on, so no swapoff; but the device is reset and its compressor restored.
         assert!(!steps.iter().any(|s| s.contains("swapoff")), "{steps:?}");
-        assert_eq!(steps.last().unwrap(), "write /sys/block/zram0/reset 1");
+        assert_eq!(steps[steps.len() - 2], "write /sys/block/zram0/reset 1");
+        assert_eq!(steps.last().unwrap(), "write /sys/block/zram0/comp_algorithm lzo-rle");
     }
 
     #[test]

@@ -135,7 +135,19 @@ pub fn run_kernel(
         sys::join_cgroup_before_exec(command, cgroup::open_procs(&procs)?);
         Ok(())
     };
-    let measured = spec.execute(ctx, &Placement { prepare: &prepare, probe: &probe })?;
+    let measured = match spec.execute(ctx, &Placement { prepare: &prepare, probe: &probe }) {
+        Ok(measured) => measured,
+        Err(error) => match group.oom_kills() {
+            Some(kills) if kills > 0 => {
+                let why = format!(
+                    "the memory cgroup's OOM killer ended the run (oom_kill {kills}; \
+                     dmesg has the cgroup's stats at the kill)"
+                );
+                return Err(error.context(why));
+            }
+            _ => return Err(error),
+        },
+    };
     let charged_peak_bytes = group.peak_bytes();
     let store_peak_bytes = if config.is_zram() {
         let stat = machine.read(&env.roots.zram("mm_stat")).unwrap_or_default();
