@@ -7,6 +7,7 @@
 
 mod heap;
 mod zpool;
+mod compare;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};
@@ -55,6 +56,11 @@ pub enum Which {
     /// allocation per object. JSON: `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`,
     /// `lz4_ratio`, `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
     Zpool,
+    /// The same workloads under uswap and under the kernel's swap (zram lzo-rle, zram lz4,
+    /// zswap lz4) in a memory cgroup at the same budget: wall time, faults, fault latency,
+    /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
+    /// needs root and /dev/zram0 and is skipped with a note otherwise.
+    Compare(compare::CompareArgs),
 }
 
 /// Runs one benchmark and prints its report.
@@ -67,6 +73,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
+        Which::Compare(compare) => compare::run(&compare, &args.common)?,
     };
     report.print(args.common.json);
     Ok(())

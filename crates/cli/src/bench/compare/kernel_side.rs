@@ -1,0 +1,196 @@
+//! One workload under one kernel configuration, from setup to teardown.
+//!
+//! ```text
+//!   KernelEnv::open      root? memory cgroup? exclusive lock (one harness at a time)
+//!   run_kernel:
+//!     preflight          no swap active, zram0 free / zswap off
+//!     KernelSwap::enter  zram or zswap + swap file           (guard 1)
+//!     MemCgroup::create  limit = budget                       (guard 2)
+//!     execute            workload joins the cgroup before exec; sampled every 50 ms
+//!     peaks              cgroup peak + zram mem_used_max (+ compressed/original peaks)
+//!     drop guard 2, then guard 1                              (teardown, always)
+//! ```
+
+use super::cgroup::{self, CgroupParent, CgroupVersion, MemCgroup};
+use super::kernel::{preflight, KernelConfig, KernelSwap};
+use super::machine::{Machine, Roots};
+use super::outcome::RunOutcome;
+use super::runner::{MemoryProbe, Sample};
+use super::sys;
+use super::workloads::{Placement, RunContext, WorkloadSpec};
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Where the exclusive lock of the kernel side lives.
+const LOCK_PATH: &str = "/tmp/uswap-bench-compare.lock";
+/// Slack added to the swap space beyond the working set.
+const SWAP_SLACK_BYTES: u64 = 64 << 20;
+
+/// What the kernel side needs for all its runs.
+pub struct KernelEnv {
+    pub machine: Box<dyn Machine>,
+    pub roots: Roots,
+    pub parent: CgroupParent,
+    /// Held for the whole comparison: two harnesses must not share zram0.
+    _lock: File,
+}
+
+impl KernelEnv {
+    /// Checks that the kernel side can run here and takes the lock.
+    ///
+    /// # Errors
+    /// A sentence for the report's note: not root, no memory cgroup, lock held.
+    pub fn open(machine: Box<dyn Machine>, roots: Roots) -> Result<Self> {
+        if !sys::is_root() {
+            bail!("the kernel side needs root (swapon, zram, cgroups)");
+        }
+        let parent = cgroup::locate(machine.as_ref(), &roots)?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK_PATH)
+            .with_context(|| format!("open {LOCK_PATH}"))?;
+        if !sys::try_lock_exclusive(&lock)? {
+            bail!("another `uswap bench compare` holds {LOCK_PATH}");
+        }
+        Ok(KernelEnv { machine, roots, parent, _lock: lock })
+    }
+}
+
+/// Reads a configuration's memory: the cgroup's charge and the swap's store.
+struct KernelProbe<'a> {
+    env: &'a KernelEnv,
+    group: &'a MemCgroup<'a>,
+    config: KernelConfig,
+}
+
+/// zram's `mm_stat`: orig_data_size compr_data_size mem_used_total mem_limit
+/// mem_used_max same_pages pages_compacted huge_pages ...
+fn parse_mm_stat(text: &str) -> Option<[u64; 5]> {
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    let mut out = [0; 5];
+    for slot in &mut out {
+        *slot = fields.next()??;
+    }
+    Some(out)
+}
+
+/// A `/proc/meminfo` line's value in bytes (`Zswap:  1234 kB`).
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kib| kib * 1024)
+    })
+}
+
+impl MemoryProbe for KernelProbe<'_> {
+    fn sample(&self) -> Sample {
+        let machine = self.env.machine.as_ref();
+        let mut sample = Sample { charged_bytes: self.group.usage_bytes(), ..Sample::default() };
+        if self.config.is_zram() {
+            let stat = machine.read(&self.env.roots.zram("mm_stat")).unwrap_or_default();
+            if let Some([orig, compr, used, _, _]) = parse_mm_stat(&stat) {
+                sample.original_bytes = orig;
+                sample.compressed_bytes = compr;
+                sample.outside_bytes = used;
+            }
+        } else {
+            let meminfo = machine.read(&self.env.roots.proc_file("meminfo")).unwrap_or_default();
+            sample.compressed_bytes = meminfo_bytes(&meminfo, "Zswap").unwrap_or(0);
+            sample.original_bytes = meminfo_bytes(&meminfo, "Zswapped").unwrap_or(0);
+            // v1 does not charge the pool to the cgroup (kernel.rs essay).
+            if self.group.version() == CgroupVersion::V1 {
+                sample.outside_bytes = sample.compressed_bytes;
+            }
+        }
+        sample
+    }
+}
+
+/// Runs `spec` under `config` and tears everything down again.
+///
+/// # Errors
+/// A preflight refusal, a setup step, the workload's failure, an interrupt. The
+/// machine is restored in every case (guards).
+pub fn run_kernel(
+    env: &KernelEnv,
+    config: KernelConfig,
+    spec: &WorkloadSpec,
+    ctx: &RunContext,
+    run_index: usize,
+) -> Result<RunOutcome> {
+    let machine = env.machine.as_ref();
+    preflight(machine, &env.roots, config)?;
+    let swap_bytes = ctx.size_bytes + ctx.size_bytes / 2 + SWAP_SLACK_BYTES;
+    let swap_file = PathBuf::from(format!("/var/tmp/uswap-bench-{}.swap", std::process::id()));
+    let swap = KernelSwap::enter(machine, &env.roots, config, swap_bytes, &swap_file)?;
+    let name = format!("uswap-bench-{}-{run_index}", std::process::id());
+    let group = MemCgroup::create(machine, &env.parent, &name, ctx.budget_bytes)?;
+    let probe = KernelProbe { env, group: &group, config };
+    let procs = group.procs_file();
+    let prepare = |command: &mut Command| -> Result<()> {
+        sys::join_cgroup_before_exec(command, cgroup::open_procs(&procs)?);
+        Ok(())
+    };
+    let measured = match spec.execute(ctx, &Placement { prepare: &prepare, probe: &probe }) {
+        Ok(measured) => measured,
+        Err(error) => match group.oom_kills() {
+            Some(kills) if kills > 0 => {
+                let why = format!(
+                    "the memory cgroup's OOM killer ended the run (oom_kill {kills}; \
+                     dmesg has the cgroup's stats at the kill)"
+                );
+                return Err(error.context(why));
+            }
+            _ => return Err(error),
+        },
+    };
+    let charged_peak_bytes = group.peak_bytes();
+    let store_peak_bytes = if config.is_zram() {
+        let stat = machine.read(&env.roots.zram("mm_stat")).unwrap_or_default();
+        parse_mm_stat(&stat).map_or(0, |fields| fields[4])
+    } else {
+        // The pool outside the charge (v1), sampled: 0 on v2, where it is charged.
+        measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0)
+    };
+    let outcome = RunOutcome {
+        charged_peak_bytes,
+        store_peak_bytes,
+        peak_bytes: charged_peak_bytes + store_peak_bytes,
+        compressed_peak_bytes: measured
+            .samples
+            .iter()
+            .map(|s| s.compressed_bytes)
+            .max()
+            .unwrap_or(0),
+        original_peak_bytes: measured.samples.iter().map(|s| s.original_bytes).max().unwrap_or(0),
+        kmem_peak_bytes: group.kmem_peak_bytes(),
+        measured,
+    };
+    drop(group);
+    drop(swap);
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mm_stat_parses() {
+        let text = "  4096  1024  8192  0  16384  3  0  1  0";
+        assert_eq!(parse_mm_stat(text), Some([4096, 1024, 8192, 0, 16384]));
+        assert_eq!(parse_mm_stat("1 2"), None);
+    }
+
+    #[test]
+    fn meminfo_lines_parse() {
+        let text = "MemTotal:  100 kB\nZswap:        8 kB\nZswapped:     32 kB\n";
+        assert_eq!(meminfo_bytes(text, "Zswap"), Some(8192));
+        assert_eq!(meminfo_bytes(text, "Zswapped"), Some(32768));
+        assert_eq!(meminfo_bytes(text, "Swap"), None);
+    }
+}

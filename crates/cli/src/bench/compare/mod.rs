@@ -1,0 +1,293 @@
+//! `uswap bench compare`: the same workloads under uswap and under the kernel's own swap,
+//! at the same memory budget, side by side in one run (ARCHITECTURE.md, "The kernel as
+//! the yardstick").
+//!
+//! ```text
+//!   for each workload (seq, uniform, zipf, zero, pydict, redis):
+//!       uswap side       uswap_side::run           (not available yet: skipped, noted)
+//!       kernel side      for zram lzo-rle, zram lz4, zswap lz4, zswap lzo-rle:
+//!                            set up swap + cgroup(limit = budget), run, sample, tear down
+//!   report: per-side table, uswap-vs-kernel table, JSON `workloads`, --plot SVGs
+//! ```
+//!
+//! Modules: `workloads` (what runs and how it is read), `runner` (spawn, sample, reap),
+//! `kernel` + `cgroup` + `machine` (setup/teardown guards), `kernel_side` (one kernel
+//! run), `uswap_side` (the plug-in point for `uswap run`), `summary` (tables, JSON),
+//! `svg` + `plot` (charts), `sys` (the few raw system calls).
+//!
+//! Safety of the machine: zram0 and swap are global. Every change is made by a guard
+//! that undoes it on drop; SIGINT/SIGTERM only set a flag, the running workload is
+//! killed and the guards unwind; one harness at a time holds a lock; a machine where
+//! swap is already on is refused. After a run no swap is on and zswap is as it was.
+
+mod cgroup;
+mod kernel;
+mod kernel_side;
+mod machine;
+mod outcome;
+mod plot;
+mod redis;
+mod runner;
+mod summary;
+mod svg;
+mod sys;
+mod uswap_side;
+mod workloads;
+
+use crate::bench::CommonOpts;
+use crate::report::Report;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kernel::KernelConfig;
+use kernel_side::KernelEnv;
+use outcome::Side;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+use summary::WorkloadRow;
+use workload::size::{format_size, parse_size};
+use workloads::{RunContext, WorkloadSpec};
+
+/// Defaults sized for the dev machines (2 cores, 24 GiB): the data is 4x the budget.
+const DEFAULT_SIZE: &str = "1G";
+const DEFAULT_BUDGET: &str = "256M";
+const QUICK_SIZE: &str = "64M";
+const QUICK_BUDGET: &str = "16M";
+const QUICK_WORKLOADS: &str = "uniform";
+
+/// Options of `uswap bench compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Memory budget of every run: the cgroup limit (kernel) and `--budget` (uswap).
+    /// Default 256M (16M with --quick).
+    #[arg(long, value_parser = parse_size_arg)]
+    pub budget: Option<u64>,
+    /// Data size of every workload. Default 1G (64M with --quick).
+    #[arg(long, value_parser = parse_size_arg)]
+    pub size: Option<u64>,
+    /// Comma-separated workloads: seq,uniform,zipf,zero,pydict,redis (default: all;
+    /// uniform with --quick).
+    #[arg(long)]
+    pub workloads: Option<String>,
+    /// Comma-separated kernel configurations: zram-lzo-rle,zram-lz4,zswap-lz4,
+    /// zswap-lzo-rle (default: all; zram-lz4 with --quick). A configuration whose
+    /// compressor this kernel lacks is skipped with a note.
+    #[arg(long)]
+    pub configs: Option<String>,
+    /// Write SVG charts (latency CDFs, memory over time) into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Seed of every workload's accesses and contents.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Kill a run that takes longer than this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout_s: u64,
+}
+
+fn parse_size_arg(text: &str) -> Result<u64, String> {
+    parse_size(text).map_err(|e| e.to_string())
+}
+
+/// Parses `zram-lz4,zswap-lz4`.
+fn parse_configs(list: &str) -> Result<Vec<KernelConfig>> {
+    let mut configs = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let config = KernelConfig::ALL
+            .into_iter()
+            .find(|c| c.key().replace('_', "-") == name || c.key() == name)
+            .with_context(|| format!("unknown configuration {name:?}"))?;
+        if !configs.contains(&config) {
+            configs.push(config);
+        }
+    }
+    if configs.is_empty() {
+        bail!("no configuration named in {list:?}");
+    }
+    Ok(configs)
+}
+
+/// The scratch directory, removed when the comparison ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the comparison.
+///
+/// # Errors
+/// Bad options; an interrupt (after teardown); verify errors in any run (after the
+/// report is printed, so the figures are not lost).
+pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
+    let quick = common.quick;
+    let pick = |value: Option<u64>, normal: &str, small: &str| -> Result<u64> {
+        value.map_or_else(|| Ok(parse_size(if quick { small } else { normal })?), Ok)
+    };
+    let size_bytes = pick(args.size, DEFAULT_SIZE, QUICK_SIZE)?;
+    let budget_bytes = pick(args.budget, DEFAULT_BUDGET, QUICK_BUDGET)?;
+    let all_workloads = workloads::ALL_WORKLOADS.join(",");
+    let default_workloads = if quick { QUICK_WORKLOADS } else { all_workloads.as_str() };
+    let specs = workloads::parse_workloads(args.workloads.as_deref().unwrap_or(default_workloads))?;
+    let configs = parse_configs(args.configs.as_deref().unwrap_or(if quick {
+        "zram-lz4"
+    } else {
+        "zram-lzo-rle,zram-lz4,zswap-lz4,zswap-lzo-rle"
+    }))?;
+    sys::install_interrupt_handler().context("install the SIGINT handler")?;
+    let scratch = Scratch(std::env::temp_dir().join(format!("uswap-bench-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).with_context(|| format!("create {:?}", scratch.0))?;
+    let ctx = RunContext {
+        workload_bin: workloads::find_workload_binary(),
+        python: workloads::find_python(),
+        redis_server: workloads::find_on_path("redis-server"),
+        scratch_dir: scratch.0.clone(),
+        size_bytes,
+        budget_bytes,
+        seed: args.seed,
+        timeout: Duration::from_secs(args.timeout_s),
+    };
+    let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
+    let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
+    let rows = run_all(&specs, &configs, &ctx, &env, &progress)?;
+    progress.finish_and_clear();
+    let mut report = Report::new("compare");
+    describe(&mut report, &ctx, &configs, &env);
+    summary::fill(&mut report, &rows);
+    if let Some(dir) = &args.plot {
+        let results: Vec<plot::WorkloadResults<'_>> = rows.iter().map(plot_results).collect();
+        let files = plot::write_all(dir, &results)?;
+        report.note(format!("{} charts written to {}", files.len(), dir.display()));
+    }
+    let bad: Vec<String> =
+        rows.iter().filter(|row| verify_errors(row) > 0).map(|r| r.name.clone()).collect();
+    if !bad.is_empty() {
+        report.print(common.json);
+        bail!("pages read back wrong in: {} (data-safety failure)", bad.join(", "));
+    }
+    Ok(report)
+}
+
+fn verify_errors(row: &WorkloadRow) -> u64 {
+    let kernel = row.kernel.iter().filter_map(|(_, side)| side.outcome());
+    row.uswap.outcome().into_iter().chain(kernel).map(|o| o.measured.verify_errors).sum()
+}
+
+fn plot_results(row: &WorkloadRow) -> plot::WorkloadResults<'_> {
+    let mut sides = vec![("uswap", &row.uswap)];
+    sides.extend(row.kernel.iter().map(|(config, side)| (config.label(), side)));
+    plot::WorkloadResults { name: &row.name, sides }
+}
+
+fn progress_bar(json: bool, runs: usize) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(runs as u64), ProgressDrawTarget::stderr());
+    let style =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Runs every side of every workload.
+///
+/// # Errors
+/// An interrupt (the machine is already restored when it returns).
+fn run_all(
+    specs: &[WorkloadSpec],
+    configs: &[KernelConfig],
+    ctx: &RunContext,
+    env: &Result<KernelEnv>,
+    progress: &ProgressBar,
+) -> Result<Vec<WorkloadRow>> {
+    let mut rows = Vec::new();
+    let mut run_index = 0;
+    for spec in specs {
+        progress.set_message(format!("{} / uswap", spec.name));
+        let uswap = uswap_side::run(spec, ctx);
+        progress.inc(1);
+        let mut kernel = Vec::new();
+        for &config in configs {
+            progress.set_message(format!("{} / {}", spec.name, config.label()));
+            let side = match (spec.missing(ctx), env) {
+                (Some(why), _) => Side::Skipped(why),
+                (None, Err(why)) => Side::Skipped(format!("{why:#}")),
+                (None, Ok(env)) => {
+                    run_index += 1;
+                    match kernel_side::run_kernel(env, config, spec, ctx, run_index) {
+                        Ok(outcome) => Side::Ran(Box::new(outcome)),
+                        Err(error) if error.is::<runner::Interrupted>() || sys::interrupted() => {
+                            bail!("interrupted: swap, zram, zswap and the cgroup were restored");
+                        }
+                        Err(error) if error.is::<kernel::Unsupported>() => {
+                            Side::Skipped(format!("{error:#}"))
+                        }
+                        Err(error) => Side::Failed(format!("{error:#}")),
+                    }
+                }
+            };
+            kernel.push((config, side));
+            progress.inc(1);
+        }
+        rows.push(WorkloadRow { name: spec.name.clone(), uswap, kernel });
+    }
+    Ok(rows)
+}
+
+/// The run's parameters and the notes every reader needs.
+fn describe(
+    report: &mut Report,
+    ctx: &RunContext,
+    configs: &[KernelConfig],
+    env: &Result<KernelEnv>,
+) {
+    report.field("size_bytes", ctx.size_bytes);
+    report.field("budget_bytes", ctx.budget_bytes);
+    report.field("seed", ctx.seed);
+    let keys: Vec<&str> = configs.iter().map(|c| c.key()).collect();
+    report.field("kernel_configs", serde_json::json!(keys));
+    report.field("uswap_available", false);
+    let table = report.table("Run", &["what", "value"]);
+    table.row(["data size per workload", &format_size(ctx.size_bytes)]);
+    table.row(["budget (cgroup limit)", &format_size(ctx.budget_bytes)]);
+    let labels: Vec<&str> = configs.iter().map(|c| c.label()).collect();
+    table.row(["kernel configurations".to_string(), labels.join(", ")]);
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    table.row(["transparent hugepages".to_string(), thp.trim().to_string()]);
+    if let Err(why) = env {
+        report.note(format!("kernel side skipped: {why:#}"));
+    }
+    report.note(
+        "fault p50/p99: latency of accesses slower than 1 us (the workload's proxy for a \
+         fault, the same for both sides); synthetic workloads only",
+    );
+    report.note(
+        "peak = cgroup peak (memory.max_usage_in_bytes / memory.peak) + the compressed store \
+         outside the charge: zram mem_used_max; zswap's pool (Zswap in /proc/meminfo, \
+         sampled) on cgroup v1, which does not charge it (v2 does: store 0 there)",
+    );
+    report.note("this machine is shared with other builds: timings are noisy, compare ratios");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_by_either_spelling() {
+        assert_eq!(parse_configs("zram-lz4").unwrap(), [KernelConfig::ZramLz4]);
+        assert_eq!(
+            parse_configs("zswap_lz4,zram-lzo-rle,zswap-lz4").unwrap(),
+            [KernelConfig::ZswapLz4, KernelConfig::ZramLzoRle]
+        );
+        assert!(parse_configs("zram-zstd").is_err());
+        assert!(parse_configs("").is_err());
+    }
+}

@@ -1,0 +1,49 @@
+//! What one (side, workload) run produced, and the sentence when it did not run.
+
+use super::workloads::Measured;
+
+/// The result of one side (a kernel configuration, or uswap) on one workload.
+#[derive(Debug, Clone)]
+pub enum Side {
+    Ran(Box<RunOutcome>),
+    /// Not run here, and why (no root, no zram, package missing, uswap not built yet).
+    Skipped(String),
+    /// Run, but it failed (the error, with its causes).
+    Failed(String),
+}
+
+impl Side {
+    pub fn outcome(&self) -> Option<&RunOutcome> {
+        match self {
+            Side::Ran(outcome) => Some(outcome),
+            Side::Skipped(_) | Side::Failed(_) => None,
+        }
+    }
+}
+
+/// A finished run with its memory figures.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutcome {
+    pub measured: Measured,
+    /// The highest charge of the run's memory (cgroup `max_usage_in_bytes` / `peak`).
+    pub charged_peak_bytes: u64,
+    /// Peak memory of the compressed store kept outside the charge (zram `mem_used_max`;
+    /// 0 for zswap, whose pool is charged to the cgroup).
+    pub store_peak_bytes: u64,
+    /// `charged_peak_bytes + store_peak_bytes`: what the run cost the machine at most.
+    pub peak_bytes: u64,
+    /// Highest compressed bytes stored (zram `compr_data_size`, /proc/meminfo `Zswap`).
+    pub compressed_peak_bytes: u64,
+    /// Highest uncompressed bytes those stood for (`orig_data_size`, `Zswapped`).
+    pub original_peak_bytes: u64,
+    /// v1 kernel-memory peak of the cgroup (where the zswap pool is charged), if known.
+    pub kmem_peak_bytes: Option<u64>,
+}
+
+impl RunOutcome {
+    /// Uncompressed / compressed at the peak, when anything was stored.
+    pub fn compression_ratio(&self) -> Option<f64> {
+        (self.compressed_peak_bytes > 0)
+            .then(|| self.original_peak_bytes as f64 / self.compressed_peak_bytes as f64)
+    }
+}

@@ -1,0 +1,269 @@
+//! The comparison's report: a table per side for people, the `workloads` array for
+//! machines.
+//!
+//! JSON, per workload: `name`; the headline pairs against zram with lz4 (`uswap_s`,
+//! `kernel_zram_lz4_s`, `ratio_vs_zram_lz4` = uswap_s / kernel_zram_lz4_s, below 1 when
+//! uswap is faster; `uswap_peak_rss_bytes`, `kernel_peak_bytes`; `uswap_fault_p50_ns`,
+//! `kernel_fault_p50_ns`); then every configuration's own figures under
+//! `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
+//! `_store_peak_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
+//! `_stored_bytes`, `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that
+//! was not measured is null, never zero.
+
+use super::kernel::KernelConfig;
+use super::outcome::{RunOutcome, Side};
+use crate::report::{format_figure, Report};
+use serde_json::{json, Map, Value};
+
+/// All sides of one workload.
+pub struct WorkloadRow {
+    pub name: String,
+    pub uswap: Side,
+    pub kernel: Vec<(KernelConfig, Side)>,
+}
+
+impl WorkloadRow {
+    fn kernel(&self, config: KernelConfig) -> Option<&RunOutcome> {
+        self.kernel.iter().find(|(c, _)| *c == config).and_then(|(_, side)| side.outcome())
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0}", bytes as f64 / f64::from(1 << 20))
+}
+
+fn us(ns: Option<u64>) -> String {
+    ns.map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1000.0))
+}
+
+fn side_cells(outcome: &RunOutcome) -> Vec<String> {
+    let m = &outcome.measured;
+    vec![
+        format!("{:.2}", m.wall_s),
+        m.major_faults.to_string(),
+        us(m.fault_p50_ns),
+        us(m.fault_p99_ns),
+        mib(outcome.peak_bytes),
+        mib(outcome.charged_peak_bytes),
+        mib(outcome.store_peak_bytes),
+        mib(outcome.compressed_peak_bytes),
+        outcome.compression_ratio().map_or("-".into(), |r| format!("{r:.2}")),
+        m.verify_errors.to_string(),
+    ]
+}
+
+/// Adds the tables and the `workloads` field to `report`.
+pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
+    let header = [
+        "workload / side",
+        "wall s",
+        "majflt",
+        "fault p50 us",
+        "fault p99 us",
+        "peak MiB",
+        "charged MiB",
+        "store MiB",
+        "compr MiB",
+        "ratio",
+        "verify err",
+    ];
+    let table = report.table("Per side (peak = charged + store outside the charge)", &header);
+    for row in rows {
+        let sides = std::iter::once(("uswap", &row.uswap))
+            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
+        for (label, side) in sides {
+            let name = format!("{} / {label}", row.name);
+            match side {
+                Side::Ran(outcome) => {
+                    table.row(std::iter::once(name).chain(side_cells(outcome)));
+                }
+                Side::Skipped(_) => table.row([name, "skipped".into()]),
+                Side::Failed(_) => table.row([name, "FAILED".into()]),
+            }
+        }
+    }
+    details(report, rows);
+    let header = [
+        "workload",
+        "uswap s",
+        "zram lz4 s",
+        "ratio",
+        "zram lzo-rle s",
+        "zswap lz4 s",
+        "zswap lzo-rle s",
+    ];
+    let table =
+        report.table("uswap vs the kernel (wall seconds; ratio = uswap / zram lz4)", &header);
+    for row in rows {
+        let secs =
+            |o: Option<&RunOutcome>| o.map_or("-".into(), |o| format!("{:.2}", o.measured.wall_s));
+        let uswap = row.uswap.outcome();
+        let zram_lz4 = row.kernel(KernelConfig::ZramLz4);
+        let ratio = ratio(uswap, zram_lz4).map_or("-".into(), format_figure);
+        table.row([
+            row.name.clone(),
+            secs(uswap),
+            secs(zram_lz4),
+            ratio,
+            secs(row.kernel(KernelConfig::ZramLzoRle)),
+            secs(row.kernel(KernelConfig::ZswapLz4)),
+            secs(row.kernel(KernelConfig::ZswapLzoRle)),
+        ]);
+    }
+    report.field("workloads", Value::from(rows.iter().map(workload_json).collect::<Vec<_>>()));
+    for note in skip_notes(rows) {
+        report.note(note);
+    }
+}
+
+/// One note per distinct reason a side was skipped or failed, naming the runs.
+fn skip_notes(rows: &[WorkloadRow]) -> Vec<String> {
+    let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+    for row in rows {
+        let sides = std::iter::once(("uswap", &row.uswap))
+            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
+        for (label, side) in sides {
+            let Some(reason) = skip_reason(side) else { continue };
+            let run = format!("{} / {label}", row.name);
+            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, runs)) => runs.push(run),
+                None => reasons.push((reason, vec![run])),
+            }
+        }
+    }
+    reasons
+        .into_iter()
+        .map(|(reason, runs)| {
+            let verb = if reason.starts_with("failed") { "" } else { "skipped: " };
+            format!("{}: {verb}{reason}", runs.join(", "))
+        })
+        .collect()
+}
+
+/// The secondary figures: what each run did, its own peak RSS, the cgroup's kernel memory.
+fn details(report: &mut Report, rows: &[WorkloadRow]) {
+    let header = ["workload / side", "minflt", "slow accesses", "max RSS MiB", "kmem MiB", "run"];
+    let table = report.table("Details (max RSS: the process's own ru_maxrss)", &header);
+    for row in rows {
+        let sides = std::iter::once(("uswap", &row.uswap))
+            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
+        for (label, side) in sides {
+            let Some(o) = side.outcome() else { continue };
+            let m = &o.measured;
+            table.row([
+                format!("{} / {label}", row.name),
+                m.minor_faults.to_string(),
+                m.slow_accesses.map_or("-".into(), |n| n.to_string()),
+                mib(m.max_rss_bytes),
+                o.kmem_peak_bytes.map_or("-".into(), mib),
+                m.detail.clone(),
+            ]);
+        }
+    }
+}
+
+fn ratio(uswap: Option<&RunOutcome>, kernel: Option<&RunOutcome>) -> Option<f64> {
+    let (u, k) = (uswap?.measured.wall_s, kernel?.measured.wall_s);
+    (k > 0.0).then(|| u / k)
+}
+
+/// One workload's JSON object.
+pub fn workload_json(row: &WorkloadRow) -> Value {
+    let uswap = row.uswap.outcome();
+    let zram_lz4 = row.kernel(KernelConfig::ZramLz4);
+    let mut object = Map::new();
+    object.insert("name".into(), json!(row.name));
+    object.insert("uswap_s".into(), json!(uswap.map(|o| o.measured.wall_s)));
+    object.insert("kernel_zram_lz4_s".into(), json!(zram_lz4.map(|o| o.measured.wall_s)));
+    object.insert("ratio_vs_zram_lz4".into(), json!(ratio(uswap, zram_lz4)));
+    object.insert("uswap_peak_rss_bytes".into(), json!(uswap.map(|o| o.peak_bytes)));
+    object.insert("kernel_peak_bytes".into(), json!(zram_lz4.map(|o| o.peak_bytes)));
+    object.insert("uswap_fault_p50_ns".into(), json!(uswap.and_then(|o| o.measured.fault_p50_ns)));
+    object.insert(
+        "kernel_fault_p50_ns".into(),
+        json!(zram_lz4.and_then(|o| o.measured.fault_p50_ns)),
+    );
+    object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
+    for (config, side) in &row.kernel {
+        let key = |figure: &str| format!("kernel_{}_{figure}", config.key());
+        let o = side.outcome();
+        object.insert(key("s"), json!(o.map(|o| o.measured.wall_s)));
+        object.insert(key("peak_bytes"), json!(o.map(|o| o.peak_bytes)));
+        object.insert(key("charged_peak_bytes"), json!(o.map(|o| o.charged_peak_bytes)));
+        object.insert(key("store_peak_bytes"), json!(o.map(|o| o.store_peak_bytes)));
+        object.insert(key("major_faults"), json!(o.map(|o| o.measured.major_faults)));
+        object.insert(key("fault_p50_ns"), json!(o.and_then(|o| o.measured.fault_p50_ns)));
+        object.insert(key("fault_p99_ns"), json!(o.and_then(|o| o.measured.fault_p99_ns)));
+        object.insert(key("stored_bytes"), json!(o.map(|o| o.compressed_peak_bytes)));
+        object.insert(key("compression_ratio"), json!(o.and_then(RunOutcome::compression_ratio)));
+        object.insert(key("verify_errors"), json!(o.map(|o| o.measured.verify_errors)));
+        object.insert(key("minor_faults"), json!(o.map(|o| o.measured.minor_faults)));
+        object.insert(key("max_rss_bytes"), json!(o.map(|o| o.measured.max_rss_bytes)));
+        object.insert(key("slow_accesses"), json!(o.and_then(|o| o.measured.slow_accesses)));
+        object.insert(key("kmem_peak_bytes"), json!(o.and_then(|o| o.kmem_peak_bytes)));
+        object.insert(key("detail"), json!(o.map(|o| o.measured.detail.clone())));
+        object.insert(key("skipped"), json!(skip_reason(side)));
+    }
+    Value::Object(object)
+}
+
+fn skip_reason(side: &Side) -> Option<String> {
+    match side {
+        Side::Ran(_) => None,
+        Side::Skipped(why) => Some(why.clone()),
+        Side::Failed(why) => Some(format!("failed: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(wall_s: f64, p50: u64) -> Side {
+        let mut outcome = RunOutcome { peak_bytes: 300 << 20, ..RunOutcome::default() };
+        outcome.measured.wall_s = wall_s;
+        outcome.measured.fault_p50_ns = Some(p50);
+        outcome.compressed_peak_bytes = 100;
+        outcome.original_peak_bytes = 300;
+        Side::Ran(Box::new(outcome))
+    }
+
+    #[test]
+    fn json_has_the_headline_fields_and_nulls_for_uswap() {
+        let row = WorkloadRow {
+            name: "uniform".into(),
+            uswap: Side::Skipped("not yet".into()),
+            kernel: vec![
+                (KernelConfig::ZramLz4, ran(2.0, 5000)),
+                (KernelConfig::ZswapLz4, Side::Failed("boom".into())),
+            ],
+        };
+        let json = workload_json(&row);
+        assert_eq!(json["name"], "uniform");
+        assert_eq!(json["uswap_s"], Value::Null);
+        assert_eq!(json["ratio_vs_zram_lz4"], Value::Null);
+        assert_eq!(json["kernel_zram_lz4_s"], 2.0);
+        assert_eq!(json["kernel_peak_bytes"], 300 << 20);
+        assert_eq!(json["kernel_fault_p50_ns"], 5000);
+        assert_eq!(json["uswap_fault_p50_ns"], Value::Null);
+        assert_eq!(json["kernel_zram_lz4_compression_ratio"], 3.0);
+        assert_eq!(json["kernel_zswap_lz4_s"], Value::Null);
+        assert_eq!(json["kernel_zswap_lz4_skipped"], "failed: boom");
+        assert_eq!(json["uswap_skipped"], "not yet");
+    }
+
+    #[test]
+    fn ratio_is_uswap_over_zram_lz4() {
+        let row = WorkloadRow {
+            name: "seq".into(),
+            uswap: ran(1.0, 1),
+            kernel: vec![(KernelConfig::ZramLz4, ran(4.0, 1))],
+        };
+        assert_eq!(workload_json(&row)["ratio_vs_zram_lz4"], 0.25);
+        let mut report = Report::new("compare");
+        fill(&mut report, &[row]);
+        let text = report.to_text();
+        assert!(text.contains("seq / zram lz4"), "{text}");
+        assert!(text.contains("0.250"), "{text}");
+    }
+}

@@ -1,0 +1,347 @@
+//! The workloads of the comparison and how each one is launched and read.
+//!
+//! | name      | program                                   | verified by              |
+//! |-----------|-------------------------------------------|--------------------------|
+//! | seq       | `uswap-workload --pattern seq`            | every read, final sweep  |
+//! | uniform   | `uswap-workload --pattern uniform`        | every read, final sweep  |
+//! | zipf      | `uswap-workload --pattern zipf`           | every read, final sweep  |
+//! | zero      | `uswap-workload --pattern zero`           | every read, final sweep  |
+//! | pydict    | `python3 bench/workloads/pydict.py`       | every value re-derived   |
+//! | redis     | `redis-server` + this harness as client   | every GET compared       |
+//!
+//! Every workload works on `--size` bytes of data (4x the default budget). A workload
+//! whose program is missing is skipped with a note naming the package to install
+//! (`.ci/setup-bench`). The same [`WorkloadSpec::execute`] runs a workload for the kernel
+//! side and for the uswap side: the side supplies a [`Placement`] (how to confine the
+//! process, how to read its memory).
+
+use super::redis;
+use super::runner::{self, MemoryProbe, Sample};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use workload::Pattern;
+
+/// The pydict script, shipped in the repository and written to the scratch directory at
+/// run time (so the harness works from any directory).
+const PYDICT_SCRIPT: &str = include_str!("../../../../../bench/workloads/pydict.py");
+
+/// The names `--workloads` accepts, in report order.
+pub const ALL_WORKLOADS: [&str; 6] = ["seq", "uniform", "zipf", "zero", "pydict", "redis"];
+
+/// What a workload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Synthetic(Pattern),
+    PyDict,
+    Redis,
+}
+
+/// One workload of the comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSpec {
+    pub name: String,
+    pub kind: WorkloadKind,
+}
+
+/// Parses `seq,uniform,pydict`.
+///
+/// # Errors
+/// An unknown name, or an empty list.
+pub fn parse_workloads(list: &str) -> Result<Vec<WorkloadSpec>> {
+    let mut specs = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let kind = match name {
+            "seq" => WorkloadKind::Synthetic(Pattern::Seq),
+            "uniform" => WorkloadKind::Synthetic(Pattern::Uniform),
+            "zipf" => WorkloadKind::Synthetic(Pattern::Zipf),
+            "zero" => WorkloadKind::Synthetic(Pattern::Zero),
+            "pydict" => WorkloadKind::PyDict,
+            "redis" => WorkloadKind::Redis,
+            other => bail!("unknown workload {other:?} (known: {})", ALL_WORKLOADS.join(",")),
+        };
+        if !specs.iter().any(|s: &WorkloadSpec| s.name == name) {
+            specs.push(WorkloadSpec { name: name.to_string(), kind });
+        }
+    }
+    if specs.is_empty() {
+        bail!("no workload named in {list:?}");
+    }
+    Ok(specs)
+}
+
+/// Everything a run needs to know, the same for both sides.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub workload_bin: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub redis_server: Option<PathBuf>,
+    /// A private directory for scripts, server files and stderr logs.
+    pub scratch_dir: PathBuf,
+    pub size_bytes: u64,
+    pub budget_bytes: u64,
+    pub seed: u64,
+    /// A run longer than this is killed and reported as failed.
+    pub timeout: Duration,
+}
+
+/// How a side confines a workload and reads its memory.
+pub struct Placement<'a> {
+    /// Called on every process command before spawn (join a cgroup, wrap in `uswap run`).
+    pub prepare: &'a dyn Fn(&mut Command) -> Result<()>,
+    pub probe: &'a dyn MemoryProbe,
+}
+
+/// What a workload run measured, before the side adds its memory peaks.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub wall_s: f64,
+    pub major_faults: u64,
+    pub minor_faults: u64,
+    pub max_rss_bytes: u64,
+    /// Latency proxy figures (the synthetic workloads only).
+    pub fault_p50_ns: Option<u64>,
+    pub fault_p99_ns: Option<u64>,
+    pub slow_accesses: Option<u64>,
+    pub latency_cdf: Vec<(f64, u64)>,
+    pub verify_errors: u64,
+    pub samples: Vec<Sample>,
+    /// One line about the run (checksum, entries, keys).
+    pub detail: String,
+}
+
+impl WorkloadSpec {
+    /// Why this workload cannot run here, if it cannot.
+    pub fn missing(&self, ctx: &RunContext) -> Option<String> {
+        match self.kind {
+            WorkloadKind::Synthetic(_) if ctx.workload_bin.is_none() => Some(
+                "uswap-workload not found beside uswap or on PATH \
+                 (cargo build --release -p workload)"
+                    .into(),
+            ),
+            WorkloadKind::PyDict if ctx.python.is_none() => {
+                Some("python3 is not installed (.ci/setup-bench)".into())
+            }
+            WorkloadKind::Redis if ctx.redis_server.is_none() => {
+                Some("redis-server is not installed (.ci/setup-bench)".into())
+            }
+            _ => None,
+        }
+    }
+
+    /// Runs the workload once, confined and probed by `placement`.
+    ///
+    /// # Errors
+    /// A missing program, a spawn failure, a workload that failed (exit status other
+    /// than 0, or 3 for verify errors), unreadable output, an interrupt.
+    pub fn execute(&self, ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
+        if let Some(why) = self.missing(ctx) {
+            bail!("{why}");
+        }
+        match self.kind {
+            WorkloadKind::Synthetic(pattern) => run_synthetic(pattern, ctx, placement),
+            WorkloadKind::PyDict => run_pydict(ctx, placement),
+            WorkloadKind::Redis => redis::run(ctx, placement),
+        }
+    }
+
+    /// The command line that runs this workload (the synthetic and pydict ones); the uswap
+    /// side wraps the same command.
+    ///
+    /// # Errors
+    /// A missing program, or the scratch directory is not writable.
+    pub fn command(&self, ctx: &RunContext) -> Result<Command> {
+        match self.kind {
+            WorkloadKind::Synthetic(pattern) => {
+                let bin = ctx.workload_bin.as_ref().context("no uswap-workload")?;
+                let mut command = Command::new(bin);
+                command.args(synthetic_args(pattern, ctx.size_bytes, ctx.seed));
+                Ok(command)
+            }
+            WorkloadKind::PyDict => {
+                let python = ctx.python.as_ref().context("no python3")?;
+                let script = ctx.scratch_dir.join("pydict.py");
+                std::fs::write(&script, PYDICT_SCRIPT).context("write pydict.py")?;
+                let mut command = Command::new(python);
+                command.arg(&script).args(["--size", &ctx.size_bytes.to_string()]);
+                command.args(["--seed", &ctx.seed.to_string()]);
+                Ok(command)
+            }
+            WorkloadKind::Redis => bail!("redis is a server and its client, not one command"),
+        }
+    }
+}
+
+/// The `uswap-workload` arguments of a pattern.
+pub fn synthetic_args(pattern: Pattern, size_bytes: u64, seed: u64) -> Vec<String> {
+    let mut args = vec![
+        "--size".to_string(),
+        size_bytes.to_string(),
+        "--pattern".into(),
+        pattern.name().into(),
+        "--seed".into(),
+        seed.to_string(),
+        "--json".into(),
+    ];
+    if pattern == Pattern::Seq {
+        args.extend(["--sweeps".into(), "2".into()]);
+    }
+    args
+}
+
+/// Spawns a prepared command with stderr to a log in the scratch directory.
+fn spawn_measured(
+    spec_name: &str,
+    mut command: Command,
+    ctx: &RunContext,
+    placement: &Placement<'_>,
+) -> Result<runner::Finished> {
+    let log = ctx.scratch_dir.join(format!("{spec_name}.stderr"));
+    let stderr = std::fs::File::create(&log).with_context(|| format!("create {log:?}"))?;
+    command.stderr(Stdio::from(stderr));
+    (placement.prepare)(&mut command)?;
+    let finished = runner::run_program(command, placement.probe, ctx.timeout)?;
+    if finished.exit.code != 0 && finished.exit.code != 3 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        bail!(
+            "{spec_name} exited with status {} (137 = killed, e.g. by the OOM killer): {}",
+            finished.exit.code,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
+    }
+    Ok(finished)
+}
+
+fn last_line(stdout: &str) -> &str {
+    stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
+fn run_synthetic(
+    pattern: Pattern,
+    ctx: &RunContext,
+    placement: &Placement<'_>,
+) -> Result<Measured> {
+    let spec = WorkloadSpec { name: pattern.name().into(), kind: WorkloadKind::Synthetic(pattern) };
+    let finished = spawn_measured(pattern.name(), spec.command(ctx)?, ctx, placement)?;
+    let report: workload::Report = serde_json::from_str(last_line(&finished.stdout))
+        .with_context(|| format!("uswap-workload printed {:?}", finished.stdout))?;
+    Ok(Measured {
+        wall_s: finished.wall_s,
+        major_faults: finished.exit.major_faults,
+        minor_faults: finished.exit.minor_faults,
+        max_rss_bytes: finished.exit.max_rss_bytes,
+        fault_p50_ns: report.fault_p50_ns,
+        fault_p99_ns: report.fault_p99_ns,
+        slow_accesses: Some(report.slow_accesses),
+        latency_cdf: report.latency_cdf,
+        verify_errors: report.verify_errors,
+        samples: finished.samples,
+        detail: format!(
+            "{} accesses: p50 {} ns, {} slow (> {} ns), {} major faults",
+            report.accesses,
+            report.access_p50_ns,
+            report.slow_accesses,
+            report.fault_threshold_ns,
+            report.run_major_faults
+        ),
+    })
+}
+
+fn run_pydict(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
+    let spec = WorkloadSpec { name: "pydict".into(), kind: WorkloadKind::PyDict };
+    let finished = spawn_measured("pydict", spec.command(ctx)?, ctx, placement)?;
+    let report: serde_json::Value = serde_json::from_str(last_line(&finished.stdout))
+        .with_context(|| format!("pydict.py printed {:?}", finished.stdout))?;
+    let number = |key: &str| report.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    Ok(Measured {
+        wall_s: finished.wall_s,
+        major_faults: finished.exit.major_faults,
+        minor_faults: finished.exit.minor_faults,
+        max_rss_bytes: finished.exit.max_rss_bytes,
+        verify_errors: number("verify_errors"),
+        samples: finished.samples,
+        detail: format!("{} entries, checksum {}", number("entries"), number("checksum")),
+        ..Measured::default()
+    })
+}
+
+/// Finds `name` on PATH.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `uswap-workload` beside the running `uswap` (the same cargo target directory), else
+/// on PATH.
+pub fn find_workload_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    // Test binaries live one level down, in target/<profile>/deps.
+    for candidate in [dir.join("uswap-workload"), dir.parent()?.join("uswap-workload")] {
+        if is_executable(&candidate) {
+            return Some(candidate);
+        }
+    }
+    find_on_path("uswap-workload")
+}
+
+/// The real python3 executable (pyenv shims resolved), so that the process the harness
+/// waits for is the interpreter itself.
+pub fn find_python() -> Option<PathBuf> {
+    let shim = find_on_path("python3")?;
+    let output =
+        Command::new(&shim).args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    let real = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    Some(if is_executable(&real) { real } else { shim })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_lists_parse() {
+        let specs = parse_workloads("seq, zipf,pydict,seq").unwrap();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["seq", "zipf", "pydict"]);
+        assert_eq!(specs[1].kind, WorkloadKind::Synthetic(Pattern::Zipf));
+        assert!(parse_workloads("seq,bogus").is_err());
+        assert!(parse_workloads(" , ").is_err());
+        assert_eq!(parse_workloads(&ALL_WORKLOADS.join(",")).unwrap().len(), 6);
+    }
+
+    #[test]
+    fn synthetic_command_line() {
+        let args = synthetic_args(Pattern::Seq, 1 << 30, 7);
+        assert_eq!(
+            args,
+            ["--size", "1073741824", "--pattern", "seq", "--seed", "7", "--json", "--sweeps", "2"]
+        );
+        assert!(!synthetic_args(Pattern::Zero, 4096, 1).contains(&"--sweeps".to_string()));
+    }
+
+    #[test]
+    fn a_missing_program_is_named() {
+        let ctx = RunContext {
+            workload_bin: None,
+            python: None,
+            redis_server: None,
+            scratch_dir: std::env::temp_dir(),
+            size_bytes: 1 << 20,
+            budget_bytes: 1 << 18,
+            seed: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let redis = WorkloadSpec { name: "redis".into(), kind: WorkloadKind::Redis };
+        assert!(redis.missing(&ctx).unwrap().contains("redis-server"));
+        let seq = &parse_workloads("seq").unwrap()[0];
+        assert!(seq.missing(&ctx).unwrap().contains("uswap-workload"));
+    }
+}

@@ -1,0 +1,96 @@
+//! Smoke tests of `uswap bench compare` and of the workload binary it runs.
+//!
+//! The workload binary is built by `cargo test --workspace` (it belongs to the `workload`
+//! crate); when only this package was built it may be missing, and the tests say so and
+//! skip. The kernel-side test needs root and /dev/zram0 and skips (printing why) without
+//! them; when it runs it also checks that the machine was restored: no swap left on,
+//! zram0 reset, zswap as it was.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn workload_binary() -> Option<PathBuf> {
+    let uswap = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
+    let candidate = uswap.parent()?.join("uswap-workload");
+    candidate.exists().then_some(candidate)
+}
+
+fn is_root() -> bool {
+    let output = Command::new("id").arg("-u").output();
+    output.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default().trim().to_string()
+}
+
+#[test]
+fn workload_binary_alone_verifies_a_small_size() {
+    let Some(binary) = workload_binary() else {
+        eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
+        return;
+    };
+    for pattern in ["seq", "uniform", "zipf", "zero"] {
+        let output = Command::new(&binary)
+            .args(["--size", "4M", "--pattern", pattern, "--json", "--write-ratio", "0.5"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{pattern}: {output:?}");
+        let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(json["pattern"], pattern);
+        assert_eq!(json["verify_errors"], 0);
+        assert_eq!(json["size_bytes"], 4 << 20);
+        for key in ["wall_s", "access_p50_ns", "access_p99_ns", "access_max_ns", "peak_rss_bytes"] {
+            assert!(json[key].is_number(), "{pattern}: {key} missing in {json}");
+        }
+        for key in ["major_faults", "minor_faults", "accesses", "slow_accesses"] {
+            assert!(json[key].is_u64(), "{pattern}: {key} missing in {json}");
+        }
+        assert!(json["fault_p50_ns"].is_u64() || json["fault_p50_ns"].is_null());
+    }
+}
+
+#[test]
+fn compare_quick_json_on_the_kernel_side() {
+    if !is_root() {
+        eprintln!("skipped: the kernel side of `uswap bench compare` needs root");
+        return;
+    }
+    if !std::path::Path::new("/dev/zram0").exists() {
+        eprintln!("skipped: no /dev/zram0 on this machine");
+        return;
+    }
+    if workload_binary().is_none() {
+        eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
+        return;
+    }
+    let zswap_before = read("/sys/module/zswap/parameters/enabled");
+    let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["bench", "compare", "--quick", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let row = &json["workloads"][0];
+    assert_eq!(row["name"], "uniform");
+    assert!(row["uswap_s"].is_null() && row["ratio_vs_zram_lz4"].is_null());
+    match row["kernel_zram_lz4_skipped"].as_str() {
+        None => {
+            assert!(row["kernel_zram_lz4_s"].as_f64().unwrap() > 0.0, "{row}");
+            assert_eq!(row["kernel_zram_lz4_verify_errors"], 0, "{row}");
+            assert!(row["kernel_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+            assert!(row["kernel_zram_lz4_major_faults"].as_u64().unwrap() > 0, "{row}");
+        }
+        // Another run holds zram0 (a concurrent test or benchmark): not a failure here.
+        Some(why) if why.contains("already") || why.contains("holds") => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Some(why) => panic!("the kernel side did not run: {why}"),
+    }
+    // The machine is restored.
+    assert!(!read("/proc/swaps").contains("zram0"), "{}", read("/proc/swaps"));
+    assert_eq!(read("/sys/block/zram0/initstate"), "0");
+    assert_eq!(read("/sys/module/zswap/parameters/enabled"), zswap_before);
+}
