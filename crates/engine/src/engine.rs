@@ -1,7 +1,8 @@
 //! The engine: the layers composed, and the registry of regions.
 //!
 //! ```text
-//!   Engine ── Core ──┬─ regions (RwLock): start address → Region (page table behind its PTL)
+//!   Engine ── Core ──┬─ regions (RwLock): per address space (mm), start → Region (its page
+//!                    │   source, its page table behind its PTL); and id → Region
 //!                    ├─ lru (one lock): resident folios, active / inactive
 //!                    ├─ budget (atomics), workingset clock (atomic), stats (atomics)
 //!                    ├─ swap cache (a lock per 64 MiB of swap)
@@ -19,7 +20,7 @@ use crate::budget::{Budget, Pressure};
 use crate::config::{BackendConfig, EngineConfig};
 use crate::lru::{Lru, RegionId};
 use crate::page_source::PageSource;
-use crate::region::{Pte, Region};
+use crate::region::{MmId, Pte, Region};
 use crate::stats::{Gauges, Stats, StatsSnapshot};
 use crate::storage::{SlotHook, Storage};
 use crate::swap_cache::SwapCache;
@@ -32,27 +33,42 @@ use slots::{SwapDevice, SwapDeviceOptions, SwapType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// The regions, by start address and by id.
-#[derive(Debug, Default)]
-pub(crate) struct Regions {
+/// The regions of one address space, by start address.
+#[derive(Debug)]
+pub(crate) struct Mm {
+    pub(crate) source: Arc<dyn PageSource>,
+    /// Resident folios are tracked and evicted (false for a forked child).
+    pub(crate) managed: bool,
     pub(crate) by_start: BTreeMap<u64, Arc<Region>>,
-    pub(crate) by_id: HashMap<RegionId, Arc<Region>>,
-    next_id: u32,
 }
 
-impl Regions {
+impl Mm {
     /// The region containing `addr`.
     pub(crate) fn find(&self, addr: u64) -> Option<&Arc<Region>> {
         let (_, region) = self.by_start.range(..=addr).next_back()?;
         (addr < region.end()).then_some(region)
     }
+
+    /// The regions intersecting `[addr, end)`.
+    pub(crate) fn intersecting(&self, addr: u64, end: u64) -> Vec<Arc<Region>> {
+        let first = self.find(addr).map_or(addr, |r| r.start());
+        self.by_start.range(first..end).map(|(_, r)| r.clone()).collect()
+    }
+}
+
+/// Every address space's regions, and every region by id.
+#[derive(Debug, Default)]
+pub(crate) struct Regions {
+    pub(crate) mms: HashMap<MmId, Mm>,
+    pub(crate) by_id: HashMap<RegionId, Arc<Region>>,
+    next_region: u32,
+    next_mm: u32,
 }
 
 /// Everything the engine's threads share.
 #[derive(Debug)]
 pub(crate) struct Core {
     pub(crate) config: EngineConfig,
-    pub(crate) source: Arc<dyn PageSource>,
     pub(crate) regions: RwLock<Regions>,
     pub(crate) lru: Lru,
     pub(crate) budget: Budget,
@@ -165,9 +181,10 @@ impl Engine {
         let ty = SwapType::new(0).expect("type 0 exists");
         let device = SwapDevice::new(ty, backend, options, Some(hook))
             .map_err(|e| Error::Config(format!("swap device: {e}")))?;
+        let mut regions = Regions { next_mm: 1, ..Regions::default() };
+        regions.mms.insert(MmId::DEFAULT, Mm { source, managed: true, by_start: BTreeMap::new() });
         let core = Arc::new(Core {
-            source,
-            regions: RwLock::new(Regions::default()),
+            regions: RwLock::new(regions),
             lru: Lru::new(),
             budget,
             workingset: WorkingsetClock::default(),
@@ -194,32 +211,58 @@ impl Engine {
         Ok(Engine { core, kswapd })
     }
 
-    /// Manages `len` bytes at `start` (page aligned; all pages untouched so far).
+    /// Manages `len` bytes at `start` (page aligned; all pages untouched so far) in the
+    /// engine's own address space.
     ///
     /// # Errors
     /// [`Error::BadRegion`] for an empty, unaligned or overlapping range.
     pub fn add_region(&self, start: u64, len: u64) -> Result<RegionId, Error> {
-        let mut regions = self.core.regions.write();
-        let id = RegionId(regions.next_id);
-        let region = Arc::new(Region::new(id, start, len)?);
-        let overlaps = regions.find(start).is_some()
-            || regions.by_start.range(start..region.end()).next().is_some();
-        if overlaps {
-            return Err(Error::BadRegion { start, len, why: "overlaps a managed region" });
-        }
-        regions.next_id += 1;
-        regions.by_start.insert(start, region.clone());
-        regions.by_id.insert(id, region);
-        Ok(id)
+        self.core.add_region(MmId::DEFAULT, start, len)
     }
 
-    /// Handles a fault at `addr` (see [`Core::handle_fault`]).
+    /// As [`Engine::add_region`], in address space `mm`.
+    ///
+    /// # Errors
+    /// [`Error::BadRegion`]; [`Error::NoSuchMm`].
+    pub fn add_region_in(&self, mm: MmId, start: u64, len: u64) -> Result<RegionId, Error> {
+        self.core.add_region(mm, start, len)
+    }
+
+    /// Handles a fault at `addr` in the engine's own address space (see
+    /// [`Core::handle_fault`]).
     ///
     /// # Errors
     /// [`Error::OutsideRegions`]; [`Error::SwapIn`] when the data could not be read back
     /// (the page was poisoned: the access fails instead of seeing wrong data).
     pub fn handle_fault(&self, addr: u64, write: bool) -> Result<FaultOutcome, Error> {
-        self.core.handle_fault(addr, write)
+        self.core.handle_fault(MmId::DEFAULT, addr, write)
+    }
+
+    /// As [`Engine::handle_fault`], in address space `mm`.
+    ///
+    /// # Errors
+    /// As [`Engine::handle_fault`], and [`Error::NoSuchMm`].
+    pub fn handle_fault_in(&self, mm: MmId, addr: u64, write: bool) -> Result<FaultOutcome, Error> {
+        self.core.handle_fault(mm, addr, write)
+    }
+
+    /// A process forked: its child's address space gets a copy of `parent`'s regions and
+    /// page tables, served through `child_source`. Every swapped page gains a reference
+    /// (its slots live on until both processes are done with them), so the child reads the
+    /// parent's evicted pages correctly, never zeros. Pages resident at the fork are the
+    /// kernel's (copy-on-write): the child's resident memory is neither tracked nor evicted;
+    /// the engine serves the child's faults on swapped and untouched pages only.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchMm`] for an unknown parent.
+    pub fn fork(&self, parent: MmId, child_source: Arc<dyn PageSource>) -> Result<MmId, Error> {
+        self.core.fork(parent, child_source)
+    }
+
+    /// An address space is gone (the process exited or exec'd): drop its regions and the
+    /// swap references they held.
+    pub fn exit_mm(&self, mm: MmId) {
+        self.core.exit_mm(mm);
     }
 
     /// Reclaims until the free budget reaches the high watermark or nothing more can go
@@ -240,14 +283,34 @@ impl Engine {
     /// The program dropped `[addr, addr + len)` (MADV_DONTNEED, UFFD_EVENT_REMOVE): its pages
     /// read as zeros from now on; their swap entries and resident charges go.
     pub fn remove(&self, addr: u64, len: u64) {
-        self.core.remove_range(addr, len);
+        self.core.remove_range(MmId::DEFAULT, addr, len);
+    }
+
+    /// As [`Engine::remove`], in address space `mm`.
+    pub fn remove_in(&self, mm: MmId, addr: u64, len: u64) {
+        self.core.remove_range(mm, addr, len);
     }
 
     /// `[addr, addr + len)` was unmapped (UFFD_EVENT_UNMAP): as [`Engine::remove`], and
     /// regions wholly inside the range are forgotten.
     pub fn unmap(&self, addr: u64, len: u64) {
-        self.core.remove_range(addr, len);
-        self.core.forget_regions_within(addr, len);
+        self.unmap_in(MmId::DEFAULT, addr, len);
+    }
+
+    /// As [`Engine::unmap`], in address space `mm`.
+    pub fn unmap_in(&self, mm: MmId, addr: u64, len: u64) {
+        self.core.remove_range(mm, addr, len);
+        self.core.forget_regions_within(mm, addr, len);
+    }
+
+    /// `[from, from + len)` moved to `[to, to + len)` (mremap, UFFD_EVENT_REMAP): the pages'
+    /// bookkeeping moves with them; the destination becomes (part of) a managed region.
+    ///
+    /// # Errors
+    /// [`Error::BadRegion`] if the source is not inside one region, or the destination
+    /// overlaps another region.
+    pub fn remap(&self, mm: MmId, from: u64, to: u64, len: u64) -> Result<(), Error> {
+        self.core.remap(mm, from, to, len)
     }
 
     /// A snapshot of every counter and gauge.
@@ -283,12 +346,40 @@ impl Drop for Engine {
 }
 
 impl Core {
-    /// The region containing `addr`.
+    /// The region of address space `mm` containing `addr`.
     ///
     /// # Errors
-    /// [`Error::OutsideRegions`].
-    pub(crate) fn region_of(&self, addr: u64) -> Result<Arc<Region>, Error> {
-        self.regions.read().find(addr).cloned().ok_or(Error::OutsideRegions { addr })
+    /// [`Error::OutsideRegions`], [`Error::NoSuchMm`].
+    pub(crate) fn region_of(&self, mm: MmId, addr: u64) -> Result<Arc<Region>, Error> {
+        let regions = self.regions.read();
+        let space = regions.mms.get(&mm).ok_or(Error::NoSuchMm { mm: mm.0 })?;
+        space.find(addr).cloned().ok_or(Error::OutsideRegions { addr })
+    }
+
+    /// Adds a region to address space `mm`.
+    pub(crate) fn add_region(&self, mm: MmId, start: u64, len: u64) -> Result<RegionId, Error> {
+        let mut regions = self.regions.write();
+        let id = RegionId(regions.next_region);
+        let space = regions.mms.get(&mm).ok_or(Error::NoSuchMm { mm: mm.0 })?;
+        let region =
+            Arc::new(Region::new(id, mm, space.source.clone(), space.managed, start, len)?);
+        if !space.intersecting(start, region.end()).is_empty() {
+            return Err(Error::BadRegion { start, len, why: "overlaps a managed region" });
+        }
+        regions.next_region += 1;
+        let space = regions.mms.get_mut(&mm).expect("checked above");
+        space.by_start.insert(start, region.clone());
+        regions.by_id.insert(id, region);
+        Ok(id)
+    }
+
+    /// A new address space (a forked child's).
+    pub(crate) fn add_mm(&self, source: Arc<dyn PageSource>, managed: bool) -> MmId {
+        let mut regions = self.regions.write();
+        let mm = MmId(regions.next_mm);
+        regions.next_mm += 1;
+        regions.mms.insert(mm, Mm { source, managed, by_start: BTreeMap::new() });
+        mm
     }
 
     /// The region with id `id`, if still managed.
@@ -328,8 +419,8 @@ impl Core {
         self.storage.zeromap.check_invariants();
         self.storage.device.check_invariants();
         let regions = self.regions.read();
-        let (mut resident, mut swapped) = (0u64, 0u64);
-        for region in regions.by_start.values() {
+        let (mut resident, mut references) = (0u64, std::collections::HashMap::new());
+        for region in regions.mms.values().flat_map(|mm| mm.by_start.values()) {
             let pt = region.lock();
             pt.check_invariants();
             for found in pt.entries(0, region.nr_pages() - 1) {
@@ -346,17 +437,8 @@ impl Core {
                     }
                     Pte::Swap(entry) => {
                         for page in 0..pages {
-                            let count = self
-                                .storage
-                                .device
-                                .count(entry.add(page))
-                                .expect("swap entry on the device");
-                            assert!(
-                                count >= 1,
-                                "swap entry {entry:?}+{page} referenced with count 0"
-                            );
+                            *references.entry(entry.add(page)).or_insert(0u32) += 1;
                         }
-                        swapped += pages;
                     }
                 }
             }
@@ -367,6 +449,12 @@ impl Core {
         assert_eq!(resident * PAGE_SIZE as u64, self.budget.resident_bytes(), "resident charge");
         assert_eq!(self.budget.swapcache_bytes(), 0, "swap cache charge with nothing in flight");
         assert_eq!(self.swap_cache.counts().0, 0, "folios left in the swap cache");
-        assert_eq!(self.storage.device.inuse_pages(), swapped, "slots in use vs swap entries");
+        // Every slot's count is exactly the page-table references to it (a fork shares).
+        for (entry, expected) in &references {
+            let count = self.storage.device.count(*entry).expect("swap entry on the device");
+            assert_eq!(count, *expected, "swap count of {entry:?}");
+        }
+        let slots = references.len() as u64;
+        assert_eq!(self.storage.device.inuse_pages(), slots, "slots in use vs swap entries");
     }
 }

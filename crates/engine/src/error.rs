@@ -32,6 +32,11 @@ pub enum Error {
     },
     /// The page source failed in a way the engine cannot retry.
     Source(String),
+    /// No address space has this id (it exited, or was never forked).
+    NoSuchMm {
+        /// The id.
+        mm: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -46,6 +51,7 @@ impl fmt::Display for Error {
             }
             Error::SwapIn { addr, why } => write!(f, "swap-in at {addr:#x} failed: {why}"),
             Error::Source(why) => write!(f, "page source: {why}"),
+            Error::NoSuchMm { mm } => write!(f, "no address space {mm}"),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! What the program does to its own memory, as the page source reports it: dropping pages
-//! (`MADV_DONTNEED`, the userfaultfd REMOVE event), unmapping them (UNMAP).
+//! What programs do to their memory, as the page source reports it: dropping pages
+//! (`MADV_DONTNEED`, the userfaultfd REMOVE event), unmapping them (UNMAP), moving them
+//! (mremap, REMAP), forking (FORK) and exiting.
 //!
 //! Dropped pages read as zeros from then on, so their bookkeeping goes: a resident folio's
 //! LRU record and budget charge, a swapped folio's page-table references (which frees its
@@ -7,32 +8,38 @@
 //! shadows those slots held. A large folio cut by the range is split first, so the pages
 //! outside keep theirs.
 //!
+//! A fork copies the parent's page tables into a new, unmanaged address space: each swapped
+//! entry gains a reference (the slots live until both processes drop them), resident pages
+//! are the kernel's copy-on-write business. A remap moves entries between page tables,
+//! splitting large folios whose alignment the move would break.
+//!
 //! Races with work in flight resolve through the page table: a swap-in or page-out that
 //! re-validates under the PTL after the entry went finds it gone and backs off, and the
 //! slots it still pins are freed when it drops its swap cache folio.
 
 use crate::engine::Core;
-use crate::region::{Found, PageTable, Pte, Region};
+use crate::lru::FolioOwner;
+use crate::page_source::PageSource;
+use crate::region::{Found, MmId, PageTable, Pte, Region};
 use crate::stats::Stats;
-use crate::PAGE_SIZE;
+use crate::{Error, PAGE_SIZE};
 use slots::SwapEntry;
+use std::sync::Arc;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
 impl Core {
-    /// Drops the bookkeeping of every page in `[addr, addr + len)` (see the module docs).
-    pub(crate) fn remove_range(&self, addr: u64, len: u64) {
+    /// The regions of `mm` intersecting `[addr, end)`.
+    fn regions_in(&self, mm: MmId, addr: u64, end: u64) -> Vec<Arc<Region>> {
+        let regions = self.regions.read();
+        regions.mms.get(&mm).map(|space| space.intersecting(addr, end)).unwrap_or_default()
+    }
+
+    /// Drops the bookkeeping of every page of `mm` in `[addr, addr + len)` (see the module
+    /// documentation).
+    pub(crate) fn remove_range(&self, mm: MmId, addr: u64, len: u64) {
         let end = addr.saturating_add(len);
-        let regions: Vec<_> = {
-            let regions = self.regions.read();
-            regions
-                .by_start
-                .values()
-                .filter(|r| r.start() < end && addr < r.end())
-                .cloned()
-                .collect()
-        };
-        for region in regions {
+        for region in self.regions_in(mm, addr, end) {
             let first = region.index_of(addr.max(region.start()));
             let last = region.index_of(end.min(region.end()) - 1);
             let freed = self.remove_pages(&region, first, last);
@@ -75,10 +82,9 @@ impl Core {
     fn split_edges(&self, pt: &mut PageTable<'_>, first: u64, last: u64) {
         for found in pt.entries(first, last) {
             let end = found.first + (1 << found.order) - 1;
-            if found.first >= first && end <= last {
-                continue;
+            if found.first < first || end > last {
+                self.split_entry(pt, &found);
             }
-            self.split_entry(pt, &found);
         }
     }
 
@@ -91,8 +97,8 @@ impl Core {
                 });
             }
             Pte::Resident(id) => {
-                // A stale id (reclaim took the record) cannot happen: reclaim removes the
-                // record only after changing the entry, under this same lock.
+                // A stale id cannot happen: reclaim removes the record only after changing
+                // the entry, under this same lock.
                 let ids = self.lru.split(id, 0).expect("a resident entry has a live record");
                 pt.split(found.first, 0, |first, _| {
                     Pte::Resident(ids[(first - found.first) as usize])
@@ -101,20 +107,128 @@ impl Core {
         }
     }
 
-    /// Forgets every region lying wholly inside `[addr, addr + len)` (after its pages were
-    /// removed).
-    pub(crate) fn forget_regions_within(&self, addr: u64, len: u64) {
+    /// Forgets every region of `mm` lying wholly inside `[addr, addr + len)` (after its
+    /// pages were removed).
+    pub(crate) fn forget_regions_within(&self, mm: MmId, addr: u64, len: u64) {
         let end = addr.saturating_add(len);
         let mut regions = self.regions.write();
-        let gone: Vec<_> = regions
+        let regions = &mut *regions;
+        let Some(space) = regions.mms.get_mut(&mm) else { return };
+        let gone: Vec<_> = space
             .by_start
             .values()
             .filter(|r| r.start() >= addr && r.end() <= end)
             .map(|r| (r.start(), r.id()))
             .collect();
         for (start, id) in gone {
-            regions.by_start.remove(&start);
+            space.by_start.remove(&start);
             regions.by_id.remove(&id);
         }
+    }
+
+    /// See [`crate::Engine::fork`].
+    pub(crate) fn fork(
+        &self,
+        parent: MmId,
+        child_source: Arc<dyn PageSource>,
+    ) -> Result<MmId, Error> {
+        let parents: Vec<Arc<Region>> = {
+            let regions = self.regions.read();
+            let space = regions.mms.get(&parent).ok_or(Error::NoSuchMm { mm: parent.0 })?;
+            space.by_start.values().cloned().collect()
+        };
+        let child = self.add_mm(child_source, false);
+        for region in parents {
+            self.add_region(child, region.start(), region.end() - region.start())?;
+            let copy = self.region_of(child, region.start())?;
+            self.fork_region(&region, &copy);
+        }
+        Ok(child)
+    }
+
+    /// Copies `parent`'s swapped entries into `child`, adding a reference to each slot.
+    /// Lock order: the parent's PTL, then the child's (a new region nobody else can reach
+    /// yet).
+    fn fork_region(&self, parent: &Region, child: &Region) {
+        let pt = parent.lock();
+        let mut child_pt = child.lock();
+        let mut pages = 0;
+        for found in pt.entries(0, parent.nr_pages() - 1) {
+            if let Pte::Swap(entry) = found.pte {
+                let nr = 1u32 << found.order;
+                if let Err(error) = self.storage.device.dup(entry, nr) {
+                    panic!("page table held {entry:?} but the device refused a dup: {error}");
+                }
+                child_pt.set(found.first, found.order, found.pte);
+                pages += u64::from(nr);
+            }
+        }
+        Stats::add(&self.stats.counters.fork_dup, pages);
+    }
+
+    /// See [`crate::Engine::exit_mm`].
+    pub(crate) fn exit_mm(&self, mm: MmId) {
+        let regions: Vec<(u64, u64)> = {
+            let regions = self.regions.read();
+            let Some(space) = regions.mms.get(&mm) else { return };
+            space.by_start.values().map(|r| (r.start(), r.end())).collect()
+        };
+        for (start, end) in regions {
+            self.remove_range(mm, start, end - start);
+            self.forget_regions_within(mm, start, end - start);
+        }
+        if mm != MmId::DEFAULT {
+            self.regions.write().mms.remove(&mm);
+        }
+    }
+
+    /// See [`crate::Engine::remap`].
+    pub(crate) fn remap(&self, mm: MmId, from: u64, to: u64, len: u64) -> Result<(), Error> {
+        let source = self.region_of(mm, from)?;
+        if len == 0 || from.checked_add(len).is_none_or(|end| end > source.end()) {
+            return Err(Error::BadRegion { start: from, len, why: "remap source spans regions" });
+        }
+        let dest = match self.region_of(mm, to) {
+            Ok(region) if to + len <= region.end() && !Arc::ptr_eq(&region, &source) => region,
+            Ok(_) => {
+                return Err(Error::BadRegion { start: to, len, why: "remap destination overlaps" })
+            }
+            Err(_) => {
+                self.add_region(mm, to, len)?;
+                self.region_of(mm, to)?
+            }
+        };
+        let (first, last) = (source.index_of(from), source.index_of(from + len - 1));
+        let shift = dest.index_of(to);
+        // Lock order between two regions: by id (both are only ever taken together here).
+        let (mut src_pt, mut dst_pt) = if source.id() < dest.id() {
+            let s = source.lock();
+            (s, dest.lock())
+        } else {
+            let d = dest.lock();
+            (source.lock(), d)
+        };
+        self.split_edges(&mut src_pt, first, last);
+        for found in src_pt.entries(first, last) {
+            let at = found.first - first + shift;
+            if at % (1 << found.order) != 0 {
+                self.split_entry(&mut src_pt, &found);
+            }
+        }
+        for found in src_pt.entries(first, last) {
+            src_pt.erase(found.first);
+            let at = found.first - first + shift;
+            if let Pte::Resident(id) = found.pte {
+                let owner = FolioOwner { region: dest.id(), index: at, order: found.order };
+                assert!(self.lru.set_owner(id, owner), "a resident entry has a live record");
+            }
+            dst_pt.set(at, found.order, found.pte);
+        }
+        drop((src_pt, dst_pt));
+        let whole = from == source.start() && from + len == source.end();
+        if whole {
+            self.forget_regions_within(mm, from, len);
+        }
+        Ok(())
     }
 }

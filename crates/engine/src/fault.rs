@@ -22,7 +22,7 @@
 use crate::engine::{Core, FaultOutcome};
 use crate::lru::FolioOwner;
 use crate::page_source::{Mapped, SourceError};
-use crate::region::{Found, Pte, Region};
+use crate::region::{Found, MmId, Pte, Region};
 use crate::stats::Stats;
 use crate::swap_cache::{AddOrGet, Folio};
 use crate::sync::Ordering;
@@ -60,9 +60,14 @@ impl Core {
     ///
     /// Context: takes region, swap cache and device locks in turn; may block on a folio
     /// another thread is reading or writing, on backend I/O, and on direct reclaim.
-    pub(crate) fn handle_fault(&self, addr: u64, write: bool) -> Result<FaultOutcome, Error> {
+    pub(crate) fn handle_fault(
+        &self,
+        mm: MmId,
+        addr: u64,
+        write: bool,
+    ) -> Result<FaultOutcome, Error> {
         Stats::add(&self.stats.counters.pgfault, 1);
-        let region = self.region_of(addr)?;
+        let region = self.region_of(mm, addr)?;
         let index = region.index_of(addr);
         for _ in 0..MAX_FAULT_PASSES {
             let found = region.lock().lookup(index);
@@ -70,7 +75,7 @@ impl Core {
                 None => self.first_touch(&region, index, write)?,
                 Some(Found { pte: Pte::Resident(_), .. }) => {
                     Stats::add(&self.stats.counters.pgfault_spurious, 1);
-                    self.source.wake(region.addr_of(index), PAGE);
+                    region.source().wake(region.addr_of(index), PAGE);
                     Step::Done(FaultOutcome::Spurious)
                 }
                 Some(found) => self.swap_in(&region, index, found, write)?,
@@ -80,15 +85,18 @@ impl Core {
             }
         }
         // Lost every race: let the access run again; it faults again if still missing.
-        self.source.wake(region.addr_of(index), PAGE);
+        region.source().wake(region.addr_of(index), PAGE);
         Ok(FaultOutcome::Spurious)
     }
 
     /// Maps a page (or a folio of the configured order) that was never touched: the zero
-    /// page for a read, zeroed memory for a write.
+    /// page for a read, zeroed memory for a write. In an unmanaged region (a forked child)
+    /// the page is mapped and forgotten.
     fn first_touch(&self, region: &Region, index: u64, write: bool) -> Result<Step, Error> {
-        let order = self.config.folio_order;
-        self.make_room(bytes_of(order));
+        let order = if region.managed() { self.config.folio_order } else { 0 };
+        if region.managed() {
+            self.make_room(bytes_of(order));
+        }
         let mut pt = region.lock();
         if pt.lookup(index).is_some() {
             return Ok(Step::Again);
@@ -101,17 +109,20 @@ impl Core {
         };
         let (addr, len) = (region.addr_of(first), bytes_of(order));
         let mapped = if write {
-            self.source.map(addr, &ZERO_FOLIO[..len as usize])
+            region.source().map(addr, &ZERO_FOLIO[..len as usize])
         } else {
-            self.source.map_zero(addr, len)
+            region.source().map_zero(addr, len)
         };
         if let Err(error) = mapped {
             return self.source_failed(error);
         }
+        Stats::add(&self.stats.counters.pgfault_first_touch, 1);
+        if !region.managed() {
+            return Ok(Step::Done(FaultOutcome::Mapped));
+        }
         let id = self.lru.add(FolioOwner { region: region.id(), index: first, order }, false);
         pt.set(first, order, Pte::Resident(id));
         self.budget.charge_resident(len);
-        Stats::add(&self.stats.counters.pgfault_first_touch, 1);
         Ok(Step::Done(FaultOutcome::Mapped))
     }
 
@@ -138,14 +149,14 @@ impl Core {
         let Some((first, order, entry)) = self.swapin_range(region, index, &found) else {
             return Ok(Step::Again);
         };
-        self.make_room(2 * bytes_of(order));
+        self.make_room(if region.managed() { 2 } else { 1 } * bytes_of(order));
         let folio = Folio::new_locked(entry.offset(), order);
         let device = &self.storage.device;
         let pin = || device.try_pin_cache_range(entry, 1 << order).is_ok();
         match self.swap_cache.add_or_get(&folio, pin) {
             AddOrGet::Added(shadow) => {
                 let step = self.swapin_read_and_map(region, first, entry, &folio, shadow, write);
-                if step.is_ok() && order == 0 {
+                if step.is_ok() && order == 0 && region.managed() {
                     self.readahead(region, index);
                 }
                 step
@@ -320,25 +331,33 @@ impl Core {
         // folio deleted meanwhile may be a previous life of a reused slot (the ABA race):
         // never map from it, look again.
         let same_entry = pt.lookup(first) == Some(Found { first, order, pte: Pte::Swap(entry) });
-        if !same_entry || !self.swap_cache.contains(folio) {
+        let in_cache = crate::hooks::skip_revalidation() || self.swap_cache.contains(folio);
+        if !same_entry || !in_cache {
             Stats::add(&self.stats.counters.swapin_raced, 1);
             return Ok(Step::Again);
         }
         let (addr, len) = (region.addr_of(first), bytes_of(order));
+        let source = region.source();
         let mapped = if zero_page {
-            self.source.map_zero(addr, len)
+            source.map_zero(addr, len)
         } else {
             let skip = ((entry.offset() - folio.first_slot()) * PAGE) as usize;
-            folio.with_data(|data| self.source.map(addr, &data[skip..skip + len as usize]))
+            folio.with_data(|data| source.map(addr, &data[skip..skip + len as usize]))
         };
         match mapped {
             Ok(Mapped::Done) => {}
             Ok(Mapped::AlreadyPresent) => Stats::add(&self.stats.counters.map_error, 1),
             Err(error) => return self.source_failed(error),
         }
-        let id = self.lru.add(FolioOwner { region: region.id(), index: first, order }, activate);
-        pt.set(first, order, Pte::Resident(id));
-        self.budget.charge_resident(len);
+        if region.managed() {
+            let owner = FolioOwner { region: region.id(), index: first, order };
+            let id = self.lru.add(owner, activate);
+            pt.set(first, order, Pte::Resident(id));
+            self.budget.charge_resident(len);
+        } else {
+            // A forked child's page: served, then the kernel's like any other child page.
+            pt.erase(first);
+        }
         if let Err(error) = self.storage.device.put(entry, 1 << order) {
             panic!("page table held {entry:?} but the device refused the put: {error}");
         }
@@ -358,7 +377,7 @@ impl Core {
         let addr = region.addr_of(first);
         // If poisoning fails too, the faulting thread stays blocked until the range goes
         // away; the error below is still reported to the frontend, which must not retry.
-        let _ = self.source.poison(addr, bytes_of(order));
+        let _ = region.source().poison(addr, bytes_of(order));
         Err(Error::SwapIn { addr, why })
     }
 
@@ -452,7 +471,7 @@ mod tests {
         source.write(&engine, BASE, &data).unwrap();
         assert_eq!(engine.pageout(BASE, PAGE).unwrap(), 1);
         let core = &engine.core;
-        let region = core.region_of(BASE).unwrap();
+        let region = core.region_of(crate::region::MmId::DEFAULT, BASE).unwrap();
         let found = region.lock().lookup(0).unwrap();
         let Pte::Swap(entry) = found.pte else { panic!("page not swapped: {found:?}") };
         // A folio for the same entry that the swap cache does not hold: an earlier life.

@@ -14,6 +14,7 @@ mod engine;
 pub mod error;
 mod events;
 mod fault;
+pub mod hooks;
 pub mod lru;
 pub mod mem_source;
 pub mod page_source;

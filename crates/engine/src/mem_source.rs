@@ -111,6 +111,17 @@ impl MemorySource {
         })
     }
 
+    /// Reads the page at `addr` if it is present, without faulting (a forked child's
+    /// accesses are faulted by the test through the child's address space).
+    pub fn read_present(&self, addr: u64, buf: &mut [u8]) -> bool {
+        match &*self.pages[self.page_index(addr)].lock() {
+            Page::Data(data) => buf.copy_from_slice(data),
+            Page::Zero => buf.fill(0),
+            Page::Missing | Page::Poisoned => return false,
+        }
+        true
+    }
+
     /// Writes `data` (one page) at `addr`, faulting as a real access would.
     ///
     /// # Errors
@@ -170,6 +181,37 @@ impl MemorySource {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
             *page = Page::Missing;
+        }
+    }
+
+    /// A child's copy of this address space, as `fork` makes it: present pages copied
+    /// (the kernel shares them copy-on-write; a copy is the same to the program), missing
+    /// and poisoned ones as they are. Call it while nothing else touches the source.
+    pub fn fork(&self) -> MemorySource {
+        let child = MemorySource::new(self.base, self.pages.len() as u64);
+        for (page, copy) in self.pages.iter().zip(child.pages.iter()) {
+            let page = page.lock().clone();
+            if matches!(page, Page::Data(_)) {
+                child.data_pages.fetch_add(1, Ordering::Relaxed);
+            }
+            *copy.lock() = page;
+        }
+        child
+    }
+
+    /// Moves the pages of `[from, from + len)` to `[to, to + len)` as `mremap` does (the
+    /// destination's old pages are dropped; the source becomes missing).
+    pub fn remap(&self, from: u64, to: u64, len: u64) {
+        let pages = (len / PAGE_SIZE as u64) as usize;
+        let (src, dst) = (self.page_index(from), self.page_index(to));
+        let moved: Vec<Page> = (src..src + pages)
+            .map(|i| std::mem::replace(&mut *self.pages[i].lock(), Page::Missing))
+            .collect();
+        for (i, page) in moved.into_iter().enumerate() {
+            let old = std::mem::replace(&mut *self.pages[dst + i].lock(), page);
+            if matches!(old, Page::Data(_)) {
+                self.data_pages.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 

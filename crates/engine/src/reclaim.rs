@@ -117,7 +117,7 @@ impl Core {
                 continue;
             };
             let addr = region.addr_of(owner.index);
-            let accessed = self.source.test_and_clear_referenced(addr, owner.nr_pages() * PAGE);
+            let accessed = region.source().test_and_clear_referenced(addr, owner.nr_pages() * PAGE);
             if referenced || accessed == Some(true) {
                 self.lru.putback(id, true);
                 Stats::add(&c.pgactivate, 1);
@@ -183,7 +183,8 @@ impl Core {
         if let Err(error) = self.storage.device.dup(entry, nr) {
             panic!("fresh slots {entry:?} refused a reference: {error}");
         }
-        let taken = folio.with_data_mut(|data| self.source.take(region.addr_of(owner.index), data));
+        let addr = region.addr_of(owner.index);
+        let taken = folio.with_data_mut(|data| region.source().take(addr, data));
         let Err(error) = taken else { return Ok(()) };
         // The pages never left: undo, under the same lock hold.
         pt.set(owner.index, order, Pte::Resident(id));
@@ -269,7 +270,7 @@ impl Core {
 
     /// MADV_PAGEOUT: pages out every resident folio intersecting `[addr, addr + len)`.
     pub(crate) fn pageout_range(&self, addr: u64, len: u64) -> Result<u64, Error> {
-        let region = self.region_of(addr)?;
+        let region = self.region_of(crate::region::MmId::DEFAULT, addr)?;
         let first = region.index_of(addr);
         let end = (addr.saturating_add(len)).min(region.end());
         let last = region.index_of(end - 1);

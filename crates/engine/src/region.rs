@@ -25,9 +25,11 @@
 //! page. Lock order: PTL → LRU lock; PTL → swap device (cluster locks) → swap cache shard.
 
 use crate::lru::{LruId, RegionId};
+use crate::page_source::PageSource;
 use crate::sync::{Mutex, MutexGuard};
 use crate::{Error, PAGE_SIZE};
 use slots::{SwapEntry, SwapType};
+use std::sync::Arc;
 use xarray::{Entry, NoItems, XArray};
 
 /// What a page-table entry says about its pages.
@@ -89,10 +91,27 @@ impl Found {
     }
 }
 
+/// Identifies an address space (a process): regions belong to one, and its page source
+/// maps and takes pages in it. The engine's own process is [`MmId::DEFAULT`]; a forked
+/// child gets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MmId(pub u32);
+
+impl MmId {
+    /// The address space the engine was created for.
+    pub const DEFAULT: MmId = MmId(0);
+}
+
 /// A managed virtual range.
 #[derive(Debug)]
 pub struct Region {
     id: RegionId,
+    mm: MmId,
+    /// Where this region's pages live.
+    source: Arc<dyn PageSource>,
+    /// Resident folios are tracked, charged and evicted. A forked child's regions are not:
+    /// the engine only serves their swapped pages (see `Engine::fork`).
+    managed: bool,
     start: u64,
     nr_pages: u64,
     /// The page table, behind the PTL.
@@ -112,11 +131,18 @@ pub(crate) struct Readahead {
 }
 
 impl Region {
-    /// A region of `len` bytes at `start`, all pages untouched.
+    /// A region of `len` bytes at `start` in address space `mm`, all pages untouched.
     ///
     /// # Errors
     /// [`Error::BadRegion`] for an empty or unaligned range.
-    pub fn new(id: RegionId, start: u64, len: u64) -> Result<Region, Error> {
+    pub fn new(
+        id: RegionId,
+        mm: MmId,
+        source: Arc<dyn PageSource>,
+        managed: bool,
+        start: u64,
+        len: u64,
+    ) -> Result<Region, Error> {
         let page = PAGE_SIZE as u64;
         let why = if len == 0 {
             Some("empty")
@@ -132,6 +158,9 @@ impl Region {
         }
         Ok(Region {
             id,
+            mm,
+            source,
+            managed,
             start,
             nr_pages: len / page,
             table: Mutex::new(XArray::new()),
@@ -142,6 +171,26 @@ impl Region {
     /// The region's id.
     pub fn id(&self) -> RegionId {
         self.id
+    }
+
+    /// The address space.
+    pub fn mm(&self) -> MmId {
+        self.mm
+    }
+
+    /// The page source of the region's address space.
+    pub fn source(&self) -> &dyn PageSource {
+        &*self.source
+    }
+
+    /// The page source, shared.
+    pub fn source_arc(&self) -> &Arc<dyn PageSource> {
+        &self.source
+    }
+
+    /// Are resident folios tracked and evicted here?
+    pub fn managed(&self) -> bool {
+        self.managed
     }
 
     /// The first address.
@@ -288,6 +337,10 @@ impl PageTable<'_> {
 mod tests {
     use super::*;
 
+    fn null_source() -> Arc<dyn PageSource> {
+        Arc::new(crate::mem_source::MemorySource::new(0, 1))
+    }
+
     fn entry(offset: u64) -> SwapEntry {
         SwapEntry::new(SwapType::new(3).unwrap(), offset)
     }
@@ -310,13 +363,18 @@ mod tests {
     #[test]
     fn bad_regions_are_refused() {
         for (start, len) in [(0, 0), (1, 4096), (4096, 100), (u64::MAX - 4095, 8192)] {
-            assert!(Region::new(RegionId(0), start, len).is_err(), "{start:#x}+{len}");
+            assert!(
+                Region::new(RegionId(0), MmId::DEFAULT, null_source(), true, start, len).is_err(),
+                "{start:#x}+{len}"
+            );
         }
     }
 
     #[test]
     fn split_rewrites_each_piece_swap_entry() {
-        let region = Region::new(RegionId(0), 1 << 20, 64 * 4096).unwrap();
+        let region =
+            Region::new(RegionId(0), MmId::DEFAULT, null_source(), true, 1 << 20, 64 * 4096)
+                .unwrap();
         let mut pt = region.lock();
         pt.set(16, 4, Pte::Swap(entry(512)));
         assert_eq!(pt.lookup(21).unwrap().swap_entry_of(21), Some(entry(517)));
@@ -329,7 +387,8 @@ mod tests {
 
     #[test]
     fn range_is_empty_sees_the_region_end() {
-        let region = Region::new(RegionId(0), 0, 20 * 4096).unwrap();
+        let region =
+            Region::new(RegionId(0), MmId::DEFAULT, null_source(), true, 0, 20 * 4096).unwrap();
         let mut pt = region.lock();
         assert!(pt.range_is_empty(0, 4));
         assert!(!pt.range_is_empty(16, 4), "past the end");

@@ -167,7 +167,14 @@ impl Folio {
         let mut waited = false;
         while *state == FolioState::Locked {
             waited = true;
-            self.unlocked.wait(&mut state);
+            if let Some(yield_now) = crate::hooks::yield_hook() {
+                // Under the simulator: let its scheduler run someone else (the owner).
+                drop(state);
+                yield_now();
+                state = self.state.lock();
+            } else {
+                self.unlocked.wait(&mut state);
+            }
         }
         let result = match &*state {
             FolioState::Uptodate { zero } => Ok(*zero),

@@ -143,3 +143,77 @@ fn bad_input_is_refused_with_a_clear_error() {
     assert!(engine.add_region(common::BASE + 4096, 4096).is_err(), "overlap refused");
     engine.check_invariants();
 }
+
+#[test]
+fn a_forked_child_reads_its_parents_evicted_pages() {
+    let (engine, parent) = setup(config(32), 256);
+    for page in 0..256 {
+        parent.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    assert!(engine.stats().gauges.swap_inuse_pages > 200);
+    let child = std::sync::Arc::new(parent.fork());
+    let child_source: std::sync::Arc<dyn engine::PageSource> = child.clone();
+    let child_mm = engine.fork(engine::region::MmId::DEFAULT, child_source).unwrap();
+    engine.check_invariants();
+    // The parent moves on: new data everywhere, which frees its own swap entries.
+    for page in 0..256 {
+        parent.write(&engine, addr(page), &content(page, 2)).unwrap();
+    }
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..256 {
+        child_read(&engine, &child, child_mm, page, &mut buf);
+        assert_eq!(buf, content(page, 1), "child page {page} sees the data at the fork");
+    }
+    for page in 0..256 {
+        parent.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 2), "parent page {page}");
+    }
+    engine.check_invariants();
+    engine.exit_mm(child_mm);
+    engine.check_invariants();
+    assert!(engine.stats().counters.fork_dup > 200);
+}
+
+/// The child's accesses fault into the engine through the child's address space.
+fn child_read(
+    engine: &engine::Engine,
+    child: &engine::mem_source::MemorySource,
+    mm: engine::region::MmId,
+    page: u64,
+    buf: &mut [u8],
+) {
+    for _ in 0..10 {
+        if child.read_present(addr(page), buf) {
+            return;
+        }
+        engine.handle_fault_in(mm, addr(page), false).unwrap();
+    }
+    panic!("child page {page} never became present");
+}
+
+#[test]
+fn remap_moves_resident_and_swapped_pages() {
+    let config = EngineConfig { folio_order: 2, ..config(64) };
+    let source = std::sync::Arc::new(engine::mem_source::MemorySource::new(common::BASE, 1024));
+    let dyn_source: std::sync::Arc<dyn engine::PageSource> = source.clone();
+    let engine = engine::Engine::new(config, dyn_source).unwrap();
+    engine.add_region(common::BASE, 512 * PAGE as u64).unwrap();
+    for page in 0..512 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    // Move pages 101..301 to 601..801: a one-page shift that breaks every 4-page folio.
+    let (from, to, len) = (addr(101), addr(601), 200 * PAGE as u64);
+    source.remap(from, to, len);
+    engine.remap(engine::region::MmId::DEFAULT, from, to, len).unwrap();
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..200 {
+        source.read(&engine, addr(601 + page), &mut buf).unwrap();
+        assert_eq!(buf, content(101 + page, 1), "moved page {page}");
+    }
+    for page in (0..101).chain(301..512) {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page} stayed");
+    }
+    engine.check_invariants();
+}

@@ -5,9 +5,9 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod compare;
 mod heap;
 mod zpool;
-mod compare;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};
