@@ -144,14 +144,17 @@ impl Staging {
 
     /// Allocates `pages` consecutive free, empty slots (MOVE-out destinations).
     pub fn alloc_empty(&mut self, pages: usize) -> Option<SlotRun> {
-        self.alloc_where(pages, false)
+        let run = self.alloc_where(pages, false);
+        self.stats.alloc_refused += u64::from(run.is_none());
+        run
     }
 
     /// Allocates one free slot holding a recycled page (a page-in's decompression target);
     /// if none holds a page, an empty one (its first store allocates the page).
     pub fn alloc_page(&mut self) -> Option<SlotIndex> {
-        let run = self.alloc_where(1, true).or_else(|| self.alloc_where(1, false))?;
-        Some(run.first)
+        let run = self.alloc_where(1, true).or_else(|| self.alloc_where(1, false));
+        self.stats.alloc_refused += u64::from(run.is_none());
+        Some(run?.first)
     }
 
     fn alloc_where(&mut self, pages: usize, present: bool) -> Option<SlotRun> {
@@ -172,7 +175,6 @@ impl Staging {
                 run_len = 0;
             }
         }
-        self.stats.alloc_refused += 1;
         None
     }
 

@@ -240,6 +240,9 @@ impl Mapping {
     }
 }
 
+/// Unmaps the range. If it is registered with a uffd that has `EVENT_UNMAP`, munmap waits
+/// until that uffd's reader reads the UNMAP event: drop a registered mapping only while its
+/// handler is still reading (or unregister it first).
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: we own the range and nothing borrows it any more (drop has `&mut self`).
