@@ -20,8 +20,9 @@
 //! DRAINING and leaves the fields alone, or `disarm` sees its increment and waits for it:
 //! after `disarm` returns no handler uses the slot's uffd or mirror.
 //!
-//! A SIGBUS nobody claims (outside every armed range, a poison marker's `BUS_MCEERR_AR`,
-//! a failed resolve) resets the disposition to `SIG_DFL` and returns: the access
+//! A SIGBUS nobody claims (outside every armed range, a hardware memory error, a failed
+//! resolve, an EEXIST where no page is resident) resets the disposition to `SIG_DFL` and
+//! returns: the access
 //! re-executes, faults again, and the default action kills the process with a core dump.
 //! An error never yields wrong data.
 
@@ -242,8 +243,9 @@ fn run(slot: &Slot, fault: &SigbusFault) -> bool {
         let hook: Hook = unsafe { core::mem::transmute::<usize, Hook>(arg) };
         return hook(fault);
     }
-    // Only a userfaultfd SIGBUS is ours to resolve: a poison marker (BUS_MCEERR_AR) would
-    // answer EEXIST forever.
+    // Only a userfaultfd SIGBUS (BUS_ADRERR) is ours to resolve, never a hardware memory
+    // error (BUS_MCEERR_*). On 6.18 a UFFDIO_POISON marker also says BUS_ADRERR: COPY then
+    // replaces the marker (the mirror is the truth), ZEROPAGE is EEXIST and fails below.
     if fault.code != libc::BUS_ADRERR {
         return false;
     }
@@ -273,14 +275,25 @@ fn run(slot: &Slot, fault: &SigbusFault) -> bool {
             }
         };
         match result {
-            // EEXIST: another thread resolved the page first; the access can go on.
-            Ok(()) | Err(Errno(libc::EEXIST)) => return true,
+            Ok(()) => return true,
+            // EEXIST: another thread mapped the page first (the access can go on), or a
+            // poison marker sits there (ZEROPAGE refuses it): only a resident page counts.
+            Err(Errno(libc::EEXIST)) => return resident(page),
             Err(Errno(libc::EAGAIN)) => continue,
             Err(_) => return false,
         }
     }
     // Still changing: let the access fault again (and retry) rather than spin here.
     true
+}
+
+/// mincore(2) of one page: whether a page is mapped there (async-signal-safe). A poison
+/// marker reads as not resident.
+fn resident(page: usize) -> bool {
+    let mut vec = 0u8;
+    // SAFETY: `page` is page-aligned, the length is one page and `vec` one live byte.
+    let ret = unsafe { libc::mincore(page as *mut _, PAGE, &mut vec) };
+    ret == 0 && vec & 1 != 0
 }
 
 /// An armed range of the SIGBUS handler; disarmed on drop.

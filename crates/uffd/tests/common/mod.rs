@@ -8,7 +8,7 @@
 #![allow(dead_code)] // Each test binary uses a different subset.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -55,11 +55,22 @@ pub fn pattern(seed: u64) -> Vec<u8> {
     (0..PAGE_SIZE as u64 / 8).flat_map(|w| (seed * 1_000_003 + w).to_ne_bytes()).collect()
 }
 
+/// How many events a test may leave unreceived before the handler blocks.
+const EVENTS_BOUND: usize = 1 << 16;
+
 /// What a fault handler does with one page fault.
 pub type Resolve = Box<dyn FnMut(&Uffd, &Event) + Send>;
 
 /// A thread that polls a uffd, resolves page faults with a closure, and forwards every
 /// event (faults included, after resolving) to `events`.
+///
+/// The thread does not allocate while handling events: a fork() in this process holds
+/// glibc's malloc locks while it waits for its FORK event to be read, so a reader that
+/// allocates on the way (an unbounded channel allocating a block on `send`, a growing Vec)
+/// can deadlock against it. Hence a pre-allocated bounded channel, a batch vector with its
+/// capacity reserved up front, and `spawn` returns only once the thread is in its loop
+/// (a thread still starting up allocates). (postmortem: the first version used
+/// `mpsc::channel` and returned at once; the fork test hung one run in three or four.)
 pub struct Handler {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -71,10 +82,12 @@ impl Handler {
     /// Starts the thread.
     pub fn spawn(uffd: Arc<Uffd>, mut resolve: Resolve) -> Handler {
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, events) = channel();
+        let (tx, events) = sync_channel(EVENTS_BOUND);
         let flag = Arc::clone(&stop);
+        let (ready_tx, ready) = sync_channel(1);
         let thread = std::thread::spawn(move || {
             let mut batch = Vec::with_capacity(uffd::READ_BATCH);
+            ready_tx.send(()).expect("spawner waits");
             while !flag.load(Ordering::Acquire) {
                 if !uffd.wait_readable(Some(Duration::from_millis(10))).expect("poll") {
                     continue;
@@ -89,6 +102,7 @@ impl Handler {
                 }
             }
         });
+        ready.recv().expect("handler thread started");
         Handler { stop, thread: Some(thread), events }
     }
 
