@@ -19,8 +19,8 @@
 //! - `MADV_NOHUGEPAGE` keeps every slot a base page; `MADV_DONTFORK` keeps staging pages out
 //!   of forked children, so they stay exclusive (a shared page makes MOVE fail with EBUSY).
 //! - Two bitmaps: `allocated` (slot handed out) and `present` (a page sits in the slot).
-//!   Empty runs (for MOVE-out batches) are found by a bounded linear scan of the bitmaps;
-//!   staging is small (a batch or two of in-flight pages), so this is cheap.
+//!   Runs (for MOVE-out batches) are found next-fit from a cursor, a scan bounded by the
+//!   slot count; allocating in a row costs O(run).
 //!
 //! Invariants ([`Staging::check_invariants`]): bitmaps are `slots` bits long; no bit past the
 //! last slot is set; `present` agrees with the kernel (PAGEMAP_SCAN PRESENT) in tests.
@@ -74,6 +74,8 @@ pub struct Staging {
     slots: usize,
     allocated: Vec<u64>,
     present: Vec<u64>,
+    /// Where the next allocation scan starts (next fit).
+    cursor: usize,
     stats: StagingStats,
 }
 
@@ -110,6 +112,7 @@ impl Staging {
             slots,
             allocated: vec![0; words],
             present: vec![0; words],
+            cursor: 0,
             stats: StagingStats::default(),
         })
     }
@@ -157,22 +160,34 @@ impl Staging {
         Some(run?.first)
     }
 
+    /// Next fit: scans from the slot after the last allocation, wrapping once, so that
+    /// allocating in a row is O(run) and a full scan happens only when staging is nearly
+    /// full. A run never wraps around the end.
     fn alloc_where(&mut self, pages: usize, present: bool) -> Option<SlotRun> {
-        let mut run_start = 0;
+        if pages == 0 || pages > self.slots {
+            return None;
+        }
+        let fits = |s: &Self, i: usize| !bit(&s.allocated, i) && bit(&s.present, i) == present;
+        let mut run_start = self.cursor;
         let mut run_len = 0;
-        for i in 0..self.slots {
-            if !bit(&self.allocated, i) && bit(&self.present, i) == present {
-                if run_len == 0 {
-                    run_start = i;
-                }
-                run_len += 1;
-                if run_len == pages {
-                    let run = SlotRun { first: SlotIndex(run_start as u32), pages: pages as u32 };
-                    run.slots().for_each(|s| set_bit(&mut self.allocated, s, true));
-                    return Some(run);
-                }
-            } else {
+        for step in 0..self.slots + pages {
+            let i = (self.cursor + step) % self.slots;
+            if i == 0 {
+                run_len = 0; // runs do not wrap
+            }
+            if !fits(self, i) {
                 run_len = 0;
+                continue;
+            }
+            if run_len == 0 {
+                run_start = i;
+            }
+            run_len += 1;
+            if run_len == pages {
+                let run = SlotRun { first: SlotIndex(run_start as u32), pages: pages as u32 };
+                run.slots().for_each(|s| set_bit(&mut self.allocated, s, true));
+                self.cursor = (run_start + pages) % self.slots;
+                return Some(run);
             }
         }
         None
@@ -323,5 +338,6 @@ impl Staging {
             assert_eq!(self.present[words - 1] & tail, 0, "present bit past the end");
         }
         assert_eq!(self.map.len_bytes(), self.slots * PAGE_SIZE);
+        assert!(self.cursor < self.slots, "cursor {} past {} slots", self.cursor, self.slots);
     }
 }

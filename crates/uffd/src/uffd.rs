@@ -335,6 +335,11 @@ impl Uffd {
     /// Non-cooperative events (fork, remap, remove, unmap) hold the process that caused them
     /// until they are read: a handler must keep calling this.
     ///
+    /// In-process handlers: a fork() waits for its FORK event *while glibc holds its malloc
+    /// locks* (taken by fork before the syscall). The reading thread must therefore not
+    /// allocate between waking up and reading (reserve `out`'s capacity up front; be fully
+    /// started before anything is registered), or it deadlocks against the fork.
+    ///
     /// # Errors
     /// [`Error::Os`] with the errno of read(2) (EINVAL before the handshake is impossible
     /// here; EBADF/EFAULT are bugs).
