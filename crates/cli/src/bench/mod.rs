@@ -5,6 +5,8 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod uffd;
+
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
@@ -33,6 +35,11 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
+    /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
+    /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,
+    /// kernel_anon_fault_p50_ns, move_out_ns_per_page, wp_copy_drop_ns_per_page, ...
+    Uffd,
 }
 
 /// Runs one benchmark and prints its report.
@@ -42,6 +49,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Uffd => uffd::run(args.common.quick)?,
     };
     report.print(args.common.json);
     Ok(())
