@@ -25,7 +25,7 @@
 //! - Operations return the kernel's answer typed ([`Error`]): partial progress (EAGAIN with
 //!   `done_bytes`), already populated (EEXIST), layout changed (ENOENT), process gone
 //!   (ESRCH/ENOSPC), shared source (EBUSY). Nothing is retried behind the caller's back.
-//! - Start-up failures say what to do ([`probe`]): seccomp, missing privilege for
+//! - Start-up failures say what to do ([`probe()`]): seccomp, missing privilege for
 //!   kernel-mode faults, a kernel too old for a feature (named, with the release).
 //! - Descriptors are owned: a FORK event carries the child's uffd as an owned [`Uffd`].
 //!

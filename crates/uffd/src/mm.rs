@@ -112,7 +112,7 @@ impl MemStatus {
     }
 }
 
-/// The system page size, checked against [`PAGE_SIZE`] at start-up by the probe.
+/// The system page size, checked against [`crate::PAGE_SIZE`] at start-up by the probe.
 pub fn system_page_size() -> usize {
     sys::mem::page_size()
 }

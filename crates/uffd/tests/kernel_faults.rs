@@ -92,3 +92,22 @@ fn a_user_mode_only_uffd_fails_a_syscall_into_a_missing_page_with_efault() {
     let Event::PageFault { addr, write, .. } = handler.next() else { panic!() };
     assert_eq!((addr, write), (region.addr(), false));
 }
+
+/// Fact: a uffd from `/dev/userfaultfd` + `USERFAULTFD_IOC_NEW` (6.1) works like one from
+/// the syscall, kernel-mode faults included (access to the node is the permission).
+#[test]
+fn a_dev_node_uffd_serves_kernel_faults_too() {
+    let builder = Uffd::builder().via(uffd::Via::DevNode);
+    let Some(uffd) = builder_or_skip(builder, Features::MOVE) else { return };
+    assert_eq!(uffd.via(), uffd::Via::DevNode);
+    assert!(uffd.features().contains(Features::MOVE));
+    let uffd = Arc::new(uffd);
+    let handler = copy_pattern_handler(&uffd);
+    let region = Mapping::anonymous(PAGE_SIZE).unwrap();
+    uffd.register(region.range(), RegisterMode::MISSING).unwrap();
+    let fds = pipe_with(b"0123456789abcdef");
+    assert_eq!(read_into(fds.0, &region, 0, 16).0, 16);
+    close(fds);
+    assert_eq!(&region.load_u64(0).to_ne_bytes(), b"01234567");
+    assert!(matches!(handler.next(), Event::PageFault { write: true, .. }));
+}
