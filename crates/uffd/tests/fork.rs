@@ -126,10 +126,11 @@ fn without_event_fork_the_child_reads_evicted_pages_as_zeros() {
 
 /// Fact: after fork the parent's present pages are shared with the child, and MOVE refuses
 /// them with EBUSY, also after the child exited, until the parent writes the page (the
-/// write fault makes it exclusive again). Eviction must fall back to write-protect + copy +
-/// MADV_DONTNEED for such pages.
+/// write fault makes it exclusive again). An atomic no-op write is such a write: it breaks
+/// the sharing without changing data, and MOVE then works (the eviction fallback that
+/// needs no write protection).
 #[test]
-fn move_of_a_page_shared_with_a_child_is_ebusy_until_written() {
+fn move_of_a_page_shared_with_a_child_is_ebusy_until_a_no_op_write() {
     let _serial = serial();
     let Some(uffd) = uffd_or_skip(Features::MOVE) else { return };
     let region = Mapping::anonymous(PAGE_SIZE).unwrap();
@@ -157,7 +158,13 @@ fn move_of_a_page_shared_with_a_child_is_ebusy_until_written() {
     assert_eq!(exit_code(pid), SAW_EXPECTED);
     let e = staging.move_out(&uffd, &region, 0, run, MoveMode::NONE).unwrap_err();
     assert!(matches!(e, Error::Busy { .. }), "still not exclusive after the child exited: {e:?}");
-    region.store_u64(0, 5);
+    // An atomic no-op write breaks the copy-on-write sharing without changing a byte, even
+    // against a concurrent writer: then MOVE takes the page. postmortem: a first version
+    // used `fetch_add(0)`, which LLVM lowers to a fence and a load: no write fault, the
+    // page stayed shared, MOVE still said EBUSY. `break_cow` uses `lock cmpxchg`.
+    region.break_cow(0);
     assert_eq!(staging.move_out(&uffd, &region, 0, run, MoveMode::NONE).unwrap(), PAGE_SIZE);
-    assert_eq!(staging.load_u64(run.first, 0), 5);
+    let mut page = vec![0u8; PAGE_SIZE];
+    staging.load(run.first, &mut page);
+    assert!(page == pattern(30), "the page moved with its data unchanged");
 }

@@ -303,3 +303,44 @@ fn staging_slots_fault_normally_and_recycle() {
 fn slot_run(first: uffd::SlotIndex) -> uffd::SlotRun {
     uffd::SlotRun { first, pages: 1 }
 }
+
+/// Fact: a range belongs to one uffd: registering it with a second one is EBUSY (so MISSING
+/// handling, WP_ASYNC dirty tracking and MOVE eviction of a region share one uffd).
+#[test]
+fn a_range_is_registered_with_one_uffd_only() {
+    let Some(first) = uffd_or_skip(Features::NONE) else { return };
+    let second = uffd::Uffd::open(Features::NONE).unwrap();
+    let region = Mapping::anonymous(2 * PAGE_SIZE).unwrap();
+    first.register(region.range(), RegisterMode::MISSING).unwrap();
+    let e = second.register(region.range(), RegisterMode::MISSING).unwrap_err();
+    assert!(matches!(e, Error::Register { errno: uffd::Errno(libc::EBUSY), .. }), "{e:?}");
+    first.unregister(region.range()).unwrap();
+    second.register(region.range(), RegisterMode::MISSING).unwrap();
+}
+
+/// Fact: one uffd does all three at once: MISSING faults reach the handler, WP_ASYNC write
+/// tracking reports written pages via PAGEMAP_SCAN, and MOVE evicts.
+#[test]
+fn one_uffd_serves_missing_faults_wp_async_tracking_and_move() {
+    let Some(uffd) = uffd_or_skip(Features::WP_ASYNC | Features::MOVE) else { return };
+    let region = Mapping::anonymous(4 * PAGE_SIZE).unwrap();
+    uffd.register(region.range(), RegisterMode::MISSING | RegisterMode::WP).unwrap();
+    let data: Vec<u8> = (0..4).flat_map(pattern).collect();
+    uffd.copy(region.addr(), &data, CopyMode::NONE).unwrap();
+    uffd.writeprotect(region.range(), true, Wake::Wake).unwrap();
+    region.store_u64(2 * PAGE_SIZE, 1); // resolved by the kernel: no handler runs here
+    let written = ScanArgs {
+        mask: Categories::WRITTEN,
+        report: Categories::WRITTEN,
+        write_protect: true,
+        ..ScanArgs::default()
+    };
+    let runs = PageMap::open_self().unwrap().scan_all(region.range(), &written).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].start, runs[0].end), (region.page_addr(2), region.page_addr(3)));
+    let mut staging = Staging::new(&uffd, 1).unwrap();
+    let run = staging.alloc_empty(1).unwrap();
+    staging.move_out(&uffd, &region, 2 * PAGE_SIZE, run, MoveMode::NONE).unwrap();
+    assert_eq!(staging.load_u64(run.first, 0), 1);
+    assert_eq!(pages_with(region.range(), Categories::PRESENT), [0, 1, 3]);
+}

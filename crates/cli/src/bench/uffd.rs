@@ -14,6 +14,10 @@
 //!   (d) kernel   no uffd: the kernel's own first-touch anonymous fault (the yardstick)
 //! ```
 //!
+//! Two more poll/COPY rows pin the threads, to separate the two kinds of wake-up: both on
+//! CPU 0 (`poll_samecpu`: a context switch) and on CPUs 0 and 1 (`poll_xcpu`: an
+//! inter-processor interrupt, a VM exit when the handler's vCPU is halted).
+//!
 //! Eviction primitives, per page, one page per call and 16 pages per call:
 //! MOVE out to staging (atomic; the page becomes a hole) versus write-protect + copy out +
 //! MADV_DONTNEED, the latter also with EVENT_REMOVE enabled, where every MADV_DONTNEED waits
@@ -57,6 +61,36 @@ impl Config {
         let (faults, evict_pages) = if quick { (2_048, 2_048) } else { (20_480, 16_384) };
         Config { faults, evict_pages, spin_budget: Duration::from_micros(50) }
     }
+}
+
+/// Where the handler thread runs relative to the faulting thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Wherever the scheduler puts them.
+    Free,
+    /// Both pinned to CPU 0: every wake-up is a context switch on one CPU.
+    SameCpu,
+    /// Faulting thread on CPU 0, handler on CPU 1: every wake-up crosses CPUs (an IPI,
+    /// a VM exit when the target vCPU is halted).
+    OtherCpu,
+}
+
+/// Pins the calling thread to `cpu` (or does nothing for `None`); returns the previous set.
+fn pin(cpu: Option<usize>) -> anyhow::Result<Option<rustix::thread::CpuSet>> {
+    let Some(cpu) = cpu else { return Ok(None) };
+    let before = rustix::thread::sched_getaffinity(None)?;
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(Some(before))
+}
+
+/// Undoes [`pin`].
+fn unpin(before: Option<rustix::thread::CpuSet>) -> anyhow::Result<()> {
+    if let Some(set) = before {
+        rustix::thread::sched_setaffinity(None, &set)?;
+    }
+    Ok(())
 }
 
 /// How a handler resolves a fault.
@@ -121,12 +155,21 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
 
     let mut rows: Vec<(String, String, Latency)> = Vec::new();
     for resolver in [Resolver::ZeroPage, Resolver::Copy4k, Resolver::Copy64k, Resolver::Move4k] {
-        let lat = handler_round_trip(&config, resolver, None)?;
+        let lat = handler_round_trip(&config, resolver, None, Placement::Free)?;
         rows.push(("poll".into(), resolver.name().into(), lat));
     }
     for resolver in [Resolver::Copy4k, Resolver::Move4k] {
-        let lat = handler_round_trip(&config, resolver, Some(config.spin_budget))?;
+        let spin = Some(config.spin_budget);
+        let lat = handler_round_trip(&config, resolver, spin, Placement::Free)?;
         rows.push(("spin".into(), resolver.name().into(), lat));
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cpus >= 2 {
+        let placements = [("poll_samecpu", Placement::SameCpu), ("poll_xcpu", Placement::OtherCpu)];
+        for (name, placement) in placements {
+            let lat = handler_round_trip(&config, Resolver::Copy4k, None, placement)?;
+            rows.push((name.into(), "copy".into(), lat));
+        }
     }
     rows.push(("sigbus".into(), "copy".into(), sigbus_round_trip(&config)?));
     rows.push(("kernel".into(), "anon_write".into(), kernel_first_touch(&config, true)?));
@@ -142,8 +185,9 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         config.spin_budget.as_micros()
     ));
     report.note(format!(
-        "load average {load_1m} at start: wake-ups are cheaper on a busy machine (the \
-         handler's vCPU is not halted), so compare rows within one run"
+        "load average {load_1m} at start; a wake-up costs what the scheduler makes of it: \
+         a context switch when the handler runs on the faulting thread's CPU (poll_samecpu), \
+         an inter-processor interrupt when it does not (poll_xcpu); compare rows within one run"
     ));
     report.note(
         "copy64k: one UFFDIO_COPY of 16 pages per fault; its p50/p99 are the faulting \
@@ -198,7 +242,13 @@ fn handler_round_trip(
     config: &Config,
     resolver: Resolver,
     spin: Option<Duration>,
+    placement: Placement,
 ) -> anyhow::Result<Latency> {
+    let (faulter_cpu, handler_cpu) = match placement {
+        Placement::Free => (None, None),
+        Placement::SameCpu => (Some(0), Some(0)),
+        Placement::OtherCpu => (Some(0), Some(1)),
+    };
     let pages = config.faults;
     let (uffd, region) = registered_region(Features::MOVE, pages)?;
     let mut staging = if resolver == Resolver::Move4k {
@@ -217,6 +267,7 @@ fn handler_round_trip(
     let mut lat = Latency::new()?;
     std::thread::scope(|s| -> anyhow::Result<()> {
         let handler = s.spawn(|| {
+            pin(handler_cpu)?;
             let mut ctx = HandlerCtx {
                 uffd: &uffd,
                 region: &region,
@@ -225,6 +276,7 @@ fn handler_round_trip(
             };
             handler_loop(&mut ctx, resolver, spin, &stop)
         });
+        let pinned = pin(faulter_cpu)?;
         let started = Instant::now();
         for i in 0..pages {
             let t0 = Instant::now();
@@ -241,6 +293,7 @@ fn handler_round_trip(
         }
         lat.total = started.elapsed();
         lat.pages = pages;
+        unpin(pinned)?;
         stop.store(true, Ordering::Release);
         handler.join().map_err(|_| anyhow::anyhow!("handler thread panicked"))?
     })?;

@@ -227,6 +227,17 @@ impl Mapping {
         unsafe { mem::store_bytes(self.addr + offset, data) }
     }
 
+    /// Breaks copy-on-write sharing of the page holding `offset` (after a fork) without
+    /// changing its data: see [`break_cow_raw`].
+    ///
+    /// # Panics
+    /// If `offset` is outside the mapping.
+    pub fn break_cow(&self, offset: usize) {
+        assert!(offset < self.len_bytes, "break_cow at {offset:#x} outside {self:?}");
+        // SAFETY: in bounds of a live mapping whose memory no Rust reference covers.
+        unsafe { break_cow_raw(self.addr + offset) }
+    }
+
     /// An atomic view of the 8 bytes at `offset`, borrowed from the mapping.
     ///
     /// # Panics
@@ -253,6 +264,31 @@ impl Drop for Mapping {
 
 fn round_up(len: usize) -> usize {
     len.div_ceil(PAGE_SIZE) * PAGE_SIZE
+}
+
+/// Makes the page at `addr` exclusive to this process again (after fork, a present page is
+/// shared copy-on-write, and `UFFDIO_MOVE` refuses it with EBUSY) by writing its first word
+/// with its own value: `lock cmpxchg` always performs the write, so the write fault breaks
+/// the sharing, and a concurrent writer's store is never lost (either it lands first and
+/// the exchange fails, or it lands after). A plain `fetch_add(0)` would not do: LLVM turns
+/// an idempotent RMW into a fence and a load, which takes no write fault.
+///
+/// Context: may fault; if the page is missing in a registered range, the access waits for
+/// the uffd handler, so never call this on the handler thread.
+///
+/// # Safety
+/// The page is mapped writable and no Rust reference covers its first 8 bytes.
+pub unsafe fn break_cow_raw(addr: usize) {
+    let word = addr & !(PAGE_SIZE - 1);
+    // SAFETY: the caller's contract; the first word of a page is 8-byte aligned.
+    let atomic = unsafe { mem::atomic_u64(word) };
+    let seen = atomic.load(core::sync::atomic::Ordering::SeqCst);
+    let _ = atomic.compare_exchange(
+        seen,
+        seen,
+        core::sync::atomic::Ordering::SeqCst,
+        core::sync::atomic::Ordering::SeqCst,
+    );
 }
 
 /// madvise(2) on any address range.
