@@ -8,6 +8,7 @@
 mod compare;
 mod heap;
 mod zpool;
+mod uffd;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};
@@ -61,6 +62,11 @@ pub enum Which {
     /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
     /// needs root and /dev/zram0 and is skipped with a note otherwise.
     Compare(compare::CompareArgs),
+    /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
+    /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
+    /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,
+    /// kernel_anon_fault_p50_ns, move_out_ns_per_page, wp_copy_drop_ns_per_page, ...
+    Uffd,
 }
 
 /// Runs one benchmark and prints its report.
@@ -74,6 +80,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
+        Which::Uffd => uffd::run(args.common.quick)?,
     };
     report.print(args.common.json);
     Ok(())
