@@ -11,8 +11,8 @@ mod zpool;
 use crate::report::Report;
 use clap::{Args, Subcommand};
 
-mod xarray;
 mod slots;
+mod xarray;
 
 /// Options every benchmark understands.
 #[derive(Debug, Clone, Args)]
