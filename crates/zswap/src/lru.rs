@@ -12,10 +12,10 @@
 //!   free ─► n ─► n ─► NIL      free nodes (through `next`): entry is None
 //! ```
 //!
-//! Allocation never happens under the LRU lock: a store first *reserves* a node by
-//! moving one count from *spare* (free nodes nobody has claimed) to *claimed*, and only when none is
-//! spare does it allocate a chunk with no lock held, then take the lock to add it. Linking
-//! under the lock then always finds a free node. The chunk table's capacity is reserved at
+//! Allocation never happens under the LRU lock: a store first *reserves* a node by moving
+//! one count from *spare* (free nodes nobody has claimed) to *claimed*, and only when none
+//! is spare does it allocate a chunk with no lock held, then take the lock to add it.
+//! Linking under the lock then always finds a free node. The chunk table's capacity is reserved at
 //! setup for every slot of the device plus [`SPARE_CHUNKS`], so adding a chunk never
 //! reallocates the table either.
 //!
