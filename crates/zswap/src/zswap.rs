@@ -33,7 +33,7 @@ use crate::tree::{Tree, Trees};
 use slots::SwapEntry;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use xarray::{Entry, EntryRef};
 use zpool::{PoolConfig, ZsPool};
@@ -70,6 +70,10 @@ pub struct Zswap {
     reached_full: AtomicBool,
     /// Bytes of the fixed structures: this struct, the tree table, the LRU chunk table.
     fixed_bytes: u64,
+    /// Pool objects no tree entry owns (allocated, not yet published; or erased, not yet
+    /// freed) in bits 0..32, and a change count in bits 32..64, so the invariant check can
+    /// tell a quiet moment (module `check`).
+    unowned: AtomicU64,
     faults: FaultHooks,
     pub(crate) counters: Counters,
 }
@@ -132,6 +136,7 @@ impl Zswap {
             nr_slots,
             reached_full: AtomicBool::new(false),
             fixed_bytes,
+            unowned: AtomicU64::new(0),
             faults,
             counters: Counters::default(),
         })
@@ -193,6 +198,7 @@ impl Zswap {
             self.pool.write(handle, object);
             if self.lru.reserve().is_err() {
                 self.pool.free(handle);
+                self.unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
@@ -238,7 +244,12 @@ impl Zswap {
     }
 
     fn alloc_object(&self, len: usize) -> Result<zpool::Handle, Reject> {
-        match self.pool.malloc(len) {
+        self.unowned(1);
+        let result = self.pool.malloc(len);
+        if result.is_err() {
+            self.unowned(-1);
+        }
+        match result {
             Ok(handle) => Ok(handle),
             Err(zpool::Error::PoolFull { .. }) => {
                 bump(&self.counters.pool_limit_hit);
@@ -264,12 +275,14 @@ impl Zswap {
                 drop(tree);
                 self.lru.cancel();
                 self.pool.free(new.handle);
+                self.unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
         };
         self.trees.sync(&mut tree);
         self.count_stored(&new, 1);
+        self.unowned(-1);
         let old_in_lru = {
             let mut list = self.lru.list.lock();
             self.lru.push_head(&mut list, new);
@@ -277,15 +290,29 @@ impl Zswap {
         };
         if let Some(old) = &old {
             self.count_stored(old, -1);
+            self.unowned(1);
         }
         drop(tree);
         if let Some(old) = old {
             self.pool.free(old.handle);
+            self.unowned(-1);
             bump(&self.counters.replaced_entries);
         }
         drop(old_in_lru);
         bump(&self.counters.zswpout);
         Ok(())
+    }
+
+    /// Moves the count of unowned objects by `delta` (+1 or -1) and bumps its change count.
+    fn unowned(&self, delta: i32) {
+        const CHANGE: u64 = 1 << 32;
+        let step = if delta > 0 { CHANGE + 1 } else { CHANGE - 1 };
+        self.unowned.fetch_add(step, Relaxed);
+    }
+
+    /// The unowned-object word (count and change count), for the invariant check.
+    pub(crate) fn unowned_word(&self) -> u64 {
+        self.unowned.load(Relaxed)
     }
 
     /// Moves `stored_pages` (and `stored_incompressible_pages` for a raw entry) by `delta`.
@@ -510,12 +537,14 @@ impl Zswap {
             self.lru.remove(&mut list, &erased)
         };
         self.count_stored(&erased, -1);
+        self.unowned(1);
         Some((erased, in_lru))
     }
 
     /// Frees an erased entry's object, then the entry. No lock held.
     fn release(&self, (erased, in_lru): (Arc<ZswapEntry>, Arc<ZswapEntry>)) {
         self.pool.free(erased.handle);
+        self.unowned(-1);
         drop(in_lru);
         drop(erased);
     }

@@ -19,7 +19,7 @@ fn pool(name: &str) -> Zswap {
 
 #[test]
 fn bad_setups_are_clear_errors() {
-    let err = |config: ZswapConfig, nr_slots| Zswap::new(config, nr_slots).err().expect("refused");
+    let err = |config: ZswapConfig, nr_slots| Zswap::new(config, nr_slots).expect_err("refused");
     assert_eq!(err(config("lz4", 0), SLOTS), Error::ZeroBudget);
     let mut c = config("lz4", 64 * MIB);
     c.max_pool_percent = 0;

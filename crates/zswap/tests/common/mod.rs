@@ -17,6 +17,9 @@ use zswap::{Reject, WritebackPin, WritebackTarget, Zswap, ZswapConfig};
 
 pub type Page = [u8; PAGE_SIZE];
 
+/// A test's hook on a slot.
+pub type SlotHook = Mutex<Option<Box<dyn Fn(SwapEntry) + Send + Sync>>>;
+
 /// Slot `offset` of device type 0.
 pub fn slot(offset: u64) -> SwapEntry {
     SwapEntry::new(SwapType::new(0).expect("type 0"), offset)
@@ -60,9 +63,9 @@ pub struct Device {
     pub fail_one_write_in: AtomicU64,
     writes: AtomicU64,
     /// Called inside `pin` after pinning (tests that play a racer).
-    pub on_pin: Mutex<Option<Box<dyn Fn(SwapEntry) + Send + Sync>>>,
+    pub on_pin: SlotHook,
     /// Called first thing in `pin`, with no lock held (tests that free a slot just then).
-    pub before_pin: Mutex<Option<Box<dyn Fn(SwapEntry) + Send + Sync>>>,
+    pub before_pin: SlotHook,
 }
 
 impl Device {
@@ -200,7 +203,7 @@ impl WritebackTarget for Device {
         let entry = *self.pins.lock().get(&pin.0).expect("pin");
         let n = self.writes.fetch_add(1, Relaxed) + 1;
         let one_in = self.fail_one_write_in.load(Relaxed);
-        if self.fail_writes.load(Relaxed) || (one_in != 0 && n % one_in == 0) {
+        if self.fail_writes.load(Relaxed) || (one_in != 0 && n.is_multiple_of(one_in)) {
             return Err(format!("injected write failure at {entry:?}"));
         }
         let mut slots = self.slots.lock();
@@ -219,7 +222,7 @@ impl WritebackTarget for Device {
 /// Clears the referenced bit of every entry of a pool holding `entries` (even) entries,
 /// writing nothing back: `entries` looks at the LRU, each a second chance.
 pub fn clear_referenced(zswap: &Zswap, device: &Device, entries: u64) {
-    assert!(entries % 2 == 0);
+    assert!(entries.is_multiple_of(2));
     let spared = zswap.stats().writeback_second_chance;
     assert_eq!(zswap.writeback(device, entries / 2), 0);
     assert_eq!(zswap.stats().writeback_second_chance, spared + entries);
