@@ -7,6 +7,7 @@
 
 mod heap;
 mod zpool;
+mod zswap;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};
@@ -55,6 +56,13 @@ pub enum Which {
     /// allocation per object. JSON: `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`,
     /// `lz4_ratio`, `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
     Zpool,
+    /// The compressed pool (zswap) per compressor on the page corpus: store and load ns per
+    /// page (p50, p99) against the raw compressor on the same pages in the same run,
+    /// compression ratio, pool overhead after random invalidations and compaction against
+    /// a heap allocation per page. JSON: `lz4_store_ns_p50`, `lz4_load_ns_p50`,
+    /// `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`, `lz4_ratio`,
+    /// `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
+    Zswap,
 }
 
 /// Runs one benchmark and prints its report.
@@ -67,6 +75,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
+        Which::Zswap => zswap::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())
