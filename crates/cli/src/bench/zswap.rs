@@ -10,9 +10,11 @@
 //!    `Compressor::compress` into a reused buffer, then `Zswap::store` of the page (limit
 //!    check, compression, pool allocation and copy, index and LRU insertion). Each call is
 //!    timed with `Instant` (hdrhistogram, ns; ~30-50 ns of timer cost in both).
-//! 2. **Load**, interleaved the same way: `Compressor::decompress` of the object, then
+//! 2. **Load**, in a seeded random order of the pages, interleaved the same way: `Compressor::decompress` of the object, then
 //!    `Zswap::load` of the slot (index lookup, object copy out of the pool, decompression),
-//!    checked against the page. The load/raw ratio is taken on the pages stored compressed
+//!    checked against the page; then again in slot order (objects in memory order, the
+//!    prefetcher's best case: `load_in_order_*`). The load/raw ratio is taken on the pages
+//!    stored compressed
 //!    (the raw decompressor has nothing to do for a page stored raw; for `none`, whose
 //!    decoder is a copy, on every page); `load_all` covers every page.
 //! 3. **Pool overhead**: a seeded random half of the slots is invalidated, the pool
@@ -39,7 +41,7 @@ use std::time::Instant;
 use zswap::compress::{
     Compressor, CompressorConfig, CompressorKind, COMPRESS_OUT_BYTES, PAGE_SIZE,
 };
-use zswap::corpus::Corpus;
+use zswap::corpus::{Corpus, SplitMix64};
 use zswap::{Error, Zswap, ZswapConfig};
 
 /// The compressors measured, with their JSON prefixes.
@@ -55,11 +57,25 @@ struct Timings {
     raw_compress_cold: Histogram<u64>,
     /// Stores into a new pool growing into fresh memory.
     store_cold: Histogram<u64>,
+    /// Loads in a seeded random order, as swap-ins come (no prefetcher helps either side).
+    random: LoadTimings,
+    /// Loads in slot order (objects in memory order: the prefetcher's best case).
+    in_order: LoadTimings,
+}
+
+/// Histograms of one load pass, ns per page.
+struct LoadTimings {
     raw_decompress: Histogram<u64>,
     /// Loads of the pages stored compressed (the same pages as `raw_decompress`).
     load: Histogram<u64>,
     /// Loads of every page.
     load_all: Histogram<u64>,
+}
+
+impl LoadTimings {
+    fn new() -> anyhow::Result<Self> {
+        Ok(LoadTimings { raw_decompress: histogram()?, load: histogram()?, load_all: histogram()? })
+    }
 }
 
 /// One compressor's figures.
@@ -166,13 +182,14 @@ impl<'a> Bench<'a> {
         Ok(faults as f64 / self.corpus.len() as f64)
     }
 
-    /// Loads every page, interleaved with the raw decompressor, each checked.
-    fn load_pass(&self, timings: &mut Timings) -> anyhow::Result<()> {
+    /// Loads every page in `order`, interleaved with the raw decompressor, each checked.
+    fn load_pass(&self, order: &[usize], timings: &mut LoadTimings) -> anyhow::Result<()> {
         let (mut back, mut loaded) = ([0u8; PAGE_SIZE], [0u8; PAGE_SIZE]);
         // The pages the raw decompressor decodes: those stored compressed (for `none`,
         // whose decoder is a copy, every page).
         let identity = self.raw.kind() == CompressorKind::None;
-        for (i, page) in self.corpus.pages().iter().enumerate() {
+        for &i in order {
+            let page = self.corpus.page(i);
             let decoded = identity || self.lengths[i] < PAGE_SIZE;
             let mut hit = false;
             for raw_first in [i % 2 == 0, i % 2 == 1] {
@@ -206,6 +223,16 @@ impl<'a> Bench<'a> {
     }
 }
 
+/// `0..count` in a seeded random order (Fisher-Yates).
+fn shuffled(count: usize) -> Vec<usize> {
+    let mut rng = SplitMix64::new(SEED ^ 0x10ad);
+    let mut order: Vec<usize> = (0..count).collect();
+    for i in (1..count).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order
+}
+
 /// Runs one compressor: a cold store pass into a new pool, a warm one into the recycled
 /// pool, interleaved load timings, then the overhead phase.
 fn run_codec(name: &str, corpus: &Corpus, victims: &[bool]) -> anyhow::Result<CodecFigures> {
@@ -215,9 +242,8 @@ fn run_codec(name: &str, corpus: &Corpus, victims: &[bool]) -> anyhow::Result<Co
         store: histogram()?,
         raw_compress_cold: histogram()?,
         store_cold: histogram()?,
-        raw_decompress: histogram()?,
-        load: histogram()?,
-        load_all: histogram()?,
+        random: LoadTimings::new()?,
+        in_order: LoadTimings::new()?,
     };
     bench.prepare()?;
     let keep = heap::KeepFreedMemory::new();
@@ -226,7 +252,9 @@ fn run_codec(name: &str, corpus: &Corpus, victims: &[bool]) -> anyhow::Result<Co
     bench.empty()?;
     let faults_per_store = bench.store_pass(&mut timings.raw_compress, &mut timings.store)?;
     drop(keep);
-    bench.load_pass(&mut timings)?;
+    bench.load_pass(&shuffled(corpus.len()), &mut timings.random)?;
+    let in_order: Vec<usize> = (0..corpus.len()).collect();
+    bench.load_pass(&in_order, &mut timings.in_order)?;
     let stats = bench.zswap.stats();
     let stored_bytes: usize = bench.lengths.iter().sum();
     let ratio = (corpus.len() * PAGE_SIZE) as f64 / stored_bytes as f64;
@@ -308,13 +336,15 @@ fn record(report: &mut Report, prefix: &str, f: &CodecFigures) {
         ("raw_compress_cold_ns_p50", p(&t.raw_compress_cold, 0.5)),
         ("store_cold_faults_per_page", f.faults_per_store_cold),
         ("store_faults_per_page", f.faults_per_store),
-        ("load_ns_p50", p(&t.load, 0.5)),
-        ("load_ns_p99", p(&t.load, 0.99)),
-        ("load_all_ns_p50", p(&t.load_all, 0.5)),
+        ("load_ns_p50", p(&t.random.load, 0.5)),
+        ("load_ns_p99", p(&t.random.load, 0.99)),
+        ("load_all_ns_p50", p(&t.random.load_all, 0.5)),
+        ("load_in_order_ns_p50", p(&t.in_order.load, 0.5)),
+        ("raw_decompress_in_order_ns_p50", p(&t.in_order.raw_decompress, 0.5)),
         ("raw_compress_ns_p50", p(&t.raw_compress, 0.5)),
         ("raw_compress_ns_p99", p(&t.raw_compress, 0.99)),
-        ("raw_decompress_ns_p50", p(&t.raw_decompress, 0.5)),
-        ("raw_decompress_ns_p99", p(&t.raw_decompress, 0.99)),
+        ("raw_decompress_ns_p50", p(&t.random.raw_decompress, 0.5)),
+        ("raw_decompress_ns_p99", p(&t.random.raw_decompress, 0.99)),
         ("ratio", f.ratio),
         ("stored_incompressible_pages", f.stored_raw as f64),
         ("zswap_overhead", f.zswap_bytes as f64 / f.live_bytes as f64),
@@ -325,7 +355,9 @@ fn record(report: &mut Report, prefix: &str, f: &CodecFigures) {
     let store_over_raw = p(&t.store, 0.5) / p(&t.raw_compress, 0.5);
     let cold_over_raw = p(&t.store_cold, 0.5) / p(&t.raw_compress_cold, 0.5);
     report.field(&format!("{prefix}_store_cold_over_raw"), cold_over_raw);
-    let load_over_raw = p(&t.load, 0.5) / p(&t.raw_decompress, 0.5);
+    let load_over_raw = p(&t.random.load, 0.5) / p(&t.random.raw_decompress, 0.5);
+    let in_order = p(&t.in_order.load, 0.5) / p(&t.in_order.raw_decompress, 0.5);
+    report.field(&format!("{prefix}_load_in_order_over_raw"), in_order);
     if prefix == "none" {
         report.field("none_store_over_raw", store_over_raw);
         report.field("none_load_over_raw", load_over_raw);
@@ -352,6 +384,7 @@ fn tables(report: &mut Report, rows: &[Row<'_>], naive_held: usize, naive_live: 
         "raw dec p50",
         "load p50",
         "load/raw",
+        "in order",
         "store p99",
         "load p99",
     ];
@@ -364,11 +397,12 @@ fn tables(report: &mut Report, rows: &[Row<'_>], naive_held: usize, naive_live: 
             format_figure(p(&t.raw_compress, 0.5)),
             format_figure(p(&t.store, 0.5)),
             format_figure(p(&t.store, 0.5) / p(&t.raw_compress, 0.5)),
-            format_figure(p(&t.raw_decompress, 0.5)),
-            format_figure(p(&t.load, 0.5)),
-            format_figure(p(&t.load, 0.5) / p(&t.raw_decompress, 0.5)),
+            format_figure(p(&t.random.raw_decompress, 0.5)),
+            format_figure(p(&t.random.load, 0.5)),
+            format_figure(p(&t.random.load, 0.5) / p(&t.random.raw_decompress, 0.5)),
+            format_figure(p(&t.in_order.load, 0.5) / p(&t.in_order.raw_decompress, 0.5)),
             format_figure(p(&t.store, 0.99)),
-            format_figure(p(&t.load, 0.99)),
+            format_figure(p(&t.random.load, 0.99)),
         ]);
     }
     let header =
