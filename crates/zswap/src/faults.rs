@@ -17,7 +17,9 @@ use std::sync::Arc;
 /// Asked before a page of `entry` is compressed: `true` = fail this compression.
 pub type CompressFailHook = Arc<dyn Fn(SwapEntry) -> bool + Send + Sync>;
 
-/// The hooks of one pool. Each is called with no zswap lock held.
+/// The hooks of one pool. Each is called with no zswap lock held, but `compress_fail` runs
+/// inside a store, with this thread's compression buffer borrowed: a hook must not call back
+/// into the pool (a store from inside it panics on the buffer's `RefCell`).
 #[derive(Clone, Default)]
 pub struct FaultHooks {
     /// Compressor failures.

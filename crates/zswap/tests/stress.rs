@@ -15,7 +15,7 @@ use zswap::corpus::{PageKind, SplitMix64};
 use zswap::{FaultHooks, Incompressible, Reject, Zswap};
 
 const WORKERS: u64 = 2;
-const SLOTS_PER_WORKER: u64 = 600;
+const SLOTS_PER_WORKER: u64 = 1500;
 const OPS_PER_WORKER: u64 = 12_000;
 
 /// Fault sites firing one call in `n` (0: never).
@@ -100,7 +100,7 @@ fn reclaimer(zswap: &Zswap, device: &Device, stop: &AtomicBool) -> u64 {
     let mut round = 0u64;
     while !stop.load(Relaxed) {
         round += 1;
-        if zswap.is_full() || round.is_multiple_of(8) {
+        if zswap.is_full() || round.is_multiple_of(64) {
             written += zswap.writeback(device, 32);
         } else {
             std::thread::yield_now();
@@ -118,9 +118,10 @@ fn maintainer(zswap: &Zswap, stop: &AtomicBool) {
 }
 
 fn run(faults: Faults, incompressible: Incompressible) -> (Vec<Tally>, u64, zswap::ZswapStats) {
-    // 16 MiB budget: a 3.2 MiB pool, which the workers' ~1200 live pages overflow, so
-    // the limit, the hysteresis and writeback all take part.
-    let mut config = common::config("lz4", 16 << 20);
+    // 12 MiB budget: a 2.4 MiB pool, which the workers' ~2500 live pages (~2 KiB each
+    // compressed) overflow twice over, so the limit, the hysteresis and writeback all take
+    // part whatever the scheduling.
+    let mut config = common::config("lz4", 12 << 20);
     config.incompressible = incompressible;
     let zswap = Zswap::with_faults(config, 1 << 16, hooks(faults)).expect("setup");
     let device = Device::new();
@@ -182,4 +183,33 @@ fn injected_faults_lose_nothing() {
             }
         }
     }
+}
+
+#[test]
+fn invariants_hold_while_stores_are_in_flight() {
+    // postmortem: the first stress run failed in `check_invariants`, not in the pool: it
+    // compared the allocator's object count with the index's entry count while a store had
+    // allocated its object but not yet published it (and an erase had unpublished one but
+    // not yet freed it). The check now counts those in-flight objects and compares only
+    // when none were in flight while it counted.
+    let zswap = Zswap::new(common::config("lz4", 64 << 20), 1 << 16).expect("setup");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut rng = SplitMix64::new(3);
+            for round in 0..20_000u64 {
+                let entry = slot(1 + rng.below(4000));
+                if rng.chance(70) {
+                    let _ = zswap.store(entry, &page(PageKind::Text, round));
+                } else {
+                    zswap.invalidate(entry);
+                }
+            }
+            stop.store(true, Relaxed);
+        });
+        while !stop.load(Relaxed) {
+            zswap.check_invariants();
+        }
+    });
+    zswap.check_invariants();
 }
