@@ -42,6 +42,45 @@
 //!   Without them, as in the kernel, only what the decoder refuses is caught, and raw
 //!   pages carry no checksum at all.
 //!
+//! One [`Zswap`] serves one swap device (its entries all carry that device's type; the
+//! slot count given at setup bounds the offsets). The engine uses it like this:
+//!
+//! ```
+//! use slots::{SwapEntry, SwapType};
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use zswap::compress::{CompressorConfig, CompressorKind, PAGE_SIZE};
+//! use zswap::{WritebackPin, WritebackTarget, Zswap, ZswapConfig};
+//!
+//! /// A device that is a map; a real target pins through the swap cache.
+//! #[derive(Default)]
+//! struct Disk(Mutex<HashMap<u64, Vec<u8>>>);
+//! impl WritebackTarget for Disk {
+//!     fn pin(&self, entry: SwapEntry) -> Option<WritebackPin> {
+//!         Some(WritebackPin(entry.offset()))
+//!     }
+//!     fn write(&self, pin: &WritebackPin, page: &[u8; PAGE_SIZE]) -> Result<(), String> {
+//!         self.0.lock().unwrap().insert(pin.0, page.to_vec());
+//!         Ok(())
+//!     }
+//!     fn unpin(&self, _pin: WritebackPin, _written: bool) {}
+//! }
+//!
+//! let config = ZswapConfig::new(CompressorConfig::new(CompressorKind::Lz4), 64 << 20);
+//! let zswap = Zswap::new(config, 1 << 16)?; // a 20% pool of a 64 MiB budget, 64 Ki slots
+//! let entry = SwapEntry::new(SwapType::new(0).unwrap(), 42);
+//! let page = [b'x'; PAGE_SIZE];
+//! zswap.store(entry, &page).expect("stored"); // Err(Reject): write it to the device
+//! let mut back = [0u8; PAGE_SIZE];
+//! assert_eq!(zswap.load(entry, &mut back)?, true);
+//! assert_eq!(back, page);
+//! let disk = Disk::default();
+//! assert_eq!(zswap.writeback(&disk, 1), 1); // 2 looks: one second chance, one write
+//! assert!(!zswap.contains(entry));
+//! zswap.check_invariants();
+//! # Ok::<(), zswap::Error>(())
+//! ```
+//!
 //! The store path uses the compressor like this (one buffer per thread, no allocation):
 //!
 //! ```

@@ -19,6 +19,10 @@
 //! setup for every slot of the device plus [`SPARE_CHUNKS`], so adding a chunk never
 //! reallocates the table either.
 //!
+//! Chunks are kept at their high-water mark (and counted in the pool's bytes): at most 16
+//! bytes per entry the pool ever held at once, under 1% of the pool limit for objects of
+//! ~2 KiB, and never more than one node per device slot plus the spare chunks.
+//!
 //! Invariants (checked by [`LruList::check`]): the list from head to tail visits `len`
 //! linked nodes, each with an entry whose `lru` field names the node; the free list holds
 //! every other node, `free_len` of them; spare plus claimed nodes equal `free_len`.
