@@ -38,7 +38,8 @@ pub const DEFAULT_MAX_POOL_PERCENT: u32 = 20;
 pub const DEFAULT_ACCEPT_THRESHOLD_PERCENT: u32 = 90;
 
 /// What to do with a page that does not compress below the huge-class size, or that the
-/// compressor fails on.
+/// compressor fails on. (With the `none` compressor every page is stored as it is, in
+/// either mode: storing pages uncompressed is what that compressor is for.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Incompressible {
     /// Store the page as it is (4096 bytes, the huge class): it keeps its place in the LRU

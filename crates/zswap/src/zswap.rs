@@ -280,6 +280,9 @@ impl Zswap {
                 return Err(Reject::AllocFail);
             }
         };
+        if let Some(old) = &old {
+            assert_eq!(old.swpentry, new.swpentry, "slot holds another device's entry");
+        }
         self.trees.sync(&mut tree);
         self.count_stored(&new, 1);
         self.unowned(-1);
