@@ -324,6 +324,35 @@ fn writeback_skips_a_slot_being_freed() {
 }
 
 #[test]
+fn writeback_writes_nothing_stale_for_a_slot_freed_and_reused_before_its_pin() {
+    // The ABA case of kernel-swap.md §10 item 4: between the LRU unlock and the pin, the
+    // slot is freed (its entry invalidated), allocated again and stored with new data. The
+    // pin then succeeds on the new owner's slot; the identity check must refuse the
+    // candidate (the old entry), so the old page never reaches the device.
+    let zswap = Arc::new(pool("lz4"));
+    let device = Device::new();
+    for offset in 1..=2 {
+        device.alloc(slot(offset));
+        device.swap_out(&zswap, slot(offset), &text_page(offset)).expect("store");
+    }
+    clear_referenced(&zswap, &device, 2);
+    let (racer, dev) = (Arc::clone(&zswap), Arc::clone(&device));
+    let once = AtomicBool::new(true);
+    device.before_pin.lock().replace(Box::new(move |entry| {
+        if entry == slot(1) && once.swap(false, Relaxed) {
+            dev.free(&racer, entry);
+            dev.alloc(entry);
+            dev.swap_out(&racer, entry, &text_page(100)).expect("new owner's store");
+        }
+    }));
+    assert_eq!(zswap.writeback(device.as_ref(), 1), 1, "slot 2 is written instead");
+    assert_eq!(zswap.stats().writeback_raced, 1);
+    assert!(device.data(slot(1)).is_none(), "the stale page reached the device");
+    assert_eq!(*device.swap_in(&zswap, slot(1)).expect("swap-in"), *text_page(100));
+    zswap.check_invariants();
+}
+
+#[test]
 fn writeback_checks_the_entry_by_identity_after_pinning() {
     // A target that breaks the contract on purpose: while the pin is held, the slot is
     // stored again. Writeback must see another entry, write nothing, and keep the new one.
