@@ -198,7 +198,7 @@ impl Zswap {
             self.pool.write(handle, object);
             if self.lru.reserve().is_err() {
                 self.pool.free(handle);
-                self.unowned(-1);
+                self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
@@ -244,10 +244,10 @@ impl Zswap {
     }
 
     fn alloc_object(&self, len: usize) -> Result<zpool::Handle, Reject> {
-        self.unowned(1);
+        self.move_unowned(1);
         let result = self.pool.malloc(len);
         if result.is_err() {
-            self.unowned(-1);
+            self.move_unowned(-1);
         }
         match result {
             Ok(handle) => Ok(handle),
@@ -275,7 +275,7 @@ impl Zswap {
                 drop(tree);
                 self.lru.cancel();
                 self.pool.free(new.handle);
-                self.unowned(-1);
+                self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
@@ -285,7 +285,7 @@ impl Zswap {
         }
         self.trees.sync(&mut tree);
         self.count_stored(&new, 1);
-        self.unowned(-1);
+        self.move_unowned(-1);
         let old_in_lru = {
             let mut list = self.lru.list.lock();
             self.lru.push_head(&mut list, new);
@@ -293,12 +293,12 @@ impl Zswap {
         };
         if let Some(old) = &old {
             self.count_stored(old, -1);
-            self.unowned(1);
+            self.move_unowned(1);
         }
         drop(tree);
         if let Some(old) = old {
             self.pool.free(old.handle);
-            self.unowned(-1);
+            self.move_unowned(-1);
             bump(&self.counters.replaced_entries);
         }
         drop(old_in_lru);
@@ -307,7 +307,7 @@ impl Zswap {
     }
 
     /// Moves the count of unowned objects by `delta` (+1 or -1) and bumps its change count.
-    fn unowned(&self, delta: i32) {
+    fn move_unowned(&self, delta: i32) {
         const CHANGE: u64 = 1 << 32;
         let step = if delta > 0 { CHANGE + 1 } else { CHANGE - 1 };
         self.unowned.fetch_add(step, Relaxed);
@@ -540,14 +540,14 @@ impl Zswap {
             self.lru.remove(&mut list, &erased)
         };
         self.count_stored(&erased, -1);
-        self.unowned(1);
+        self.move_unowned(1);
         Some((erased, in_lru))
     }
 
     /// Frees an erased entry's object, then the entry. No lock held.
     fn release(&self, (erased, in_lru): (Arc<ZswapEntry>, Arc<ZswapEntry>)) {
         self.pool.free(erased.handle);
-        self.unowned(-1);
+        self.move_unowned(-1);
         drop(in_lru);
         drop(erased);
     }
