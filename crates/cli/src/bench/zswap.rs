@@ -9,14 +9,16 @@
 //!    the one going first alternating (the second finds the page warm in the cache):
 //!    `Compressor::compress` into a reused buffer, then `Zswap::store` of the page (limit
 //!    check, compression, pool allocation and copy, index and LRU insertion). Each call is
-//!    timed with `Instant` (hdrhistogram, ns; ~30-50 ns of timer cost in both).
-//! 2. **Load**, in a seeded random order of the pages, interleaved the same way: `Compressor::decompress` of the object, then
-//!    `Zswap::load` of the slot (index lookup, object copy out of the pool, decompression),
-//!    checked against the page; then again in slot order (objects in memory order, the
-//!    prefetcher's best case: `load_in_order_*`). The load/raw ratio is taken on the pages
-//!    stored compressed
-//!    (the raw decompressor has nothing to do for a page stored raw; for `none`, whose
-//!    decoder is a copy, on every page); `load_all` covers every page.
+//!    timed with `Instant` (hdrhistogram, ns; ~30-50 ns of timer cost in both). A first,
+//!    cold pass grows a new pool into fresh memory; the pool is emptied and the timed, warm
+//!    pass stores into its recycled memory (malloc trimming held off meanwhile).
+//! 2. **Load**, in a seeded random order of the pages (as swap-ins come), interleaved the
+//!    same way: `Compressor::decompress` of the object, then `Zswap::load` of the slot
+//!    (index lookup, object copy out of the pool, decompression), checked against the
+//!    page; then again in slot order (objects in memory order, the prefetcher's best case:
+//!    `load_in_order_*`). The load/raw ratio is taken on the pages stored compressed (the
+//!    raw decompressor has nothing to do for a page stored raw; for `none`, whose decoder
+//!    is a copy, on every page); `load_all` covers every page.
 //! 3. **Pool overhead**: a seeded random half of the slots is invalidated, the pool
 //!    compacted; `pool_overhead` = the pool allocator's bytes (`ZsPool::total_bytes`: pages
 //!    held and the allocator's metadata) / the sum of the live objects' lengths (compressed
