@@ -139,3 +139,26 @@ impl Limits {
         (pages + pages / 4 + 64).min(ZPOOL_MAX_PAGES) as usize
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zpool::{PoolConfig, ZsPool};
+
+    #[test]
+    fn zpool_max_pages_is_the_allocators_limit() {
+        let at = PoolConfig { max_pages: ZPOOL_MAX_PAGES as usize, alloc_fail_hook: None };
+        assert!(ZsPool::new(at).is_ok());
+        let past = PoolConfig { max_pages: ZPOOL_MAX_PAGES as usize + 1, alloc_fail_hook: None };
+        assert!(ZsPool::new(past).is_err());
+    }
+
+    #[test]
+    fn limits_are_shares_of_the_budget() {
+        let config = ZswapConfig::new(CompressorConfig::new(crate::CompressorKind::Lz4), 100 << 20);
+        let limits = Limits::new(&config).expect("valid");
+        assert_eq!(limits.max_pool_bytes, (100 << 20) / 5);
+        assert_eq!(limits.accept_bytes, limits.max_pool_bytes * 9 / 10);
+        assert!(limits.zpool_max_pages() as u64 * 4096 > limits.max_pool_bytes);
+    }
+}
