@@ -332,7 +332,7 @@ impl Staging {
         let words = self.slots.div_ceil(64);
         assert_eq!(self.allocated.len(), words);
         assert_eq!(self.present.len(), words);
-        if self.slots % 64 != 0 {
+        if !self.slots.is_multiple_of(64) {
             let tail = !((1u64 << (self.slots % 64)) - 1);
             assert_eq!(self.allocated[words - 1] & tail, 0, "allocated bit past the end");
             assert_eq!(self.present[words - 1] & tail, 0, "present bit past the end");

@@ -7,8 +7,8 @@
 
 mod compare;
 mod heap;
-mod zpool;
 mod uffd;
+mod zpool;
 mod zswap;
 
 use crate::report::Report;

@@ -83,7 +83,7 @@ impl Mapping {
         if !inside {
             return Err(Error::OutOfBounds { offset, len_bytes: len, size_bytes: self.len_bytes });
         }
-        if offset % align != 0 || len % align != 0 {
+        if !offset.is_multiple_of(align) || !len.is_multiple_of(align) {
             return Err(Error::Misaligned { addr: self.addr + offset, len_bytes: len });
         }
         Ok(())

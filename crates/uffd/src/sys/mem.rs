@@ -119,7 +119,7 @@ pub unsafe fn store_u64(addr: usize, value: u64) {
 /// `[addr, addr + out.len())` is mapped and readable; `addr` and `out.len()` are multiples
 /// of 8.
 pub unsafe fn load_bytes(addr: usize, out: &mut [u8]) {
-    debug_assert!(addr % 8 == 0 && out.len() % 8 == 0);
+    debug_assert!(addr.is_multiple_of(8) && out.len().is_multiple_of(8));
     for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
         // SAFETY: in bounds and aligned by the caller's contract.
         let word = unsafe { load_u64(addr + i * 8) };
@@ -133,7 +133,7 @@ pub unsafe fn load_bytes(addr: usize, out: &mut [u8]) {
 /// `[addr, addr + data.len())` is mapped and writable and covered by no Rust reference;
 /// `addr` and `data.len()` are multiples of 8.
 pub unsafe fn store_bytes(addr: usize, data: &[u8]) {
-    debug_assert!(addr % 8 == 0 && data.len() % 8 == 0);
+    debug_assert!(addr.is_multiple_of(8) && data.len().is_multiple_of(8));
     for (i, chunk) in data.chunks_exact(8).enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
