@@ -6,6 +6,7 @@
 //! shared and noisy: an absolute figure from another run says little.
 
 mod compare;
+mod engine;
 mod heap;
 mod uffd;
 mod zpool;
@@ -42,6 +43,11 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// The engine's page-out and page-in paths on simulated memory (no userfaultfd): ns
+    /// per page for order 0 and 4, pool compressor none and lz4, and the seed's zero-page
+    /// test. JSON: pagein_ns_order0_none, pagein_ns_per_page_order4_none,
+    /// pageout_ns_order0_none, zero_pagein_ns, ...
+    Engine,
     /// The XArray against BTreeMap and HashMap (stores/s, loads/s on 1M dense and sparse
     /// keys), bytes per dense entry, and the seed's multi-index node memory experiment.
     /// JSON: dense_load_ratio_vs_btreemap, dense_bytes_per_entry, multi_index_node_bytes,
@@ -84,6 +90,7 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Engine => engine::run(&args.common)?,
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
