@@ -129,8 +129,10 @@ pub struct ZsPool {
     fixed_meta_bytes: usize,
     /// Pages of freed zspages kept for the next zspage (a leaf lock, held only to push or
     /// pop): a free-then-allocate cycle, the common case when pages come back in and go out
-    /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`;
-    /// counted in `total_bytes`.
+    /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`.
+    /// Not counted in `total_bytes`: like memory malloc keeps after a free (and the kernel's
+    /// per-CPU free page lists, which no memory cgroup is charged for), they are free memory
+    /// the process still holds; [`ZsPool::compact`] gives them back.
     spare: Mutex<Vec<PageBox>>,
     spare_pages: AtomicUsize,
     counters: LiveCounters,
@@ -138,7 +140,7 @@ pub struct ZsPool {
 
 /// Spare pages kept at most: 64 pages = 256 KiB (the kernel's per-CPU page lists keep a
 /// few hundred KiB per CPU for the same reason), and never more than an eighth of the
-/// pool's limit; counted in `total_bytes`, and given back by [`ZsPool::compact`].
+/// pool's limit; given back by [`ZsPool::compact`].
 const SPARE_PAGES_MAX: usize = 64;
 
 const _: () = {
@@ -432,8 +434,7 @@ impl ZsPool {
     /// Memory held, in bytes: 4096 per zspage page, plus metadata (module essay of the
     /// crate says exactly what is counted). Lock-free; exact when no operation is running.
     pub fn total_bytes(&self) -> u64 {
-        let pages =
-            self.pages_held.load(Ordering::Relaxed) + self.spare_pages.load(Ordering::Relaxed);
+        let pages = self.pages_held.load(Ordering::Relaxed);
         let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
         (pages * PAGE_SIZE + meta) as u64
     }
@@ -452,9 +453,8 @@ impl ZsPool {
         let pages = classes.iter().map(|c| c.pages).sum::<usize>();
         let class_meta = classes.iter().map(|c| c.metadata_bytes).sum::<usize>();
         let metadata_bytes = class_meta + self.fixed_meta_bytes;
-        let spare = self.spare_pages.load(Ordering::Relaxed);
         PoolStats {
-            total_bytes: ((pages + spare) * PAGE_SIZE + metadata_bytes) as u64,
+            total_bytes: (pages * PAGE_SIZE + metadata_bytes) as u64,
             pages,
             metadata_bytes,
             objects: classes.iter().map(|c| c.objects).sum(),
