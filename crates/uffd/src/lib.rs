@@ -34,23 +34,31 @@
 
 #![deny(unsafe_code)]
 
+mod api;
+pub mod delivery;
 pub mod error;
 pub mod event;
+pub mod handler;
 pub mod mm;
 pub mod pagemap;
 pub mod probe;
 pub mod sigbus;
+pub mod source;
 pub mod staging;
 pub mod sys;
 pub mod types;
 mod uffd;
 
+pub use api::{control_of, Builder, Region, Stats, SwapTarget, Uswap, REQUIRED_FEATURES};
+pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};
 pub use event::Event;
+pub use handler::HandlerStats;
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
 pub use probe::{probe, Probe};
 pub use sigbus::{SigbusFault, SigbusResolver};
+pub use source::{SourceStats, UffdSource};
 pub use staging::{SlotIndex, SlotRun, Staging, StagingStats};
 pub use sys::Errno;
 pub use types::{CopyMode, Features, Ioctls, KernelVersion, MoveMode, Range, RegisterMode, Wake};

@@ -272,7 +272,7 @@ impl Range {
     /// [`Error::Misaligned`] unless `start` and `len_bytes` are page multiples, `len_bytes`
     /// is not zero and the end does not overflow.
     pub fn new(start: usize, len_bytes: usize) -> Result<Range, Error> {
-        let aligned = start % PAGE_SIZE == 0 && len_bytes % PAGE_SIZE == 0;
+        let aligned = start.is_multiple_of(PAGE_SIZE) && len_bytes.is_multiple_of(PAGE_SIZE);
         if !aligned || len_bytes == 0 || start.checked_add(len_bytes).is_none() {
             return Err(Error::Misaligned { addr: start, len_bytes });
         }

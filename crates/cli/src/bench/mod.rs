@@ -7,8 +7,8 @@
 
 mod compare;
 mod heap;
-mod zpool;
 mod uffd;
+mod zpool;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};

@@ -119,7 +119,7 @@ pub unsafe fn store_u64(addr: usize, value: u64) {
 /// `[addr, addr + out.len())` is mapped and readable; `addr` and `out.len()` are multiples
 /// of 8.
 pub unsafe fn load_bytes(addr: usize, out: &mut [u8]) {
-    debug_assert!(addr % 8 == 0 && out.len() % 8 == 0);
+    debug_assert!(addr.is_multiple_of(8) && out.len().is_multiple_of(8));
     for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
         // SAFETY: in bounds and aligned by the caller's contract.
         let word = unsafe { load_u64(addr + i * 8) };
@@ -133,7 +133,7 @@ pub unsafe fn load_bytes(addr: usize, out: &mut [u8]) {
 /// `[addr, addr + data.len())` is mapped and writable and covered by no Rust reference;
 /// `addr` and `data.len()` are multiples of 8.
 pub unsafe fn store_bytes(addr: usize, data: &[u8]) {
-    debug_assert!(addr % 8 == 0 && data.len() % 8 == 0);
+    debug_assert!(addr.is_multiple_of(8) && data.len().is_multiple_of(8));
     for (i, chunk) in data.chunks_exact(8).enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
@@ -150,6 +150,17 @@ pub unsafe fn store_bytes(addr: usize, data: &[u8]) {
 pub unsafe fn atomic_u64<'a>(addr: usize) -> &'a AtomicU64 {
     // SAFETY: the caller's contract; AtomicU64 has the size and alignment of u64.
     unsafe { AtomicU64::from_ptr(addr as *mut u64) }
+}
+
+/// `mincore(2)`: one byte per page of `[addr, addr + vec.len() pages)`, bit 0 set when the
+/// page is resident. Safe: the kernel only reads page tables and writes `vec`; an unmapped
+/// range is ENOMEM.
+pub fn mincore(addr: usize, vec: &mut [u8]) -> Result<(), Errno> {
+    let len = vec.len() * crate::PAGE_SIZE;
+    // SAFETY: `vec` is live and writable for one byte per page of the range, which is what
+    // mincore writes; `addr` is only looked up in the page tables.
+    let ret = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
+    check(libc::c_long::from(ret)).map(drop)
 }
 
 /// `sysconf(_SC_PAGESIZE)`.
