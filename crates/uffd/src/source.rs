@@ -174,7 +174,7 @@ pub struct SourceStats {
     pub map_gone: u64,
     /// Pages poisoned (their data could not be read back).
     pub poisoned_pages: u64,
-    /// Pages queued for a copy-on-write break.
+    /// Ranges queued for a copy-on-write break.
     pub cow_queued: u64,
     /// Refusals not queued because the queue was full.
     pub cow_queue_full: u64,
@@ -201,8 +201,8 @@ pub struct UffdSource {
     /// Orphan pages (module essay); `orphan_count` mirrors its length for a lock-free check.
     orphans: Mutex<Vec<Orphan>>,
     orphan_count: AtomicUsize,
-    /// Page addresses refused with EBUSY, for a copy-on-write break.
-    cow: Mutex<VecDeque<u64>>,
+    /// Ranges `(addr, len)` MOVE refused with EBUSY, for a copy-on-write break.
+    cow: Mutex<VecDeque<(u64, u64)>>,
     cow_ready: Condvar,
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
@@ -325,14 +325,7 @@ impl UffdSource {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         };
-        // SAFETY: the source is a folio of a region this engine manages. The engine keeps a
-        // region's contents transparent: from now on an access there faults and is served
-        // the data copied out below (the `PageSource` contract), so no borrow of region
-        // bytes ever observes the move (sys::process essay).
-        let moved = unsafe {
-            lane.staging.move_out_raw(&self.uffd, addr as usize, run, MoveMode::ALLOW_SRC_HOLES)
-        };
-        let error = match moved {
+        let error = match self.move_out(&mut lane, run, addr) {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
                     self.release(lanes, &mut lane, run);
@@ -349,13 +342,46 @@ impl UffdSource {
             },
             Err(error) => error,
         };
-        let done_pages = error.done_bytes() / PAGE;
+        let (error, done_pages) = error;
         if let Error::Busy { .. } = error {
+            // The rest of the folio is likely shared too (a fork shares every page): break
+            // it all in one call rather than meet one refusal per page.
             add(&self.counters.take_busy, 1);
-            self.queue_cow(addr + (done_pages * PAGE) as u64);
+            let busy = (done_pages * PAGE) as u64;
+            self.queue_cow(addr + busy, dst.len() as u64 - busy);
         }
         self.undo(lane_index, &mut lane, run, addr, done_pages);
         Err(self.classify_take_error(error))
+    }
+
+    /// Moves the pages of `addr..` into `run`, continuing past partial progress (the kernel
+    /// reports a move that stopped after some pages as EAGAIN with the bytes done; the
+    /// reason comes from the retry at that offset). On error, returns it with the pages
+    /// moved before it.
+    fn move_out(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), (Error, usize)> {
+        let mut done = 0u32;
+        while done < run.pages {
+            let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
+            let at = addr as usize + done as usize * PAGE;
+            // SAFETY: the source is a folio of a region this engine manages. The engine
+            // keeps a region's contents transparent: from now on an access there faults and
+            // is served the data copied out (the `PageSource` contract), so no borrow of
+            // region bytes ever observes the move (sys::process essay).
+            let moved = unsafe {
+                lane.staging.move_out_raw(&self.uffd, at, rest, MoveMode::ALLOW_SRC_HOLES)
+            };
+            match moved {
+                Ok(_) => return Ok(()),
+                Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => {
+                    done += (done_bytes / PAGE) as u32;
+                }
+                Err(error) => {
+                    let pages = done as usize + error.done_bytes() / PAGE;
+                    return Err((error, pages));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn classify_take_error(&self, error: Error) -> SourceError {
@@ -394,20 +420,34 @@ impl UffdSource {
             if injected {
                 break;
             }
-            let back =
-                lane.staging.move_in(&self.uffd, moved, addr as usize, MoveMode::ALLOW_SRC_HOLES);
-            match back {
-                Ok(_) => {
+            match self.move_back(lane, moved, addr) {
+                Ok(()) => {
                     lane.staging.free(moved);
                     add(&self.counters.undo_pages, u64::from(done));
                     return;
                 }
-                Err(Error::Again { done_bytes: 0, .. }) => crate::sys::process::sched_yield(),
-                // Progress, or any other answer: the pages left in staging are orphans.
+                Err(Error::Again { .. }) => crate::sys::process::sched_yield(),
+                // Any other answer: the pages left in staging are orphans.
                 Err(_) => break,
             }
         }
         self.orphan(lane_index, lane, moved, addr);
+    }
+
+    /// Moves the pages of `run` still in staging back to `addr..` (holes stay holes), one
+    /// page per call so that partial progress is never ambiguous; `Again` only when an event
+    /// is unread.
+    fn move_back(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), Error> {
+        for i in 0..run.pages {
+            let slot = SlotIndex(run.first.0 + i);
+            if !lane.staging.is_present(slot) {
+                continue; // moved back by an earlier, partial attempt
+            }
+            let one = SlotRun { first: slot, pages: 1 };
+            let at = addr as usize + i as usize * PAGE;
+            lane.staging.move_in(&self.uffd, one, at, MoveMode::ALLOW_SRC_HOLES)?;
+        }
+        Ok(())
     }
 
     /// Records the pages of `moved` still present in staging as orphans of `addr..`; frees
@@ -513,50 +553,50 @@ impl UffdSource {
         }
     }
 
-    /// Queues a page MOVE refused with EBUSY for a copy-on-write break.
-    fn queue_cow(&self, addr: u64) {
+    /// Queues a range MOVE refused with EBUSY for a copy-on-write break.
+    fn queue_cow(&self, addr: u64, len: u64) {
         let mut queue = lock(&self.cow);
-        if queue.contains(&addr) {
+        if queue.contains(&(addr, len)) {
             return;
         }
         if queue.len() >= COW_QUEUE_MAX {
             add(&self.counters.cow_queue_full, 1);
             return;
         }
-        queue.push_back(addr);
+        queue.push_back((addr, len));
         add(&self.counters.cow_queued, 1);
         self.cow_ready.notify_one();
     }
 
-    /// Breaks the copy-on-write sharing of every queued page in `[addr, addr + len)` (all
-    /// queued pages for `None`), with `MADV_POPULATE_WRITE`: it takes the write fault without
-    /// writing, so the data is unchanged, and on a page that went missing meanwhile it faults
-    /// through the uffd like an access (so the reader must be running); on an unmapped range
-    /// it fails quietly (ENOMEM) where a user-space write would be SIGSEGV. Returns pages
-    /// broken.
+    /// Breaks the copy-on-write sharing of every queued range starting in `[addr, addr +
+    /// len)` (all queued ranges for `None`), with `MADV_POPULATE_WRITE`: it takes the write
+    /// fault without writing, so the data is unchanged, and on a page that went missing
+    /// meanwhile it faults through the uffd like an access (so the reader must be running);
+    /// on an unmapped range it fails quietly (ENOMEM) where a user-space write would be
+    /// SIGSEGV. Returns ranges broken.
     ///
     /// Context: the caller holds no engine lock and is not the uffd's reader (a fault here
     /// waits for the reader). May block on such a fault.
     pub fn break_cow_pending(&self, range: Option<(u64, u64)>) -> usize {
-        let pages: Vec<u64> = {
+        let ranges: Vec<(u64, u64)> = {
             let mut queue = lock(&self.cow);
             let (addr, len) = range.unwrap_or((0, u64::MAX));
             let end = addr.saturating_add(len);
-            let (mine, rest): (Vec<u64>, Vec<u64>) =
-                queue.drain(..).partition(|p| *p >= addr && *p < end);
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                queue.drain(..).partition(|(a, _)| *a >= addr && *a < end);
             queue.extend(rest);
             mine
         };
-        for &page in &pages {
-            self.populate_write(page);
+        for &(addr, len) in &ranges {
+            self.populate_write(addr, len);
         }
-        pages.len()
+        ranges.len()
     }
 
     /// Waits up to `timeout` for queued COW breaks, then does them (the breaker thread's
-    /// loop body). Returns pages broken.
+    /// loop body). Returns ranges broken.
     pub fn break_cow_wait(&self, timeout: std::time::Duration) -> usize {
-        let page = {
+        let range = {
             let queue = lock(&self.cow);
             let (mut queue, _) = self
                 .cow_ready
@@ -564,9 +604,9 @@ impl UffdSource {
                 .unwrap_or_else(PoisonError::into_inner);
             queue.pop_front()
         };
-        match page {
-            Some(page) => {
-                self.populate_write(page);
+        match range {
+            Some((addr, len)) => {
+                self.populate_write(addr, len);
                 1
             }
             None => 0,
@@ -578,10 +618,10 @@ impl UffdSource {
         self.cow_ready.notify_all();
     }
 
-    fn populate_write(&self, page: u64) {
-        let Ok(range) = Range::new(page as usize, PAGE) else { return };
+    fn populate_write(&self, addr: u64, len: u64) {
+        let Ok(range) = Range::new(addr as usize, len as usize) else { return };
         if crate::mm::populate_write(range).is_ok() {
-            add(&self.counters.cow_broken, 1);
+            add(&self.counters.cow_broken, range.page_count() as u64);
         }
     }
 
