@@ -411,7 +411,15 @@ impl Reader {
             }
             let busy =
                 !self.retained.is_empty() || self.served.iter().any(|s| s.source.has_orphans());
-            self.poll(if busy { RETRY_POLL } else { IDLE_POLL });
+            // Messages buffered in read-only mode are processed without waiting.
+            let timeout = if !self.pending.is_empty() {
+                Duration::ZERO
+            } else if busy {
+                RETRY_POLL
+            } else {
+                IDLE_POLL
+            };
+            self.poll(timeout);
             self.read_all();
             self.process();
             if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {

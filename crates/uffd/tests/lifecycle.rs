@@ -185,7 +185,7 @@ fn forking_in_a_loop_while_faults_are_served_never_hangs() {
             }
         })
     };
-    let forks = if std::env::var_os("USWAP_LONG").is_some() { 500 } else { 60 };
+    let forks = if std::env::var_os("USWAP_LONG").is_some() { 2000 } else { 200 };
     let started = Instant::now();
     for round in 0..forks {
         let pid = fork_child(|| {
