@@ -422,8 +422,13 @@ impl Uswap {
     pub fn pageout(&self, addr: usize, len: usize) -> Result<u64, Error> {
         let parts = self.inner.owner()?;
         let (addr, len) = (addr as u64, len as u64);
+        let refused = parts.source.stats().take_busy;
         let mut paged = parts.engine.pageout(addr, len).map_err(Error::Engine)?;
-        if parts.source.break_cow_pending(Some((addr, len))) > 0 {
+        // Refusals (of this call, or counted meanwhile by another thread: a spare pass
+        // costs a page-table walk) mean shared pages: unshare what is queued and in flight,
+        // then page out again.
+        if parts.source.stats().take_busy > refused {
+            parts.source.break_cow_pending(Some((addr, len)));
             paged += parts.engine.pageout(addr, len).map_err(Error::Engine)?;
         }
         Ok(paged)

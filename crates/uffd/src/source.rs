@@ -50,8 +50,8 @@
 //! Context: every method may be called from any thread, concurrently; calls on one page are
 //! serialised by the engine (its page-table lock, held across `take` and `map`). Nothing
 //! here touches region memory from user space, so a page-source call never faults into the
-//! uffd it serves. Lock order: a lane's lock, then the orphan list's; the COW queue's is a
-//! leaf.
+//! uffd it serves. Lock order: a lane's lock, then the orphan list's; `cow_breaking`, then
+//! the COW queue's, a leaf.
 //!
 //! Unsafe code: one call, the MOVE out of a region, whose soundness rests on the engine's
 //! transparency (its `SAFETY` comment); this module is a named leaf allowed to make it.
@@ -204,6 +204,9 @@ pub struct UffdSource {
     /// Ranges `(addr, len)` MOVE refused with EBUSY, for a copy-on-write break.
     cow: Mutex<VecDeque<(u64, u64)>>,
     cow_ready: Condvar,
+    /// Held while a queued range is being broken (see `break_cow_wait`). Lock order:
+    /// `cow_breaking`, then `cow`.
+    cow_breaking: Mutex<()>,
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
     inject_undo_again: AtomicU32,
@@ -246,6 +249,7 @@ impl UffdSource {
             orphan_count: AtomicUsize::new(0),
             cow: Mutex::new(VecDeque::with_capacity(COW_QUEUE_MAX)),
             cow_ready: Condvar::new(),
+            cow_breaking: Mutex::new(()),
             counters: Counters::default(),
             inject_undo_again: AtomicU32::new(0),
         }
@@ -569,7 +573,8 @@ impl UffdSource {
     }
 
     /// Breaks the copy-on-write sharing of every queued range starting in `[addr, addr +
-    /// len)` (all queued ranges for `None`), with `MADV_POPULATE_WRITE`: it takes the write
+    /// len)` (all queued ranges for `None`), after any break the breaker thread has in
+    /// flight, with `MADV_POPULATE_WRITE`: it takes the write
     /// fault without writing, so the data is unchanged, and on a page that went missing
     /// meanwhile it faults through the uffd like an access (so the reader must be running);
     /// on an unmapped range it fails quietly (ENOMEM) where a user-space write would be
@@ -578,6 +583,7 @@ impl UffdSource {
     /// Context: the caller holds no engine lock and is not the uffd's reader (a fault here
     /// waits for the reader). May block on such a fault.
     pub fn break_cow_pending(&self, range: Option<(u64, u64)>) -> usize {
+        let _breaking = lock(&self.cow_breaking);
         let ranges: Vec<(u64, u64)> = {
             let mut queue = lock(&self.cow);
             let (addr, len) = range.unwrap_or((0, u64::MAX));
@@ -596,14 +602,17 @@ impl UffdSource {
     /// Waits up to `timeout` for queued COW breaks, then does them (the breaker thread's
     /// loop body). Returns ranges broken.
     pub fn break_cow_wait(&self, timeout: std::time::Duration) -> usize {
-        let range = {
+        {
             let queue = lock(&self.cow);
-            let (mut queue, _) = self
+            let _ready = self
                 .cow_ready
                 .wait_timeout_while(queue, timeout, |q| q.is_empty())
                 .unwrap_or_else(PoisonError::into_inner);
-            queue.pop_front()
-        };
+        }
+        // Held from the pop to the end of the break: a `break_cow_pending` caller that finds
+        // the queue empty knows no break of its range is still in flight.
+        let _breaking = lock(&self.cow_breaking);
+        let range = lock(&self.cow).pop_front();
         match range {
             Some((addr, len)) => {
                 self.populate_write(addr, len);
