@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The uffd features every managed process needs: eviction by MOVE, every event, poison.
+/// (`EVENT_FORK` is left out with [`Builder::exclude_from_fork`].)
 pub const REQUIRED_FEATURES: Features = Features::from_bits(
     Features::MOVE.bits()
         | Features::EVENT_FORK.bits()
@@ -81,6 +82,7 @@ pub struct Builder {
     checksums: bool,
     readahead_max_pages: Option<u32>,
     require_kernel_faults: Option<bool>,
+    exclude_from_fork: bool,
 }
 
 impl Default for Builder {
@@ -94,6 +96,7 @@ impl Default for Builder {
             checksums: false,
             readahead_max_pages: None,
             require_kernel_faults: None,
+            exclude_from_fork: false,
         }
     }
 }
@@ -166,6 +169,27 @@ impl Builder {
         self
     }
 
+    /// Keep managed regions out of forked children (`MADV_DONTFORK`: in a child the range
+    /// is unmapped, and touching it is SIGSEGV) instead of serving the children's faults
+    /// from this swap. Serving them needs `CAP_SYS_PTRACE` (`UFFD_FEATURE_EVENT_FORK`);
+    /// this is the way to run without it. Default off.
+    pub fn exclude_from_fork(mut self, exclude: bool) -> Self {
+        self.exclude_from_fork = exclude;
+        self
+    }
+
+    /// The uffd features this configuration needs.
+    fn features(&self) -> Features {
+        let mut features = REQUIRED_FEATURES;
+        if self.delivery == Delivery::Sigbus {
+            features |= Features::SIGBUS;
+        }
+        if self.exclude_from_fork {
+            features = features.difference(Features::EVENT_FORK);
+        }
+        features
+    }
+
     /// The engine configuration these settings make.
     fn engine_config(&self, backend: BackendConfig) -> EngineConfig {
         let mut config = EngineConfig {
@@ -202,11 +226,8 @@ impl Builder {
         let kernel_faults = self.check_environment(&probe)?;
         let backend = self.make_backend()?;
         let config = self.engine_config(backend);
-        let mut features = REQUIRED_FEATURES;
-        if self.delivery == Delivery::Sigbus {
-            features |= Features::SIGBUS;
-        }
-        let uffd = Uffd::builder().user_mode_only(!kernel_faults).require(features).open()?;
+        let uffd =
+            Uffd::builder().user_mode_only(!kernel_faults).require(self.features()).open()?;
         let uffd = Arc::new(uffd);
         let folio_pages = 1usize << self.folio_order;
         let source = Arc::new(UffdSource::new(uffd.clone(), folio_pages)?);
@@ -225,6 +246,7 @@ impl Builder {
             parts: Some(parts),
             delivery: self.delivery,
             kernel_faults,
+            exclude_from_fork: self.exclude_from_fork,
             probe_summary: probe.summary(),
             pid: process::getpid(),
         };
@@ -236,16 +258,16 @@ impl Builder {
     ///
     /// # Errors
     /// [`Error::KernelTooOld`] naming the first missing feature;
-    /// [`Error::NoKernelFaultPermission`] when they are required and not allowed.
+    /// [`Error::NoKernelFaultPermission`] when they are required and not allowed;
+    /// [`Error::NoForkPermission`] when children are served without `CAP_SYS_PTRACE`.
     pub fn check_environment(&self, probe: &Probe) -> Result<bool, Error> {
-        let mut needed = REQUIRED_FEATURES;
-        if self.delivery == Delivery::Sigbus {
-            needed |= Features::SIGBUS;
-        }
-        probe.require(needed)?;
+        probe.require(self.features())?;
         let required = self.require_kernel_faults.unwrap_or(self.delivery == Delivery::Handler);
         if required {
             probe.require_kernel_faults()?;
+        }
+        if !self.exclude_from_fork {
+            probe.require_event_fork()?;
         }
         Ok(probe.kernel_faults)
     }
@@ -329,6 +351,7 @@ struct Inner {
     parts: Option<Parts>,
     delivery: Delivery,
     kernel_faults: bool,
+    exclude_from_fork: bool,
     probe_summary: String,
     pid: i32,
 }
@@ -398,6 +421,9 @@ impl Uswap {
         // Base pages only: the engine's folios are its own; a transparent huge page would
         // mean 2 MiB faults and moves behind its back.
         map.advise(0, map.len_bytes(), Advice::NoHugePage)?;
+        if self.inner.exclude_from_fork {
+            map.advise(0, map.len_bytes(), Advice::DontFork)?;
+        }
         let range = map.range();
         let (start, len) = (range.start() as u64, range.len_bytes() as u64);
         // The engine knows the region before the kernel can report a fault in it.
@@ -577,4 +603,70 @@ impl Drop for Region {
 #[doc(hidden)]
 pub fn control_of(swap: &Uswap) -> Option<Arc<Control>> {
     swap.inner.owner().ok().map(|p| p.handler.control().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::Attempts;
+    use crate::types::KernelVersion;
+    use crate::uffd::Via;
+
+    fn probe(features: u64, kernel_faults: bool) -> Probe {
+        let denied = (!kernel_faults).then_some(Error::NoKernelFaultPermission {
+            errno: crate::Errno(libc::EPERM),
+            user_mode_only_works: true,
+        });
+        Probe {
+            running: Some(KernelVersion::new(6, 6)),
+            via: Via::Syscall,
+            kernel_faults,
+            kernel_faults_denied: denied,
+            features: Features::from_bits(features),
+            pagemap_scan: false,
+            seccomp_filter: false,
+            cap_sys_ptrace: true,
+            attempts: Attempts::default(),
+        }
+    }
+
+    #[test]
+    fn a_kernel_without_move_is_named_with_its_release() {
+        // 6.6 offers everything up to POISON (bit 14), not MOVE (6.8).
+        let e = Builder::default().check_environment(&probe(0x7fff, true)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "UFFD_FEATURE_MOVE needs Linux 6.8 or later; this kernel is 6.6: run on a newer kernel"
+        );
+    }
+
+    #[test]
+    fn kernel_faults_are_required_in_handler_mode_unless_waived() {
+        let p = probe(0x1ffff, false);
+        let e = Builder::default().check_environment(&p).unwrap_err();
+        assert!(matches!(e, Error::NoKernelFaultPermission { .. }), "{e}");
+        let waived = Builder::default().require_kernel_faults(false);
+        assert!(!waived.check_environment(&p).unwrap());
+        let sigbus = Builder::default().delivery(Delivery::Sigbus);
+        assert!(!sigbus.check_environment(&p).unwrap(), "SIGBUS mode does not need them");
+        assert!(Builder::default().check_environment(&probe(0x1ffff, true)).unwrap());
+    }
+
+    #[test]
+    fn serving_children_needs_cap_sys_ptrace_unless_excluded() {
+        let mut p = probe(0x1ffff, true);
+        p.cap_sys_ptrace = false;
+        let e = Builder::default().check_environment(&p).unwrap_err();
+        assert!(matches!(e, Error::NoForkPermission), "{e}");
+        assert!(e.to_string().contains("CAP_SYS_PTRACE"), "{e}");
+        assert!(Builder::default().exclude_from_fork(true).check_environment(&p).is_ok());
+    }
+
+    #[test]
+    fn sigbus_mode_needs_the_sigbus_feature() {
+        let without = 0x1ffff & !Features::SIGBUS.bits();
+        let sigbus = Builder::default().delivery(Delivery::Sigbus);
+        let e = sigbus.check_environment(&probe(without, true)).unwrap_err();
+        assert!(e.to_string().contains("UFFD_FEATURE_SIGBUS"), "{e}");
+    }
 }

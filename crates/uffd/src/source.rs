@@ -220,7 +220,11 @@ impl UffdSource {
     /// # Errors
     /// Creating the quiet uffd, mapping or registering the lanes.
     pub fn new(uffd: Arc<Uffd>, folio_pages: usize) -> Result<UffdSource, Error> {
-        let quiet = Uffd::builder().via(crate::Via::Auto).require(Features::MOVE).open()?;
+        // The same privilege as the event uffd: user-mode-only when that one is.
+        let quiet = Uffd::builder()
+            .user_mode_only(uffd.is_user_mode_only())
+            .require(Features::MOVE)
+            .open()?;
         let slots = (2 * folio_pages).max(16);
         let mut lanes = Vec::with_capacity(LANES);
         for _ in 0..LANES {

@@ -233,10 +233,12 @@ fn madv_dontneed_drops_swapped_and_resident_pages_to_zero() {
         fill_page(page, i as u64, 5);
     }
     settle_resident(&swap, 16);
-    region.pageout(0, 8 * PAGE_SIZE).unwrap(); // pages 0..8 swapped, 8..16 resident
-                                               // The program frees pages 4..12 (half swapped, half resident), as free() trimming does.
-                                               // SAFETY: pages of our own region; no borrow of them is live.
-    let ret = unsafe { libc::madvise((region.addr() + 4 * PAGE_SIZE) as *mut _, 8 * PAGE_SIZE, 4) };
+    // Pages 0..8 swapped, 8..16 resident.
+    region.pageout(0, 8 * PAGE_SIZE).unwrap();
+    // The program frees pages 4..12 (half swapped, half resident), as free() trimming does.
+    let at = (region.addr() + 4 * PAGE_SIZE) as *mut libc::c_void;
+    // SAFETY: pages of our own region; no borrow of them is live.
+    let ret = unsafe { libc::madvise(at, 8 * PAGE_SIZE, libc::MADV_DONTNEED) };
     assert_eq!(ret, 0, "MADV_DONTNEED");
     for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
         let version = if (4..12).contains(&i) { 0 } else { 5 };
@@ -344,4 +346,33 @@ fn refused_page_out(orphan: bool) {
     for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
         assert!(page_is(page, i as u64, if i == 0 { 4 } else { 2 }), "page {i}");
     }
+}
+
+/// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,
+/// never a silent zero (the mode for processes without CAP_SYS_PTRACE).
+#[test]
+fn excluded_regions_are_absent_in_a_child() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder().exclude_from_fork(true)) else { return };
+    let mut region = swap.map(4 * PAGE_SIZE).unwrap();
+    fill_page(&mut region.as_mut_slice()[..PAGE_SIZE], 0, 1);
+    settle_resident(&swap, 1);
+    region.pageout(0, PAGE_SIZE).unwrap();
+    let addr = region.addr();
+    // SAFETY: the child only reads one word and `_exit`s; async-signal-safe.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: in the child the range is unmapped (MADV_DONTFORK): this read faults.
+        let word = unsafe { std::ptr::read_volatile(addr as *const u64) };
+        // SAFETY: `_exit` is async-signal-safe.
+        unsafe { libc::_exit(if word == 0 { 1 } else { 2 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` is a live int; `pid` is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFSIGNALED(status), "status {status:#x}: the child did not fault");
+    assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+    assert_eq!(swap.stats().unwrap().handler.forks, 0, "no FORK event");
+    assert!(page_is(&region.as_slice()[..PAGE_SIZE], 0, 1));
 }
