@@ -6,6 +6,7 @@
 //! shared and noisy: an absolute figure from another run says little.
 
 mod compare;
+mod fault;
 mod heap;
 mod uffd;
 mod zpool;
@@ -75,6 +76,11 @@ pub enum Which {
     /// `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`, `lz4_ratio`,
     /// `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
     Zswap,
+    /// Fault latency on managed memory through the library, end to end: zero-map and
+    /// swap-file pages, order 0 and 4, handler-thread and SIGBUS delivery, with the kernel's
+    /// own first-touch fault as the yardstick. JSON: zero_read_p50_ns,
+    /// kernel_anon_fault_p50_ns, default_mode, <mode>_<page>_order<o>_p50_ns / _p99_ns, ...
+    Fault,
 }
 
 /// Runs one benchmark and prints its report.
@@ -90,6 +96,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
         Which::Uffd => uffd::run(args.common.quick)?,
         Which::Zswap => zswap::run(&args.common)?,
+        Which::Fault => fault::run(args.common.quick)?,
     };
     report.print(args.common.json);
     Ok(())
