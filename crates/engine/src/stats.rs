@@ -114,6 +114,8 @@ counters! {
     pages_removed,
     /// Swap entries duplicated for a forked child.
     fork_dup,
+    /// Pool pages given back by compaction (objects moved out of sparse zspages).
+    pool_compact_pages,
 }
 
 /// Per folio size counters (the kernel's `hugepages-<size>kB/stats/`), indexed by order.
@@ -209,6 +211,8 @@ pub struct StatsSnapshot {
     pub per_order: PerOrderSnapshot,
     /// Levels.
     pub gauges: Gauges,
+    /// The compressed pool's counters (its debugfs names), if there is a pool.
+    pub pool: Option<zswap::ZswapStats>,
 }
 
 impl Stats {
@@ -230,6 +234,7 @@ impl Stats {
             counters: self.counters.snapshot(),
             per_order: self.per_order.snapshot(),
             gauges,
+            pool: None,
         }
     }
 }
@@ -261,6 +266,11 @@ impl StatsSnapshot {
         }
         for (name, value) in self.gauges.fields() {
             let _ = writeln!(out, "{name} {value}");
+        }
+        if let Some(pool) = &self.pool {
+            for (name, value) in pool.fields() {
+                let _ = writeln!(out, "zswap_{name} {value}");
+            }
         }
         out
     }

@@ -564,11 +564,12 @@ impl Zswap {
 
     // ---- maintenance -----------------------------------------------------------------
 
-    /// Compacts the pool allocator (moves objects out of sparse zspages and frees them).
+    /// Compacts the pool allocator (moves objects out of sparse zspages and frees them);
+    /// returns what it did.
     ///
     /// Context: takes each class lock in turn; readers and writers proceed between rounds.
-    pub fn compact(&self) {
-        self.pool.compact();
+    pub fn compact(&self) -> zpool::CompactStats {
+        self.pool.compact()
     }
 
     /// Rewrites `entry`'s stored object in place with `mutate` (same length): fault

@@ -30,10 +30,10 @@ fn bad_setups_are_clear_errors() {
     let mut c = config("lz4", 64 * MIB);
     c.accept_threshold_percent = 150;
     assert!(matches!(err(c, SLOTS), Error::Percent { what: "accept_threshold_percent", .. }));
-    // 20% of 4 MiB is under the 1 MiB floor; 20% of 1 PiB over the allocator's 64 GiB.
-    let small = err(config("lz4", 4 * MIB), SLOTS);
-    assert!(matches!(small, Error::PoolLimit { limit_bytes: 838_860, .. }), "{small}");
-    assert!(small.to_string().contains("pool limit 838860 bytes"), "{small}");
+    // 20% of 256 KiB is under the 64 KiB floor; 20% of 1 PiB over the allocator's 64 GiB.
+    let small = err(config("lz4", 256 << 10), SLOTS);
+    assert!(matches!(small, Error::PoolLimit { limit_bytes: 52_428, .. }), "{small}");
+    assert!(small.to_string().contains("pool limit 52428 bytes"), "{small}");
     assert!(matches!(err(config("lz4", 1 << 50), SLOTS), Error::PoolLimit { .. }));
     assert!(matches!(err(config("lz4", 64 * MIB), 0), Error::NrSlots { nr_slots: 0, .. }));
     let too_many = slots::MAX_SLOTS + 1;
