@@ -42,12 +42,14 @@ use crate::sys::process;
 use crate::types::{Features, RegisterMode};
 use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
+use engine::config::ZswapSettings;
 use engine::stats::StatsSnapshot;
 use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
+pub use zswap::{CompressorKind, Incompressible};
 
 /// The uffd features every managed process needs: eviction by MOVE, every event, poison.
 /// (`EVENT_FORK` is left out with [`Builder::exclude_from_fork`].)
@@ -83,6 +85,8 @@ pub struct Builder {
     readahead_max_pages: Option<u32>,
     require_kernel_faults: Option<bool>,
     exclude_from_fork: bool,
+    /// The compressed pool, `None` for none.
+    pool: Option<ZswapSettings>,
 }
 
 impl Default for Builder {
@@ -97,6 +101,7 @@ impl Default for Builder {
             readahead_max_pages: None,
             require_kernel_faults: None,
             exclude_from_fork: false,
+            pool: Some(ZswapSettings::default()),
         }
     }
 }
@@ -169,6 +174,34 @@ impl Builder {
         self
     }
 
+    /// The compressor of the compressed pool (default lz4; zstd levels 1..=3; none stores
+    /// pages uncompressed). Parse a name with `"lz4".parse::<CompressorKind>()`.
+    pub fn compressor(mut self, kind: CompressorKind) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).compressor = kind;
+        self
+    }
+
+    /// The compressed pool's share of the budget, in percent (default 20): what does not
+    /// fit goes to the swap file (written back oldest first).
+    pub fn pool_percent(mut self, percent: u32) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).max_pool_percent = percent;
+        self
+    }
+
+    /// What the pool does with a page that does not compress: keep it raw (default) or send
+    /// it to the swap file at once.
+    pub fn incompressible(mut self, what: Incompressible) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).incompressible = what;
+        self
+    }
+
+    /// No compressed pool: evicted pages go straight to the swap file (zero pages still
+    /// cost nothing).
+    pub fn no_pool(mut self) -> Self {
+        self.pool = None;
+        self
+    }
+
     /// Keep managed regions out of forked children (`MADV_DONTFORK`: in a child the range
     /// is unmapped, and touching it is SIGSEGV) instead of serving the children's faults
     /// from this swap. Serving them needs `CAP_SYS_PTRACE` (`UFFD_FEATURE_EVENT_FORK`);
@@ -201,6 +234,7 @@ impl Builder {
                 checksums: self.checksums,
                 ..SwapConfig::default()
             },
+            zswap: self.pool.clone(),
             ..EngineConfig::default()
         };
         if let Some(pages) = self.readahead_max_pages {

@@ -49,7 +49,10 @@ pub mod sys;
 pub mod types;
 mod uffd;
 
-pub use api::{control_of, Builder, Region, Stats, SwapTarget, Uswap, REQUIRED_FEATURES};
+pub use api::{
+    control_of, Builder, CompressorKind, Incompressible, Region, Stats, SwapTarget, Uswap,
+    REQUIRED_FEATURES,
+};
 pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};
 pub use event::Event;

@@ -41,6 +41,17 @@ pub fn sched_yield() {
     let _ = check(libc::c_long::from(unsafe { libc::sched_yield() }));
 }
 
+/// `malloc_trim(0)`: returns the allocator's free memory to the kernel (every arena's
+/// free pages, not only the heap's top), so freed folio buffers and pool pages stop
+/// counting in the resident set.
+///
+/// Context: takes each arena's lock in turn; never call it while a fork holds them (the
+/// handler's read-only mode).
+pub fn malloc_trim() {
+    // SAFETY: malloc_trim takes an integer and touches only the allocator's own state.
+    let _ = unsafe { libc::malloc_trim(0) };
+}
+
 /// The bytes of a managed region.
 ///
 /// # Safety
