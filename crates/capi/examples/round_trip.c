@@ -22,7 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
-_Static_assert(sizeof(struct uswap_config) == 56, "struct uswap_config layout");
+_Static_assert(sizeof(struct uswap_config) == 72, "struct uswap_config layout");
 _Static_assert(sizeof(struct uswap_stats) == 16 * 8, "struct uswap_stats layout");
 
 #define PAGE 4096
@@ -63,6 +63,10 @@ static void bad_input(void)
     uswap_config_init(&config);
     config.delivery = 9;
     refused(&config, USWAP_ERR_INVALID, "delivery 9");
+
+    uswap_config_init(&config);
+    config.compressor = "brotli";
+    refused(&config, USWAP_ERR_INVALID, "compressor \"brotli\"");
 
     uswap_config_init(&config);
     config.swap_path = "/proc/uswap-swap";
@@ -153,12 +157,15 @@ int main(int argc, char **argv)
     CHECK(stats.pageout_pages >= pages - (8u << 20) / PAGE, "only %llu pages paged out",
           (unsigned long long)stats.pageout_pages);
     CHECK(stats.pgmajfault > 0, "no swap-in");
+    CHECK(stats.zswpout > 0, "the pool stored nothing");
     CHECK(stats.used_bytes_peak <= stats.budget_bytes + (2u << 20), "peak %llu over budget",
           (unsigned long long)stats.used_bytes_peak);
     printf("%s: %zu pages written, %lld paged out by uswap_pageout, %llu taken in all, "
-           "pgfault %llu, pgmajfault %llu, pswpout %llu, pswpin %llu, peak %llu of %llu bytes\n",
+           "pgfault %llu, pgmajfault %llu, zswpout %llu, zswpin %llu, pswpout %llu, pswpin %llu, "
+           "peak %llu of %llu bytes\n",
            mode, pages, (long long)paged, (unsigned long long)stats.pageout_pages,
            (unsigned long long)stats.pgfault, (unsigned long long)stats.pgmajfault,
+           (unsigned long long)stats.zswpout, (unsigned long long)stats.zswpin,
            (unsigned long long)stats.pswpout, (unsigned long long)stats.pswpin,
            (unsigned long long)stats.used_bytes_peak, (unsigned long long)stats.budget_bytes);
 

@@ -87,6 +87,8 @@ enum uswap_delivery {
 #define USWAP_FLAG_CHECKSUMS (1u << 2)
 /* Swap space in process memory instead of a file (for tests). */
 #define USWAP_FLAG_SWAP_IN_MEMORY (1u << 3)
+/* No compressed pool: evicted pages go straight to the swap file. */
+#define USWAP_FLAG_NO_POOL (1u << 4)
 
 struct uswap_config {
     /* sizeof(struct uswap_config), set by uswap_config_init: lets the library grow the
@@ -111,6 +113,10 @@ struct uswap_config {
     uint64_t swap_size_bytes;
     /* Most pages read ahead of a swap-in fault; -1: the default; 0: off. */
     int32_t readahead_pages;
+    /* The compressed pool's compressor: "lz4", "zstd", "zstd:1".."zstd:3", "none"; NULL: lz4. */
+    const char *compressor;
+    /* The pool's share of the budget, in percent; 0: the default (20). */
+    uint32_t pool_percent;
 };
 
 /* A snapshot of the main counters (names as in /proc/vmstat where the kernel has one). */

@@ -26,10 +26,14 @@ pub struct uswap_config {
     pub swap_size_bytes: u64,
     /// Readahead pages; -1 for the default.
     pub readahead_pages: i32,
+    /// The pool's compressor name, or null for the default.
+    pub compressor: *const c_char,
+    /// The pool's share of the budget in percent; 0 for the default.
+    pub pool_percent: u32,
 }
 
 // The C example asserts the same sizes with `_Static_assert`.
-const _: () = assert!(core::mem::size_of::<uswap_config>() == 56);
+const _: () = assert!(core::mem::size_of::<uswap_config>() == 72);
 const _: () = assert!(core::mem::size_of::<uswap_stats>() == 16 * 8);
 
 /// `USWAP_FLAG_EXCLUDE_FROM_FORK`.
@@ -40,8 +44,13 @@ pub const FLAG_NO_KERNEL_FAULTS: u32 = 1 << 1;
 pub const FLAG_CHECKSUMS: u32 = 1 << 2;
 /// `USWAP_FLAG_SWAP_IN_MEMORY`.
 pub const FLAG_SWAP_IN_MEMORY: u32 = 1 << 3;
-const FLAGS_KNOWN: u32 =
-    FLAG_EXCLUDE_FROM_FORK | FLAG_NO_KERNEL_FAULTS | FLAG_CHECKSUMS | FLAG_SWAP_IN_MEMORY;
+/// `USWAP_FLAG_NO_POOL`.
+pub const FLAG_NO_POOL: u32 = 1 << 4;
+const FLAGS_KNOWN: u32 = FLAG_EXCLUDE_FROM_FORK
+    | FLAG_NO_KERNEL_FAULTS
+    | FLAG_CHECKSUMS
+    | FLAG_SWAP_IN_MEMORY
+    | FLAG_NO_POOL;
 
 impl uswap_config {
     /// The defaults (uswap.h documents them).
@@ -56,6 +65,8 @@ impl uswap_config {
             swap_dir: core::ptr::null(),
             swap_size_bytes: 4 << 30,
             readahead_pages: -1,
+            compressor: core::ptr::null(),
+            pool_percent: 0,
         }
     }
 }
@@ -67,6 +78,8 @@ pub struct Paths {
     pub swap_path: Option<String>,
     /// `swap_dir`.
     pub swap_dir: Option<String>,
+    /// `compressor`.
+    pub compressor: Option<String>,
 }
 
 /// The builder a C configuration describes.
@@ -95,6 +108,18 @@ pub fn builder_of(config: &uswap_config, paths: Paths) -> Result<Builder, String
     }
     if config.readahead_pages >= 0 {
         builder = builder.readahead_max_pages(config.readahead_pages as u32);
+    }
+    if let Some(name) = &paths.compressor {
+        let kind = name
+            .parse::<uffd::CompressorKind>()
+            .map_err(|e| format!("compressor \"{name}\": {e}"))?;
+        builder = builder.compressor(kind);
+    }
+    if config.pool_percent != 0 {
+        builder = builder.pool_percent(config.pool_percent);
+    }
+    if config.flags & FLAG_NO_POOL != 0 {
+        builder = builder.no_pool();
     }
     builder = match (config.flags & FLAG_SWAP_IN_MEMORY != 0, paths) {
         (true, _) => builder.swap_in_memory(),
@@ -183,5 +208,10 @@ mod tests {
         c.flags = 1 << 9;
         assert!(builder_of(&c, Paths::default()).unwrap_err().contains("unknown flags 0x200"));
         assert!(builder_of(&uswap_config::defaults(), Paths::default()).is_ok());
+        let paths = Paths { compressor: Some("brotli".into()), ..Paths::default() };
+        let e = builder_of(&uswap_config::defaults(), paths).unwrap_err();
+        assert!(e.contains("compressor \"brotli\""), "{e}");
+        let paths = Paths { compressor: Some("zstd:2".into()), ..Paths::default() };
+        assert!(builder_of(&uswap_config::defaults(), paths).is_ok());
     }
 }

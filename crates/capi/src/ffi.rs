@@ -93,6 +93,7 @@ unsafe fn read_config(config: *const uswap_config) -> Result<(uswap_config, Path
     let paths = Paths {
         swap_path: text(read.swap_path, "swap_path")?,
         swap_dir: text(read.swap_dir, "swap_dir")?,
+        compressor: text(read.compressor, "compressor")?,
     };
     Ok((read, paths))
 }

@@ -59,7 +59,13 @@ fn compile(name: &str, tag: &str) -> PathBuf {
 
 /// Runs an example; returns its stdout, or `None` if it skipped.
 fn run(exe: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new(exe).args(args).output().expect("run the example");
+    // cargo's LD_LIBRARY_PATH lists target/<profile> first, whose libuswap.so is only
+    // refreshed by `cargo build`: point the loader at the one built for this test.
+    let out = Command::new(exe)
+        .args(args)
+        .env("LD_LIBRARY_PATH", library_dir())
+        .output()
+        .expect("run the example");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}{stderr}");

@@ -4,8 +4,11 @@
 
 use std::process::Command;
 
-const FIELDS: [&str; 6] = [
+const FIELDS: [&str; 9] = [
     "zero_read_p50_ns",
+    "pool_lz4_p50_ns",
+    "pool_lz4_p99_ns",
+    "handler_pool_order4_p50_ns",
     "kernel_anon_fault_p50_ns",
     "handler_file_order0_p50_ns",
     "sigbus_file_order0_p50_ns",
@@ -38,7 +41,7 @@ fn bench_fault_quick_prints_the_figures() {
     }
     // Every row's folios all faulted (no readahead hid them).
     for mode in ["handler", "sigbus"] {
-        for page in ["zero", "file"] {
+        for page in ["zero", "pool", "file"] {
             for order in [0, 4] {
                 let key = format!("{mode}_{page}_order{order}_faults");
                 assert!(json[&key].as_u64().unwrap_or(0) >= 256, "{key}: {json}");
