@@ -75,11 +75,6 @@ pub const RETAIN_MAX: usize = 1024;
 const RETAIN_ROUNDS_MAX: u32 = 1000;
 /// How often children are probed for exit.
 pub const CHILD_PROBE_INTERVAL: Duration = Duration::from_millis(100);
-/// The shortest interval between two heap trims (see `Reader::trim`).
-pub const TRIM_INTERVAL: Duration = Duration::from_millis(20);
-/// A trim may take at most 1/`TRIM_DUTY` of the handler's time: the interval grows with
-/// the last trim's duration (a 60 MiB heap takes ~1.6 ms to trim here: every 160 ms).
-const TRIM_DUTY: u32 = 100;
 /// Poll timeout with nothing to retry.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// Poll timeout while faults wait for a retry or orphans wait for a restore.
@@ -339,8 +334,7 @@ struct Reader {
     /// A page no child has (`MADV_DONTFORK`): the exit probe's target.
     probe: Mapping,
     last_probe: Instant,
-    last_trim: Instant,
-    trim_every: Duration,
+    trimmer: crate::trim::Trimmer,
 }
 
 /// The handler thread and its control block.
@@ -366,6 +360,7 @@ impl Handler {
         let control = Arc::new(Control::new()?);
         let probe = Mapping::anonymous(PAGE_SIZE)?;
         probe.advise(0, PAGE_SIZE, Advice::DontFork)?;
+        let budget_bytes = engine.config().budget_bytes;
         let mut reader = Reader {
             engine,
             control: control.clone(),
@@ -378,8 +373,7 @@ impl Handler {
             retained: Vec::with_capacity(RETAIN_MAX),
             probe,
             last_probe: Instant::now(),
-            last_trim: Instant::now(),
-            trim_every: TRIM_INTERVAL,
+            trimmer: crate::trim::Trimmer::new(budget_bytes),
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
         reader.rebuild_pollfds();
@@ -442,8 +436,10 @@ impl Reader {
             if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {
                 self.probe_children();
             }
-            if self.last_trim.elapsed() >= self.trim_every {
-                self.trim();
+            if self.trimmer.tick(&self.engine) {
+                let c = &self.control.counters;
+                c.trims.store(self.trimmer.trims, Relaxed);
+                c.trim_ns.store(self.trimmer.trim_ns, Relaxed);
             }
             let mut state = lock(&self.control.state);
             state.epoch += 1;
@@ -648,24 +644,6 @@ impl Reader {
         self.pollfds_stale = true;
         self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
         Ok(())
-    }
-
-    /// Gives the heap's free memory back to the kernel. The engine allocates and frees a
-    /// folio buffer per page-out and page-in, and the pool a page per zspage, from several
-    /// threads' arenas; glibc keeps freed chunks in the middle of an arena resident, and
-    /// the resident set would outgrow the budget by the churn, not by anything live
-    /// (tests/stress.rs measured 4 MiB at a 16 MiB budget). Done here, never in read-only
-    /// mode, every [`TRIM_INTERVAL`] or more: at most 1% of this thread's time (a trim walks
-    /// every arena's free chunks under its lock, so it costs more as the heap grows).
-    fn trim(&mut self) {
-        let started = Instant::now();
-        process::malloc_trim();
-        let took = started.elapsed();
-        self.last_trim = Instant::now();
-        self.trim_every = TRIM_INTERVAL.max(took * TRIM_DUTY);
-        let c = &self.control.counters;
-        c.trims.fetch_add(1, Relaxed);
-        c.trim_ns.fetch_add(took.as_nanos() as u64, Relaxed);
     }
 
     /// Probes every child (module essay); releases those whose mm is gone.

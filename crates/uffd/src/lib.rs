@@ -46,6 +46,7 @@ pub mod sigbus;
 pub mod source;
 pub mod staging;
 pub mod sys;
+pub mod trim;
 pub mod types;
 mod uffd;
 
