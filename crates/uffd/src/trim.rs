@@ -13,7 +13,7 @@
 //!
 //! ```text
 //!   every CHECK_INTERVAL:   excess = anonymous RSS (statm) - bytes the engine charges
-//!   trim when               excess > excess after the last trim + slack (budget / 32)
+//!   trim when               excess > excess after the last trim + slack (budget / 64)
 //!                           and the last trim is DUTY x its duration ago (<= 10% of time)
 //! ```
 //!
@@ -55,7 +55,7 @@ impl Trimmer {
             last_trim: Instant::now(),
             next_allowed: Duration::ZERO,
             excess_after_trim: 0,
-            slack_bytes: (budget_bytes / 32).max(1 << 20),
+            slack_bytes: (budget_bytes / 64).max(1 << 20),
             trims: 0,
             trim_ns: 0,
         }
