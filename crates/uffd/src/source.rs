@@ -264,6 +264,31 @@ impl UffdSource {
         &self.uffd
     }
 
+    /// Asserts the source's invariants: every lane's staging is consistent, and every slot
+    /// is free and empty except an orphan's, which is allocated and holds its page.
+    ///
+    /// # Panics
+    /// On a violated invariant. Call it with no take in flight.
+    pub fn check_invariants(&self) {
+        let orphans = lock(&self.orphans);
+        assert_eq!(orphans.len(), self.orphan_count.load(Relaxed), "orphan count");
+        let Some(lanes) = &self.lanes else {
+            assert!(orphans.is_empty(), "orphans in a child's source");
+            return;
+        };
+        for (index, lane) in lanes.lanes.iter().enumerate() {
+            let lane = lock(lane);
+            lane.staging.check_invariants();
+            for slot in 0..lane.staging.capacity() {
+                let slot = SlotIndex(slot as u32);
+                let orphan = orphans.iter().any(|o| o.lane == index && o.slot == slot);
+                let allocated = lane.staging.is_allocated(slot);
+                assert_eq!(allocated, orphan, "lane {index} slot {slot:?}: allocated {allocated}");
+                assert_eq!(lane.staging.is_present(slot), orphan, "lane {index} slot {slot:?}");
+            }
+        }
+    }
+
     /// Fault injection for tests: the next `n` undos of a refused take fail as if an event
     /// had arrived (the pages become orphans).
     pub fn inject_undo_failures(&self, n: u32) {

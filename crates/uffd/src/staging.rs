@@ -137,6 +137,11 @@ impl Staging {
         self.map.range()
     }
 
+    /// Whether `slot` is allocated.
+    pub fn is_allocated(&self, slot: SlotIndex) -> bool {
+        bit(&self.allocated, slot.0 as usize)
+    }
+
     /// Whether a page sits in `slot`.
     pub fn is_present(&self, slot: SlotIndex) -> bool {
         bit(&self.present, slot.0 as usize)

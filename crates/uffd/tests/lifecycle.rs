@@ -222,6 +222,7 @@ fn forking_in_a_loop_while_faults_are_served_never_hangs() {
     }
     drop(region);
     swap.engine().unwrap().check_invariants();
+    swap.source().unwrap().check_invariants();
 }
 
 #[test]
@@ -248,6 +249,7 @@ fn madv_dontneed_drops_swapped_and_resident_pages_to_zero() {
     assert_eq!(stats.handler.removes, 1);
     assert!(stats.engine.counters.pages_removed >= 8);
     swap.engine().unwrap().check_invariants();
+    swap.source().unwrap().check_invariants();
 }
 
 #[test]
@@ -346,6 +348,7 @@ fn refused_page_out(orphan: bool) {
     for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
         assert!(page_is(page, i as u64, if i == 0 { 4 } else { 2 }), "page {i}");
     }
+    source.check_invariants();
 }
 
 /// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,
