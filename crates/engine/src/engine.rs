@@ -471,6 +471,7 @@ impl Core {
             resident_pages: self.budget.resident_bytes() / PAGE_SIZE as u64,
             swapcache_bytes: self.budget.swapcache_bytes(),
             nr_swapcached: self.nr_swapcached.load(Ordering::Relaxed),
+            swapcache_node_bytes: self.swap_cache.memory_bytes() as u64,
             pool_bytes,
             pool_stored_pages: self.storage.zswap.as_ref().map_or(0, |z| z.stored_pages()),
             swap_inuse_pages: self.storage.device.inuse_pages(),

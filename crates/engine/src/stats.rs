@@ -173,6 +173,8 @@ pub struct Gauges {
     pub swapcache_bytes: u64,
     /// Folios in the swap cache (the kernel's nr_swapcached).
     pub nr_swapcached: u64,
+    /// XArray node memory of the swap cache (folio and shadow entries), in bytes.
+    pub swapcache_node_bytes: u64,
     /// Bytes the compressed pool holds (zswap's pool_total_size).
     pub pool_bytes: u64,
     /// Pages stored in the compressed pool (zswap's stored_pages).
@@ -283,6 +285,7 @@ impl Gauges {
             ("resident_pages", self.resident_pages),
             ("swapcache_bytes", self.swapcache_bytes),
             ("nr_swapcached", self.nr_swapcached),
+            ("swapcache_node_bytes", self.swapcache_node_bytes),
             ("pool_total_size", self.pool_bytes),
             ("stored_pages", self.pool_stored_pages),
             ("swap_inuse_pages", self.swap_inuse_pages),

@@ -239,9 +239,7 @@ impl SlotFreeHook for SlotHook {
         if let Some(zswap) = &self.zswap {
             // Only the owner of the last copy drops it: the count reached zero, so no page
             // table refers to these slots any more and the pool's copies are dead.
-            for i in 0..u64::from(nr) {
-                zswap.invalidate(first.add(i));
-            }
+            zswap.invalidate_range(first, u64::from(nr));
         }
     }
 }

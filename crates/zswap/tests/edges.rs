@@ -480,3 +480,21 @@ fn trees_split_the_device_every_16384_slots() {
     }
     assert_eq!(zswap::TREE_SLOTS, 16384);
 }
+
+#[test]
+fn invalidate_range_drops_every_entry_of_a_folio_and_nothing_else() {
+    let zswap = pool("lz4");
+    let page = [5u8; 4096];
+    for offset in [16, 17, 19, 24] {
+        zswap.store(slot(offset), &page).expect("store");
+    }
+    zswap.invalidate_range(slot(16), 8); // slots 16..24: three entries and five holes
+    for offset in [16, 17, 19] {
+        assert!(!zswap.contains(slot(offset)), "slot {offset} kept");
+    }
+    assert!(zswap.contains(slot(24)), "the slot after the range stays");
+    assert_eq!(zswap.stats().invalidated, 3);
+    assert_eq!(zswap.stored_pages(), 1);
+    zswap.invalidate_range(slot(32), 16); // nothing there
+    zswap.check_invariants();
+}
