@@ -269,9 +269,13 @@ impl Control {
     /// Fork prepare for this handler: close the gate, then read-only, and wait for it.
     fn prepare(&self) {
         self.gate.close();
-        self.readonly_requests.fetch_add(1, SeqCst);
+        let state = {
+            // Counted under the state lock: see `Reader::readonly`.
+            let state = lock(&self.state);
+            self.readonly_requests.fetch_add(1, SeqCst);
+            state
+        };
         self.signal();
-        let state = lock(&self.state);
         let _ready = self
             .changed
             .wait_while(state, |s| !s.readonly && !s.stopped)
@@ -461,20 +465,34 @@ impl Reader {
             self.read_all();
             self.process();
         }
+        // The last allocation: a poll set for every uffd served (a FORK just processed may
+        // have added one).
+        if self.pollfds_stale {
+            self.rebuild_pollfds();
+        }
         self.control.counters.readonly_episodes.fetch_add(1, Relaxed);
         {
             let mut state = lock(&self.control.state);
             state.readonly = true;
             self.control.changed.notify_all();
         }
-        // From here to the release: no allocation (poll, read into reserved buffers).
-        while self.control.readonly_requests.load(SeqCst) > 0 && !self.control.stop.load(SeqCst) {
+        // From here to the release: no allocation (poll, read into reserved buffers). The
+        // exit is decided under the state lock, under which `prepare` counts its request:
+        // a request either keeps this loop going or finds `readonly` false and waits for
+        // the next acknowledgement, never an acknowledgement about to be withdrawn.
+        loop {
+            {
+                let mut state = lock(&self.control.state);
+                let requests = self.control.readonly_requests.load(SeqCst);
+                if requests == 0 || self.control.stop.load(SeqCst) {
+                    state.readonly = false;
+                    self.control.changed.notify_all();
+                    return;
+                }
+            }
             self.poll(Duration::from_millis(10));
             self.read_all();
         }
-        let mut state = lock(&self.control.state);
-        state.readonly = false;
-        self.control.changed.notify_all();
     }
 
     fn rebuild_pollfds(&mut self) {
