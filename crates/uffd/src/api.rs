@@ -34,7 +34,7 @@
 
 use crate::delivery::{Delivery, SigbusMode, SigbusStats};
 use crate::error::Error;
-use crate::handler::{Control, Handler, HandlerStats};
+use crate::handler::{Handler, HandlerStats};
 use crate::mm::{Advice, Mapping};
 use crate::probe::Probe;
 use crate::source::{SourceStats, UffdSource};
@@ -631,12 +631,6 @@ impl Drop for Region {
     fn drop(&mut self) {
         let _ = self.release();
     }
-}
-
-/// Exposes the control block to the tests of this crate.
-#[doc(hidden)]
-pub fn control_of(swap: &Uswap) -> Option<Arc<Control>> {
-    swap.inner.owner().ok().map(|p| p.handler.control().clone())
 }
 
 #[cfg(test)]

@@ -31,6 +31,19 @@
 //!
 //! Facts verified on the development kernel (6.18) and the measured costs are in
 //! docs/UFFD.md; the tests under `tests/` are those facts, executable.
+//!
+//! The frontend, which makes the engine page real process memory, lives here too (it is the
+//! only layer that may make mm syscalls):
+//!
+//! ```text
+//!   Uswap / Builder / Region (api)     the library: map, pageout, stats; libuswap.so wraps it
+//!     Handler (handler)                one thread: reads every uffd (the process's and its
+//!                                      forked children's), events first, faults -> engine
+//!     SigbusMode (delivery)            or: the faulting thread resolves its own fault
+//!     UffdSource (source)              engine::PageSource: MOVE out via staging, COPY in
+//!     Trimmer (trim)                   gives freed heap back when it inflates the RSS
+//!   engine::Engine                     decisions and bookkeeping
+//! ```
 
 #![deny(unsafe_code)]
 
@@ -51,8 +64,7 @@ pub mod types;
 mod uffd;
 
 pub use api::{
-    control_of, Builder, CompressorKind, Incompressible, Region, Stats, SwapTarget, Uswap,
-    REQUIRED_FEATURES,
+    Builder, CompressorKind, Incompressible, Region, Stats, SwapTarget, Uswap, REQUIRED_FEATURES,
 };
 pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};
