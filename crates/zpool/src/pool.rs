@@ -343,6 +343,25 @@ impl ZsPool {
         self.class_of(handle).state.lock().read(handle, buf)
     }
 
+    /// Calls `reader` with the object's bytes and returns what it returns: in place when
+    /// the object lies in one page, else copied into `scratch` first (the zsmalloc
+    /// `zs_obj_read_begin` / `_end` pair). Saves [`ZsPool::read`]'s copy for a reader that
+    /// only consumes the bytes (a decompressor).
+    ///
+    /// # Panics
+    /// On a stale handle, or if `scratch` is shorter than the object (caller bugs).
+    ///
+    /// Context: `reader` runs under the class lock (compaction cannot move the object
+    /// meanwhile): it must not call into this pool, and should be short (one decompression).
+    pub fn read_with<R>(
+        &self,
+        handle: Handle,
+        scratch: &mut [u8],
+        reader: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        self.class_of(handle).state.lock().read_with(handle, scratch, reader)
+    }
+
     /// The object's size, as given to `malloc`.
     ///
     /// # Panics
