@@ -103,13 +103,39 @@ impl PerCpuClusters {
 }
 
 #[cfg(not(loom))]
+thread_local! {
+    /// The stripe [`as_cpu`] lends this thread, if any.
+    static LENT_STRIPE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(not(loom))]
 fn thread_stripe() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static STRIPE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+    if let Some(lent) = LENT_STRIPE.with(std::cell::Cell::get) {
+        return lent;
+    }
     STRIPE.with(|s| *s % NR_STRIPES)
+}
+
+/// Runs `f` with this thread's allocations using the cluster hints of "CPU" `cpu`
+/// (`cpu % 16`, the stripes of the module essay), then restores the thread's own.
+///
+/// One thread can so play the many CPUs of a machine, deterministically: the benchmarks'
+/// fragmentation run and the simulator model the kernel's per-CPU clusters of a
+/// 16-CPU machine with it (a single hint, as one thread has, never strands partly used
+/// clusters the way many CPUs do, and the two policies differ exactly there).
+///
+/// Context: sets a thread-local; nests (the inner CPU wins until it returns).
+#[cfg(not(loom))]
+pub fn as_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> R {
+    let before = LENT_STRIPE.with(|lent| lent.replace(Some(cpu % NR_STRIPES)));
+    let result = f();
+    LENT_STRIPE.with(|lent| lent.set(before));
+    result
 }
 
 #[cfg(loom)]

@@ -41,6 +41,8 @@ mod registry;
 mod stats;
 mod sync;
 
+#[cfg(not(loom))]
+pub use alloc::as_cpu;
 pub use cluster::{
     transition_is_legal, ClusterFlag, ListId, SWAP_COUNT_EXTENDED, SWAP_HAS_CACHE, SWAP_MAP_BAD,
     SWAP_MAP_MAX,

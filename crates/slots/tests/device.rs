@@ -297,3 +297,19 @@ fn range_pin_is_all_or_nothing() {
     assert!((0..3).all(|i| si.is_cache_pinned(entry.add(i)).unwrap()));
     si.check_invariants();
 }
+
+#[test]
+fn as_cpu_gives_each_cpu_its_own_cluster_hint() {
+    let si = device(4, AllocPolicy::Current);
+    let cluster = |e: SwapEntry| e.offset() / SWAPFILE_CLUSTER as u64;
+    let a0 = slots::as_cpu(0, || si.alloc(0)).unwrap();
+    let b0 = slots::as_cpu(1, || si.alloc(0)).unwrap();
+    let a1 = slots::as_cpu(0, || si.alloc(0)).unwrap();
+    let b1 = slots::as_cpu(1, || si.alloc(0)).unwrap();
+    // CPU 1 found CPU 0's cluster on the nonfull list ("prefer nonfull over free"), then
+    // each CPU goes on from its own hint: consecutive slots per CPU.
+    assert_eq!(a1.offset(), a0.offset() + 1, "CPU 0 continues from its hint");
+    assert_eq!(cluster(b1), cluster(b0), "CPU 1 continues in its cluster");
+    assert_eq!(b1.offset(), b0.offset() + 1);
+    si.check_invariants();
+}

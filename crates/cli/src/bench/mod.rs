@@ -59,6 +59,16 @@ pub enum Which {
     /// and memory per entry. JSON: xarray_lookup_ns_p50, btree_lookup_ns_p50, ...
     #[command(name = "seed-004")]
     Seed004,
+    /// Seed experiment 002: large-folio allocation fallback rates, the 6.18 cluster policy
+    /// against the legacy one, per order, on the slots fragmentation run (16 CPUs' hints).
+    /// JSON: fallback_rate_order4_current, fallback_rate_order4_legacy, ...
+    #[command(name = "seed-002")]
+    Seed002,
+    /// Seed experiment 003: resident memory of the zero-page program (20 MiB of zeros
+    /// paged out, then read): the reads' VmRSS growth, against the same with data.
+    /// Needs userfaultfd. JSON: zero_reads_growth_kb, data_reads_growth_kb.
+    #[command(name = "seed-003")]
+    Seed003,
     /// The XArray against BTreeMap and HashMap (stores/s, loads/s on 1M dense and sparse
     /// keys), bytes per dense entry, and the seed's multi-index node memory experiment.
     /// JSON: dense_load_ratio_vs_btreemap, dense_bytes_per_entry, multi_index_node_bytes,
@@ -110,6 +120,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Engine => engine::run(&args.common)?,
         Which::Seed000 => seed::seed_000(&args.common)?,
         Which::Seed004 => seed::seed_004(&args.common)?,
+        Which::Seed002 => seed::seed_002(&args.common)?,
+        Which::Seed003 => seed::seed_003(&args.common)?,
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
