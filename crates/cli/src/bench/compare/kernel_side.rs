@@ -87,7 +87,7 @@ pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
 }
 
 impl MemoryProbe for KernelProbe<'_> {
-    fn sample(&self) -> Sample {
+    fn sample(&self, _pid: u32) -> Sample {
         let machine = self.env.machine.as_ref();
         let mut sample = Sample { charged_bytes: self.group.usage_bytes(), ..Sample::default() };
         if self.config.is_zram() {

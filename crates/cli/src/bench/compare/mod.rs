@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   for each workload (seq, uniform, zipf, zero, pydict, redis):
-//!       uswap side       uswap_side::run           (not available yet: skipped, noted)
+//!       uswap side       uswap_side::run   (`uswap run --budget B -- CMD`; skipped if absent)
 //!       kernel side      for zram lzo-rle, zram lz4, zswap lz4, zswap lzo-rle:
 //!                            set up swap + cgroup(limit = budget), run, sample, tear down
 //!   report: per-side table, uswap-vs-kernel table, JSON `workloads`, --plot SVGs
@@ -12,7 +12,7 @@
 //!
 //! Modules: `workloads` (what runs and how it is read), `runner` (spawn, sample, reap),
 //! `kernel` + `cgroup` + `machine` (setup/teardown guards), `kernel_side` (one kernel
-//! run), `uswap_side` (the plug-in point for `uswap run`), `summary` (tables, JSON),
+//! run), `uswap_side` (the workload under `uswap run`), `summary` (tables, JSON),
 //! `svg` + `plot` (charts), `sys` (the few raw system calls).
 //!
 //! Safety of the machine: zram0 and swap are global. Every change is made by a guard

@@ -113,11 +113,10 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning"])
         .arg("--dir")
-        .arg(&ctx.scratch_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .arg(&ctx.scratch_dir);
+    // Prepared before the stdio is set: the uswap side replaces the command.
     (placement.prepare)(&mut command)?;
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let start = Instant::now();
     let child = command.spawn().context("spawn redis-server")?;
     let pid = child.id();
@@ -126,7 +125,7 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
     let client = std::thread::spawn(move || client(port, keys, seed));
     let mut samples = Vec::new();
     while !client.is_finished() {
-        let mut sample: Sample = placement.probe.sample();
+        let mut sample: Sample = placement.probe.sample(pid);
         sample.t_s = start.elapsed().as_secs_f64();
         samples.push(sample);
         if sys::interrupted() || start.elapsed() > ctx.timeout {

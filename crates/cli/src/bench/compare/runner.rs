@@ -41,8 +41,9 @@ pub struct Sample {
 
 /// Reads the memory of a running configuration.
 pub trait MemoryProbe {
-    /// One sample (its `t_s` is filled in by the runner).
-    fn sample(&self) -> Sample;
+    /// One sample of the run whose first process is `pid` (its `t_s` is filled in by the
+    /// runner).
+    fn sample(&self, pid: u32) -> Sample;
 }
 
 /// What a finished process left.
@@ -103,7 +104,7 @@ pub fn supervise(
 ) -> Result<(Exit, Vec<Sample>)> {
     let mut samples = Vec::new();
     loop {
-        let mut sample = probe.sample();
+        let mut sample = probe.sample(pid);
         sample.t_s = start.elapsed().as_secs_f64();
         samples.push(sample);
         if let Some(exit) = sys::try_wait(pid).context("wait4")? {
@@ -159,7 +160,7 @@ mod tests {
 
     struct Zero;
     impl MemoryProbe for Zero {
-        fn sample(&self) -> Sample {
+        fn sample(&self, _pid: u32) -> Sample {
             Sample::default()
         }
     }

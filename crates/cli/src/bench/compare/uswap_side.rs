@@ -1,44 +1,173 @@
 //! The uswap side of `uswap bench compare`: the same workload under `uswap run`.
 //!
-//! NOT AVAILABLE YET: `uswap run` (the LD_PRELOAD engine) is being built by other
-//! engineers. Until it exists, [`run`] reports [`Side::Skipped`] with
-//! [`NOT_AVAILABLE`], every `uswap_*` figure of the report is null, and the report says so
-//! in a note. Nothing here pretends to measure.
+//! ```text
+//!   uswap_available      `uswap run --help` answers?       no -> Skipped (this build lacks it)
+//!   execute              every process command is replaced by
+//!                          <this uswap> run --budget <budget> --zswap lz4 -- <program> <args>
+//!                        (before its stdio is set: the harness sets it on the wrapper)
+//!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
+//!                        from /proc/<pid>/task/*/children): the engine, its pool and its
+//!                        threads live inside the program, so this is everything it costs
+//!   peak                 max(sampled tree RSS, wait4's ru_maxrss of the tree)
+//! ```
 //!
-//! How to fill it in (the kernel side in `kernel_side.rs` is the model):
-//!
-//! 1. Build the workload's command with [`WorkloadSpec::command`] (or, for `redis`, the
-//!    server command in `redis.rs`) and wrap it: `uswap run --budget <budget_bytes> --
-//!    <program> <args>`. Do it in the [`Placement::prepare`] hook, which sees every
-//!    process command before it is spawned.
-//! 2. Give a [`MemoryProbe`](super::runner::MemoryProbe) that reads the run's memory:
-//!    `charged_bytes` = the budgeted memory (resident managed pages + staging + pool, as
-//!    uswap's own stats count it against the budget), `outside_bytes` = anything uswap
-//!    keeps outside the budget (should be 0), `compressed_bytes` / `original_bytes` from
-//!    the pool's stats.
-//! 3. Call [`WorkloadSpec::execute`] with that placement and turn the
-//!    [`Measured`](super::workloads::Measured) into a [`RunOutcome`] with its peaks.
-//!    The fault-latency proxy needs nothing new: the workload measures it itself.
-//!
-//! Everything else (tables, JSON `uswap_s`, `ratio_vs_zram_lz4`, charts) already reads
-//! [`Side::Ran`] from here.
+//! The kernel side reports a memory cgroup's charge (which counts page cache and kernel
+//! memory too) plus zram's pool; the uswap side has no cgroup, so the process tree's
+//! resident set is the honest equivalent: every byte uswap holds for the program is in it.
+//! The budget is the same number on both sides; how far each side's peak lands from it is
+//! the comparison (`uswap run` promises the budget plus its slack, docs/RUN.md).
 
-#[allow(unused_imports)] // Named by the documentation above.
-use super::outcome::RunOutcome;
-use super::outcome::Side;
-#[allow(unused_imports)] // Named by the documentation above.
-use super::workloads::Placement;
-use super::workloads::{RunContext, WorkloadSpec};
+use super::outcome::{RunOutcome, Side};
+use super::runner::{MemoryProbe, Sample};
+use super::workloads::{Placement, RunContext, WorkloadSpec};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-/// The note every report carries until the uswap side exists.
-pub const NOT_AVAILABLE: &str =
-    "the uswap side is not available yet (`uswap run` does not exist): uswap figures are null";
+/// The most processes one probe sums (a workload is one or two).
+const TREE_MAX: usize = 64;
 
 /// Runs `spec` under `uswap run` with `ctx.budget_bytes` of budget.
 ///
-/// Context: may block for the whole run (minutes); polls the interrupt flag like the
-/// kernel side. Today: always [`Side::Skipped`].
+/// Context: blocks for the whole run (minutes); polls the interrupt flag through the
+/// runner, like the kernel side.
 pub fn run(spec: &WorkloadSpec, ctx: &RunContext) -> Side {
-    let _ = (spec, ctx);
-    Side::Skipped(NOT_AVAILABLE.to_string())
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Side::Failed(format!("where is this uswap binary: {e}")),
+    };
+    if !uswap_run_available(&exe) {
+        return Side::Skipped(format!("{} has no `run` subcommand", exe.display()));
+    }
+    match run_uswap(&exe, spec, ctx) {
+        Ok(outcome) => Side::Ran(Box::new(outcome)),
+        Err(error) => Side::Failed(format!("{error:#}")),
+    }
+}
+
+/// Whether this binary has `uswap run`.
+fn uswap_run_available(exe: &Path) -> bool {
+    let status = Command::new(exe)
+        .args(["run", "--help"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    status.is_ok_and(|s| s.success())
+}
+
+/// `command` wrapped in `uswap run`: the same program, arguments, environment and
+/// directory.
+fn wrapped(exe: &Path, command: &Command, budget_bytes: u64) -> Command {
+    let mut wrapper = Command::new(exe);
+    wrapper.args(["run", "--budget", &budget_bytes.to_string(), "--zswap", "lz4", "--"]);
+    wrapper.arg(command.get_program()).args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapper.env(key, value),
+            None => wrapper.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapper.current_dir(dir);
+    }
+    wrapper
+}
+
+fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOutcome> {
+    let exe: PathBuf = exe.to_path_buf();
+    let prepare = |command: &mut Command| -> Result<()> {
+        *command = wrapped(&exe, command, ctx.budget_bytes);
+        Ok(())
+    };
+    let probe = TreeProbe;
+    let measured = spec
+        .execute(ctx, &Placement { prepare: &prepare, probe: &probe })
+        .context("under uswap run")?;
+    let sampled = measured.samples.iter().map(|s| s.charged_bytes).max().unwrap_or(0);
+    let charged_peak_bytes = sampled.max(measured.max_rss_bytes);
+    Ok(RunOutcome {
+        charged_peak_bytes,
+        store_peak_bytes: 0,
+        peak_bytes: charged_peak_bytes,
+        compressed_peak_bytes: 0,
+        original_peak_bytes: 0,
+        kmem_peak_bytes: None,
+        measured,
+    })
+}
+
+/// Samples the resident set of a process tree.
+struct TreeProbe;
+
+impl MemoryProbe for TreeProbe {
+    fn sample(&self, pid: u32) -> Sample {
+        Sample { charged_bytes: tree_rss_bytes(Path::new("/proc"), pid), ..Sample::default() }
+    }
+}
+
+/// VmRSS of `pid` and its descendants (at most [`TREE_MAX`] processes), in bytes; a
+/// process that exits meanwhile counts as 0.
+fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
+    let mut pending = vec![pid];
+    let (mut total, mut seen) = (0, 0);
+    while let Some(pid) = pending.pop() {
+        seen += 1;
+        if seen > TREE_MAX {
+            break;
+        }
+        let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status")));
+        total += status.ok().and_then(|s| status_kb(&s, "VmRSS")).unwrap_or(0) * 1024;
+        let tasks = std::fs::read_dir(proc_root.join(format!("{pid}/task")));
+        for task in tasks.into_iter().flatten().flatten() {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            let children = children.unwrap_or_default();
+            pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    total
+}
+
+/// A `/proc/PID/status` line's value in kB (`VmRSS:   1234 kB`).
+fn status_kb(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_sums_its_processes() {
+        let root = std::env::temp_dir().join(format!("uswap-tree-{}", std::process::id()));
+        for (pid, rss, children) in [(10, 100, "11 12"), (11, 20, ""), (12, 3, "13"), (13, 1, "")] {
+            let task = root.join(format!("{pid}/task/{pid}"));
+            std::fs::create_dir_all(&task).unwrap();
+            let status = format!("Name:\tx\nVmRSS:\t  {rss} kB\nThreads:\t1\n");
+            std::fs::write(root.join(format!("{pid}/status")), status).unwrap();
+            std::fs::write(task.join("children"), children).unwrap();
+        }
+        assert_eq!(tree_rss_bytes(&root, 10), 124 * 1024);
+        assert_eq!(tree_rss_bytes(&root, 12), 4 * 1024);
+        assert_eq!(tree_rss_bytes(&root, 99), 0, "a process gone counts 0");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_wrapper_keeps_program_arguments_and_environment() {
+        let mut inner = Command::new("/bin/prog");
+        inner.args(["-a", "b"]).env("K", "V").current_dir("/tmp");
+        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28);
+        let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            ["run", "--budget", "268435456", "--zswap", "lz4", "--", "/bin/prog", "-a", "b"]
+        );
+        assert_eq!(outer.get_program(), "/x/uswap");
+        let envs: Vec<_> = outer.get_envs().collect();
+        assert_eq!(envs, [(std::ffi::OsStr::new("K"), Some(std::ffi::OsStr::new("V")))]);
+        assert_eq!(outer.get_current_dir(), Some(Path::new("/tmp")));
+    }
 }

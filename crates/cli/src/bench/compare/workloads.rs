@@ -88,7 +88,8 @@ pub struct RunContext {
 
 /// How a side confines a workload and reads its memory.
 pub struct Placement<'a> {
-    /// Called on every process command before spawn (join a cgroup, wrap in `uswap run`).
+    /// Called on every process command before spawn and before its stdio is set (join a
+    /// cgroup; wrap in `uswap run`, which replaces the command).
     pub prepare: &'a dyn Fn(&mut Command) -> Result<()>,
     pub probe: &'a dyn MemoryProbe,
 }
@@ -197,10 +198,11 @@ fn spawn_measured(
     ctx: &RunContext,
     placement: &Placement<'_>,
 ) -> Result<runner::Finished> {
+    // Prepared before the stdio is set: the uswap side replaces the command.
+    (placement.prepare)(&mut command)?;
     let log = ctx.scratch_dir.join(format!("{spec_name}.stderr"));
     let stderr = std::fs::File::create(&log).with_context(|| format!("create {log:?}"))?;
     command.stderr(Stdio::from(stderr));
-    (placement.prepare)(&mut command)?;
     let finished = runner::run_program(command, placement.probe, ctx.timeout)?;
     if finished.exit.code != 0 && finished.exit.code != 3 {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
