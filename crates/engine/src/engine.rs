@@ -313,6 +313,14 @@ impl Engine {
         self.core.remap(mm, from, to, len)
     }
 
+    /// Makes the swap device forget every thread's cluster hint, so the next allocation
+    /// scans its clusters from the start and reuses the first free slot: tests and the
+    /// simulator use it to make a freed slot come back (the ABA races).
+    #[doc(hidden)]
+    pub fn forget_cluster_hints(&self) {
+        self.core.storage.device.forget_cluster_hints();
+    }
+
     /// A snapshot of every counter and gauge.
     pub fn stats(&self) -> StatsSnapshot {
         self.core.stats_snapshot()

@@ -7,7 +7,7 @@
 //! loop instead of sleeping on the folio's condition variable, so the simulator's scheduler
 //! decides who runs next, reproducibly from its seed.
 //!
-//! The planted bug (debug builds only) skips half of page-in's re-validation after the
+//! The planted bug (debug and loom builds only) skips half of page-in's re-validation after the
 //! folio wait — the swap cache membership check whose absence let a stale folio be mapped
 //! (see `fault.rs`, the regression test `a_folio_no_longer_in_the_swap_cache_is_never_mapped`).
 //! The simulator's test proves it catches that bug within a bounded number of seeds.
@@ -29,14 +29,14 @@ pub(crate) fn yield_hook() -> Option<fn()> {
     YIELD.with(Cell::get)
 }
 
-/// Plants (or removes) the re-validation bug on this thread. Debug builds only: the bug
-/// cannot be compiled into a release build.
-#[cfg(debug_assertions)]
+/// Plants (or removes) the re-validation bug on this thread. Debug and loom builds only:
+/// the bug cannot be compiled into a release build.
+#[cfg(any(debug_assertions, loom))]
 pub fn plant_skip_revalidation(on: bool) {
     PLANTED_SKIP_REVALIDATION.with(|p| p.set(on));
 }
 
 /// Is the planted bug active on this thread?
 pub(crate) fn skip_revalidation() -> bool {
-    cfg!(debug_assertions) && PLANTED_SKIP_REVALIDATION.with(Cell::get)
+    cfg!(any(debug_assertions, loom)) && PLANTED_SKIP_REVALIDATION.with(Cell::get)
 }

@@ -32,7 +32,7 @@ use crate::rng::{hash3, mix64};
 pub const PAGE_SIZE: usize = 4096;
 const LINE_BYTES: usize = 64;
 const LINES_PER_PAGE: usize = PAGE_SIZE / LINE_BYTES;
-const _: () = assert!(PAGE_SIZE % LINE_BYTES == 0);
+const _: () = assert!(PAGE_SIZE.is_multiple_of(LINE_BYTES));
 
 /// Words the text lines are made of: identifiers, JSON punctuation, paths.
 const VOCABULARY: [&str; 32] = [

@@ -67,7 +67,7 @@ pub fn page_kind(pattern: Pattern, seed: u64, page: u64) -> PageKind {
         return PageKind::Data;
     }
     let hash = hash3(seed, page, ZERO_KIND_SALT);
-    if hash % ZERO_PATTERN_DATA_ONE_IN == 0 {
+    if hash.is_multiple_of(ZERO_PATTERN_DATA_ONE_IN) {
         PageKind::Data
     } else if (hash >> 32) & 1 == 0 {
         PageKind::ZeroWritten
@@ -124,7 +124,7 @@ pub fn scatter(rank: u64, prime: u64, pages: u64) -> u64 {
 /// A prime that does not divide `n` (so it is coprime with n).
 pub fn coprime_prime(n: u64) -> u64 {
     const PRIMES: [u64; 3] = [1_000_003, 1_000_033, 1_000_037];
-    PRIMES.into_iter().find(|p| n % p != 0).unwrap_or(1)
+    PRIMES.into_iter().find(|p| !n.is_multiple_of(*p)).unwrap_or(1)
 }
 
 #[cfg(test)]

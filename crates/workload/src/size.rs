@@ -60,7 +60,7 @@ pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in UNITS {
         let unit_bytes = 1u64 << shift;
         if bytes >= unit_bytes {
-            if bytes % unit_bytes == 0 {
+            if bytes.is_multiple_of(unit_bytes) {
                 return format!("{}{unit}", bytes >> shift);
             }
             return format!("{:.1}{unit}", bytes as f64 / unit_bytes as f64);

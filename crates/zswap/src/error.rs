@@ -1,4 +1,6 @@
-//! The crate's one error type. Setup errors (a bad compressor name, level, threshold) are
+//! The crate's one error type, and [`Reject`], why a store was refused.
+//!
+//! Setup errors (a bad compressor name, level, threshold, pool limit, slot count) are
 //! reported once, clearly, when the pool is configured; data errors (a page that does not
 //! compress, a corrupt object) are operating conditions, each with its own counter.
 
@@ -66,6 +68,41 @@ pub enum Error {
         /// The checksum of what was decoded.
         decoded: u32,
     },
+    /// The budget the pool limit is a share of is zero.
+    ZeroBudget,
+    /// A percentage setting is outside its range.
+    Percent {
+        /// The setting (`max_pool_percent`, `accept_threshold_percent`).
+        what: &'static str,
+        /// Its value.
+        percent: u32,
+        /// The smallest accepted value.
+        min: u32,
+        /// The largest accepted value.
+        max: u32,
+    },
+    /// The pool limit (budget * max_pool_percent / 100) is too small to hold the pool's own
+    /// structures and a few zspages, or larger than the pool allocator can address.
+    PoolLimit {
+        /// The limit the configuration gives.
+        limit_bytes: u64,
+        /// The smallest accepted limit.
+        min_bytes: u64,
+        /// The largest accepted limit.
+        max_bytes: u64,
+    },
+    /// The swap device's slot count is zero or above `slots::MAX_SLOTS`.
+    NrSlots {
+        /// The count given.
+        nr_slots: u64,
+        /// The largest accepted count.
+        max: u64,
+    },
+    /// The pool allocator refused its configuration.
+    Pool {
+        /// What the allocator said.
+        reason: String,
+    },
 }
 
 /// The name the compressor API uses for this crate's error.
@@ -101,8 +138,53 @@ impl fmt::Display for Error {
                 f,
                 "decoded page checksum {decoded:#010x} differs from the stored {stored:#010x}"
             ),
+            Error::ZeroBudget => {
+                f.write_str("zswap budget_bytes is 0: the pool limit is a share of it")
+            }
+            Error::Percent { what, percent, min, max } => {
+                write!(f, "zswap {what} = {percent} is not in {min}..={max}")
+            }
+            Error::PoolLimit { limit_bytes, min_bytes, max_bytes } => write!(
+                f,
+                "zswap pool limit {limit_bytes} bytes (budget * max_pool_percent / 100) is not \
+                 in {min_bytes}..={max_bytes}"
+            ),
+            Error::NrSlots { nr_slots, max } => {
+                write!(f, "zswap over a swap device of {nr_slots} slots: expected 1..={max}")
+            }
+            Error::Pool { reason } => write!(f, "zswap pool setup failed: {reason}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// Why [`crate::Zswap::store`] refused a page. On every refusal the slot holds no pool
+/// entry any more (an older one was invalidated) and the caller writes the page to the
+/// swap device. Each reason has its own counter in [`crate::ZswapStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// The pool is at its limit, or has not yet shrunk below the accept threshold since it
+    /// was (`pool_limit_hit`, `reject_accept_threshold`).
+    PoolLimit,
+    /// The compressor failed and incompressible pages are rejected (`reject_compress_fail`).
+    CompressFail,
+    /// The page did not compress below the huge-class size and incompressible pages are
+    /// rejected (`reject_compress_poor`).
+    CompressPoor,
+    /// Memory for the object could not be had (`reject_alloc_fail`).
+    AllocFail,
+}
+
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reject::PoolLimit => "zswap pool limit reached",
+            Reject::CompressFail => "compression failed",
+            Reject::CompressPoor => "page does not compress",
+            Reject::AllocFail => "pool allocation failed",
+        })
+    }
+}
+
+impl std::error::Error for Reject {}

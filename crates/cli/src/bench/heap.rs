@@ -36,3 +36,43 @@ pub fn chunk_bytes(bytes: &[u8]) -> usize {
     let usable = unsafe { libc::malloc_usable_size(bytes.as_ptr() as *mut libc::c_void) };
     usable + 8
 }
+
+/// Minor page faults this thread has taken so far (`getrusage(RUSAGE_THREAD)`): first
+/// touches of fresh memory, each a trip through the kernel.
+pub fn minor_faults() -> u64 {
+    // SAFETY: (1) an all-zero `rusage` is a valid value of the plain C struct; (2)
+    // getrusage writes only into the struct we pass, which lives for the call.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    usage.ru_minflt as u64
+}
+
+/// While alive, malloc keeps freed memory instead of trimming it back to the kernel
+/// (`M_TRIM_THRESHOLD` raised), so memory a structure frees and allocates again is not
+/// faulted in twice. Dropping it restores glibc's default threshold (128 KiB).
+pub struct KeepFreedMemory(());
+
+impl KeepFreedMemory {
+    /// Raises the trim threshold.
+    pub fn new() -> Self {
+        set_trim_threshold(i32::MAX);
+        KeepFreedMemory(())
+    }
+}
+
+impl Drop for KeepFreedMemory {
+    fn drop(&mut self) {
+        set_trim_threshold(128 * 1024);
+    }
+}
+
+fn set_trim_threshold(bytes: i32) {
+    // SAFETY: mallopt takes two integers and changes only malloc's own tuning parameters,
+    // under its locks; M_TRIM_THRESHOLD accepts any non-negative value.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, bytes);
+    }
+}

@@ -7,7 +7,9 @@
 
 mod compare;
 mod heap;
+mod uffd;
 mod zpool;
+mod zswap;
 
 use crate::report::Report;
 use clap::{Args, Subcommand};
@@ -61,6 +63,18 @@ pub enum Which {
     /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
     /// needs root and /dev/zram0 and is skipped with a note otherwise.
     Compare(compare::CompareArgs),
+    /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
+    /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
+    /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,
+    /// kernel_anon_fault_p50_ns, move_out_ns_per_page, wp_copy_drop_ns_per_page, ...
+    Uffd,
+    /// The compressed pool (zswap) per compressor on the page corpus: store and load ns per
+    /// page (p50, p99) against the raw compressor on the same pages in the same run,
+    /// compression ratio, pool overhead after random invalidations and compaction against
+    /// a heap allocation per page. JSON: `lz4_store_ns_p50`, `lz4_load_ns_p50`,
+    /// `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`, `lz4_ratio`,
+    /// `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
+    Zswap,
 }
 
 /// Runs one benchmark and prints its report.
@@ -74,6 +88,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
+        Which::Uffd => uffd::run(args.common.quick)?,
+        Which::Zswap => zswap::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())

@@ -31,26 +31,37 @@ use zswap::compress::{Compressor, CompressorKind, COMPRESS_OUT_BYTES, PAGE_SIZE}
 use zswap::corpus::{Corpus, SplitMix64};
 use zswap::Error;
 
-const SEED: u64 = 1;
-const FREE_PERCENT: u64 = 50;
+pub(super) const SEED: u64 = 1;
+pub(super) const FREE_PERCENT: u64 = 50;
 
 /// The compressors measured, with their JSON prefixes.
 const CODECS: [(&str, &str); 4] =
     [("lz4", "lz4"), ("zstd:1", "zstd1"), ("zstd:3", "zstd3"), ("none", "none")];
 
 /// Compressed objects of the corpus, back to back (a page that did not compress is raw).
-struct Objects {
+pub(super) struct Objects {
     bytes: Vec<u8>,
     ends: Vec<usize>,
 }
 
 impl Objects {
-    fn get(&self, i: usize) -> &[u8] {
+    /// No objects, room for `count`.
+    pub(super) fn with_capacity(count: usize) -> Self {
+        Objects { bytes: Vec::new(), ends: Vec::with_capacity(count) }
+    }
+
+    /// Appends one object.
+    pub(super) fn push(&mut self, object: &[u8]) {
+        self.bytes.extend_from_slice(object);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub(super) fn get(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.ends.len()
     }
 }
@@ -111,7 +122,7 @@ fn run_codec(kind: CompressorKind, corpus: &Corpus) -> anyhow::Result<CodecRun> 
 }
 
 /// Which objects the random frees take (seeded, the same for every allocator).
-fn victims(count: usize) -> Vec<bool> {
+pub(super) fn victims(count: usize) -> Vec<bool> {
     let mut rng = SplitMix64::new(SEED ^ 0xf4ee);
     (0..count).map(|_| rng.chance(FREE_PERCENT)).collect()
 }
@@ -190,14 +201,16 @@ fn verify_pool(
     Ok(())
 }
 
-struct NaiveFigures {
+pub(super) struct NaiveFigures {
     held_full: usize,
-    held: usize,
-    live_chunks: usize,
+    /// What malloc holds after the frees (live chunks, headers, holes).
+    pub(super) held: usize,
+    /// The live chunks alone.
+    pub(super) live_chunks: usize,
 }
 
 /// The same stores and frees as one heap allocation per object, in a fresh thread.
-fn naive_phase(objects: &Objects, victims: &[bool]) -> anyhow::Result<NaiveFigures> {
+pub(super) fn naive_phase(objects: &Objects, victims: &[bool]) -> anyhow::Result<NaiveFigures> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {

@@ -1,0 +1,376 @@
+//! The SIGBUS handler for `UFFD_FEATURE_SIGBUS` mode, and the lock-free table it reads.
+//!
+//! With `UFFD_FEATURE_SIGBUS` the kernel does not queue a fault message: the faulting thread
+//! gets SIGBUS (`si_code = BUS_ADRERR`, `si_addr` = the address), and its handler resolves
+//! the fault itself (`UFFDIO_COPY` / `ZEROPAGE`), then returns so the access re-executes.
+//! This saves the cross-thread wake-up, the dominant cost on virtual machines.
+//!
+//! The handler runs in signal context: no allocation, no locks, no panics, errno saved and
+//! restored. It finds what to do in a fixed table of [`SLOTS`] armed ranges:
+//!
+//! ```text
+//!   slot: state  FREE -> WRITING -> ARMED -> DRAINING -> FREE
+//!         users  handlers currently reading this slot's fields
+//!         [start, end)  uffd  action (COPY from mirror / ZEROPAGE / hook)  counters
+//! ```
+//!
+//! Protocol (all `SeqCst`, a Dekker pair on `state` and `users`): the handler increments
+//! `users`, then re-reads `state`; only if ARMED does it read the fields. `disarm` stores
+//! DRAINING, then waits until `users` is 0, then stores FREE. Either the handler sees
+//! DRAINING and leaves the fields alone, or `disarm` sees its increment and waits for it:
+//! after `disarm` returns no handler uses the slot's uffd or mirror.
+//!
+//! A SIGBUS nobody claims (outside every armed range, a hardware memory error, a failed
+//! resolve, an EEXIST where no page is resident) resets the disposition to `SIG_DFL` and
+//! returns: the access
+//! re-executes, faults again, and the default action kills the process with a core dump.
+//! An error never yields wrong data.
+
+use super::abi::*;
+use super::{call, Errno};
+use crate::error::{Error, Op};
+use crate::mm::Mapping;
+use crate::types::Range;
+use crate::uffd::Uffd;
+use core::marker::PhantomData;
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::os::fd::BorrowedFd;
+use std::sync::Once;
+
+/// How many ranges can be armed at once (a handful of regions per process; bounded so the
+/// handler's scan is bounded).
+pub const SLOTS: usize = 16;
+
+const FREE: u32 = 0;
+const WRITING: u32 = 1;
+const ARMED: u32 = 2;
+const DRAINING: u32 = 3;
+
+const KIND_COPY: u32 = 1;
+const KIND_ZEROPAGE: u32 = 2;
+const KIND_HOOK: u32 = 3;
+
+/// How often the handler retries an ioctl that says `EAGAIN` (the mm is changing: an event
+/// is pending) before it returns and lets the access fault again.
+const EAGAIN_RETRIES: u32 = 64;
+
+const PAGE: usize = 4096;
+
+/// What the handler knows about one SIGBUS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SigbusFault {
+    /// `si_addr`: the faulting address (not page-aligned).
+    pub addr: usize,
+    /// `si_code`: `BUS_ADRERR` for a userfaultfd SIGBUS, `BUS_MCEERR_AR` for a poison marker.
+    pub code: i32,
+}
+
+/// A hook runs in signal context; it returns true when the access may re-execute.
+pub type Hook = fn(&SigbusFault) -> bool;
+
+/// What an armed range does on a userfaultfd SIGBUS.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    /// `UFFDIO_COPY` the page from `mirror + (page - start)`.
+    CopyFrom { mirror: usize },
+    /// `UFFDIO_ZEROPAGE` the page.
+    ZeroPage,
+    /// Call the hook (for any `si_code`).
+    Hook(Hook),
+}
+
+struct Slot {
+    state: AtomicU32,
+    users: AtomicU32,
+    start: AtomicUsize,
+    end: AtomicUsize,
+    uffd: AtomicI32,
+    kind: AtomicU32,
+    arg: AtomicUsize,
+    resolved: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicU32::new(FREE),
+            users: AtomicU32::new(0),
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            uffd: AtomicI32::new(-1),
+            kind: AtomicU32::new(0),
+            arg: AtomicUsize::new(0),
+            resolved: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+static INSTALL: Once = Once::new();
+static INSTALL_ERRNO: AtomicI32 = AtomicI32::new(0);
+
+/// Installs the process-wide SIGBUS handler (once; later calls return the first result).
+pub fn install() -> Result<(), Errno> {
+    INSTALL.call_once(|| {
+        // SAFETY: (1) a zeroed sigaction is a valid "no flags, empty mask" value; (2) the
+        // handler has the SA_SIGINFO signature; (3) sigaction reads `action` only.
+        let ret = unsafe {
+            let mut action: libc::sigaction = core::mem::zeroed();
+            action.sa_sigaction = on_sigbus as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGBUS, &action, core::ptr::null_mut())
+        };
+        if ret != 0 {
+            INSTALL_ERRNO.store(Errno::last().0, SeqCst);
+        }
+    });
+    match INSTALL_ERRNO.load(SeqCst) {
+        0 => Ok(()),
+        errno => Err(Errno(errno)),
+    }
+}
+
+/// Arms a slot for `[start, end)`; returns its index, or `None` when all slots are taken.
+///
+/// # Safety
+/// (1) `uffd` stays open until [`disarm`] returns; (2) a [`Action::Hook`] is async-signal-safe
+/// (no allocation, no locks, no panics, no access to memory that can SIGBUS).
+pub unsafe fn arm(start: usize, end: usize, uffd: i32, action: Action) -> Option<usize> {
+    let (kind, arg) = match action {
+        Action::CopyFrom { mirror } => (KIND_COPY, mirror),
+        Action::ZeroPage => (KIND_ZEROPAGE, 0),
+        Action::Hook(hook) => (KIND_HOOK, hook as usize),
+    };
+    for (index, slot) in TABLE.iter().enumerate() {
+        if slot.state.compare_exchange(FREE, WRITING, SeqCst, SeqCst).is_err() {
+            continue;
+        }
+        slot.start.store(start, SeqCst);
+        slot.end.store(end, SeqCst);
+        slot.uffd.store(uffd, SeqCst);
+        slot.kind.store(kind, SeqCst);
+        slot.arg.store(arg, SeqCst);
+        slot.resolved.store(0, SeqCst);
+        slot.failed.store(0, SeqCst);
+        slot.state.store(ARMED, SeqCst);
+        return Some(index);
+    }
+    None
+}
+
+/// Disarms slot `index` and waits until no handler uses it; returns its final counters.
+///
+/// # Panics
+/// If the slot is not armed (a bug in the caller's bookkeeping).
+pub fn disarm(index: usize) -> (u64, u64) {
+    let slot = &TABLE[index];
+    let was = slot.state.swap(DRAINING, SeqCst);
+    assert_eq!(was, ARMED, "disarm of a slot that is not armed");
+    // Bounded by the handlers in flight, each a few syscalls long.
+    while slot.users.load(SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    let counters = (slot.resolved.load(SeqCst), slot.failed.load(SeqCst));
+    slot.state.store(FREE, SeqCst);
+    counters
+}
+
+/// The (resolved, failed) counters of an armed slot.
+pub fn counters(index: usize) -> (u64, u64) {
+    let slot = &TABLE[index];
+    (slot.resolved.load(SeqCst), slot.failed.load(SeqCst))
+}
+
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: (1) the kernel passes a valid siginfo for SA_SIGINFO handlers; (2) for SIGBUS
+    // `si_addr` is the member the kernel fills; (3) errno's location is thread-local and
+    // valid for the thread's lifetime.
+    let (fault, errno_location) = unsafe {
+        let fault = SigbusFault { addr: (*info).si_addr() as usize, code: (*info).si_code };
+        (fault, libc::__errno_location())
+    };
+    // SAFETY: see (3) above.
+    let saved_errno = unsafe { *errno_location };
+    if !dispatch(&fault) {
+        // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition; sigaction
+        // is async-signal-safe.
+        unsafe {
+            let default: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(libc::SIGBUS, &default, core::ptr::null_mut());
+        }
+    }
+    // SAFETY: see (3) above.
+    unsafe { *errno_location = saved_errno };
+}
+
+/// Finds the armed slot covering the address and runs its action.
+fn dispatch(fault: &SigbusFault) -> bool {
+    for slot in &TABLE {
+        // Cheap pre-check without touching `users`.
+        if slot.state.load(SeqCst) != ARMED || !in_slot(slot, fault.addr) {
+            continue;
+        }
+        slot.users.fetch_add(1, SeqCst);
+        let outcome = if slot.state.load(SeqCst) == ARMED && in_slot(slot, fault.addr) {
+            Some(run(slot, fault))
+        } else {
+            None
+        };
+        slot.users.fetch_sub(1, SeqCst);
+        if let Some(handled) = outcome {
+            let counter = if handled { &slot.resolved } else { &slot.failed };
+            counter.fetch_add(1, SeqCst);
+            return handled;
+        }
+    }
+    false
+}
+
+fn in_slot(slot: &Slot, addr: usize) -> bool {
+    slot.start.load(SeqCst) <= addr && addr < slot.end.load(SeqCst)
+}
+
+/// Runs a slot's action. Called with `users` held, so the fields are stable.
+fn run(slot: &Slot, fault: &SigbusFault) -> bool {
+    let kind = slot.kind.load(SeqCst);
+    let arg = slot.arg.load(SeqCst);
+    if kind == KIND_HOOK {
+        // SAFETY: `arg` was stored from a `Hook` fn pointer by `arm` for this kind, and
+        // fn pointers round-trip through usize on this target.
+        let hook: Hook = unsafe { core::mem::transmute::<usize, Hook>(arg) };
+        return hook(fault);
+    }
+    // Only a userfaultfd SIGBUS (BUS_ADRERR) is ours to resolve, never a hardware memory
+    // error (BUS_MCEERR_*). On 6.18 a UFFDIO_POISON marker also says BUS_ADRERR: COPY then
+    // replaces the marker (the mirror is the truth), ZEROPAGE is EEXIST and fails below.
+    if fault.code != libc::BUS_ADRERR {
+        return false;
+    }
+    // SAFETY: `arm`'s contract keeps the descriptor open while the slot is armed, and the
+    // handler holds `users`, so `disarm` has not returned.
+    let fd = unsafe { BorrowedFd::borrow_raw(slot.uffd.load(SeqCst)) };
+    let page = fault.addr & !(PAGE - 1);
+    let start = slot.start.load(SeqCst);
+    for _ in 0..EAGAIN_RETRIES {
+        let result = match kind {
+            KIND_COPY => {
+                let src = (arg + (page - start)) as u64;
+                let mut a = uffdio_copy {
+                    dst: page as u64,
+                    src,
+                    len: PAGE as u64,
+                    mode: UFFDIO_COPY_MODE_DONTWAKE,
+                    copy: 0,
+                };
+                call::copy(fd, &mut a)
+            }
+            _ => {
+                let range = uffdio_range { start: page as u64, len: PAGE as u64 };
+                let mut a =
+                    uffdio_zeropage { range, mode: UFFDIO_ZEROPAGE_MODE_DONTWAKE, zeropage: 0 };
+                call::zeropage(fd, &mut a)
+            }
+        };
+        match result {
+            Ok(()) => return true,
+            // EEXIST: another thread mapped the page first (the access can go on), or a
+            // poison marker sits there (ZEROPAGE refuses it): only a resident page counts.
+            Err(Errno(libc::EEXIST)) => return resident(page),
+            Err(Errno(libc::EAGAIN)) => continue,
+            Err(_) => return false,
+        }
+    }
+    // Still changing: let the access fault again (and retry) rather than spin here.
+    true
+}
+
+/// mincore(2) of one page: whether a page is mapped there (async-signal-safe). A poison
+/// marker reads as not resident.
+fn resident(page: usize) -> bool {
+    let mut vec = 0u8;
+    // SAFETY: `page` is page-aligned, the length is one page and `vec` one live byte.
+    let ret = unsafe { libc::mincore(page as *mut _, PAGE, &mut vec) };
+    ret == 0 && vec & 1 != 0
+}
+
+/// An armed range of the SIGBUS handler; disarmed on drop.
+#[derive(Debug)]
+pub struct SigbusResolver<'a> {
+    slot: usize,
+    _borrows: PhantomData<(&'a Uffd, &'a Mapping)>,
+}
+
+impl<'a> SigbusResolver<'a> {
+    /// Resolves SIGBUS faults in `region` by copying the page at the same offset of
+    /// `mirror`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] if the mirror is shorter than the region; sigaction's errno;
+    /// [`Error::SigbusSlotsFull`].
+    pub fn copy_from(uffd: &'a Uffd, region: Range, mirror: &'a Mapping) -> Result<Self, Error> {
+        if mirror.len_bytes() < region.len_bytes() {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len_bytes: region.len_bytes(),
+                size_bytes: mirror.len_bytes(),
+            });
+        }
+        let action = Action::CopyFrom { mirror: mirror.addr() };
+        // SAFETY: (1) `uffd` is borrowed for 'a, and the resolver disarms before 'a ends, so
+        // the descriptor stays open while armed; (2) the action is not a hook.
+        unsafe { Self::arm_range(region, uffd.raw_fd(), action) }
+    }
+
+    /// Resolves SIGBUS faults in `region` with the zero page.
+    ///
+    /// # Errors
+    /// As [`SigbusResolver::copy_from`].
+    pub fn zeropage(uffd: &'a Uffd, region: Range) -> Result<Self, Error> {
+        // SAFETY: as in `copy_from`.
+        unsafe { Self::arm_range(region, uffd.raw_fd(), Action::ZeroPage) }
+    }
+
+    /// Calls `hook` for every SIGBUS in `region`, whatever its `si_code`.
+    ///
+    /// # Safety
+    /// `hook` runs in signal context: it must be async-signal-safe (no allocation, no locks,
+    /// no panics, no access to memory that can raise SIGBUS).
+    ///
+    /// # Errors
+    /// As [`SigbusResolver::copy_from`].
+    pub unsafe fn hook(region: Range, hook: Hook) -> Result<SigbusResolver<'static>, Error> {
+        // SAFETY: (1) no descriptor is used by a hook slot; (2) the hook contract is the
+        // caller's.
+        unsafe { SigbusResolver::arm_range(region, -1, Action::Hook(hook)) }
+    }
+
+    /// # Safety
+    /// As [`arm`].
+    unsafe fn arm_range(region: Range, fd: i32, action: Action) -> Result<Self, Error> {
+        install().map_err(|errno| Error::Os { op: Op::Sigaction, errno })?;
+        // SAFETY: forwarded from the callers.
+        let slot = unsafe { arm(region.start(), region.end(), fd, action) };
+        let slot = slot.ok_or(Error::SigbusSlotsFull)?;
+        Ok(SigbusResolver { slot, _borrows: PhantomData })
+    }
+
+    /// Faults resolved so far.
+    pub fn resolved(&self) -> u64 {
+        counters(self.slot).0
+    }
+
+    /// Faults this range could not resolve (each one killed, or is killing, the process,
+    /// unless a hook returned false for its own reasons).
+    pub fn failed(&self) -> u64 {
+        counters(self.slot).1
+    }
+}
+
+impl Drop for SigbusResolver<'_> {
+    fn drop(&mut self) {
+        disarm(self.slot);
+    }
+}

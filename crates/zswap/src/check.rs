@@ -1,0 +1,73 @@
+//! [`Zswap::check_invariants`]: everything that must hold between the index, the LRU, the
+//! pool allocator and the counters, checked with every lock held.
+//!
+//! - Each tree is a valid XArray whose recorded size matches its nodes; it holds only
+//!   order-0 item entries, each at the key of its own swap entry's offset.
+//! - Every entry's LRU node holds that entry, and the LRU holds as many entries as the
+//!   trees do: the two are the same set (an injection plus equal counts).
+//! - Every entry's object is live in the allocator with the entry's length; the allocator
+//!   holds exactly one object per entry (checked when no store or erase is in flight,
+//!   which is always the case between the operations of a single-threaded test) and its
+//!   own invariants hold.
+//! - `stored_pages` and `stored_incompressible_pages` count the entries and the raw ones;
+//!   the metadata total equals the sum of its parts.
+
+use crate::entry::ENTRY_BYTES;
+use crate::tree::TREE_SHIFT;
+use crate::zswap::Zswap;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Zswap {
+    /// Asserts every invariant of the pool (module essay).
+    ///
+    /// # Panics
+    /// On any broken invariant (a bug).
+    ///
+    /// Context: takes every tree lock in ascending order, then the LRU lock, then every
+    /// class lock of the allocator; holds them all. May run concurrently with other
+    /// operations (they wait).
+    pub fn check_invariants(&self) {
+        let trees = self.trees.lock_all();
+        let list = self.lru.list.lock();
+        self.lru.check(&list);
+        let (mut entries, mut raw, mut tree_bytes) = (0u64, 0u64, 0u64);
+        for (number, tree) in trees.iter().enumerate() {
+            tree.xa.check_invariants();
+            let bytes = tree.xa.memory_bytes() as u64;
+            assert_eq!(tree.accounted_bytes(), bytes, "tree {number}: bytes not synced");
+            tree_bytes += bytes;
+            for (key, order, entry) in tree.xa.iter() {
+                assert_eq!(order, 0, "tree {number} key {key}: multi-index entry");
+                let entry = entry.item().unwrap_or_else(|| panic!("tree {number}: value entry"));
+                let offset = ((number as u64) << TREE_SHIFT) | key;
+                assert_eq!(entry.swpentry.offset(), offset, "entry filed under another offset");
+                assert!(offset < self.nr_slots(), "entry beyond the device");
+                assert!(list.holds(entry), "{:?} is not in the LRU", entry.swpentry);
+                let size = self.pool.object_size(entry.handle);
+                assert_eq!(size, entry.length as usize, "{:?}: object size", entry.swpentry);
+                assert!(entry.length > 0 && entry.length as usize <= crate::compress::PAGE_SIZE);
+                entries += 1;
+                raw += u64::from(entry.is_raw());
+            }
+        }
+        assert_eq!(list.len(), entries, "LRU and index hold different counts");
+        assert_eq!(self.counters.stored_pages.load(Relaxed), entries, "stored_pages");
+        let incompressible = self.counters.stored_incompressible_pages.load(Relaxed);
+        assert_eq!(incompressible, raw, "stored_incompressible_pages");
+        assert_eq!(self.trees.bytes.load(Relaxed), tree_bytes, "index bytes");
+        let stats = self.stats();
+        let meta = self.fixed_bytes()
+            + tree_bytes
+            + self.lru.chunk_bytes.load(Relaxed)
+            + entries * ENTRY_BYTES;
+        assert_eq!(stats.metadata_bytes, meta, "metadata bytes");
+        self.pool.check_invariants();
+        // The allocator holds one object per entry, plus those of stores and erases in
+        // flight. Exact when none was in flight while the objects were counted.
+        let before = self.unowned_word();
+        let objects = self.pool.stats().objects as u64;
+        if before == self.unowned_word() && before & u64::from(u32::MAX) == 0 {
+            assert_eq!(objects, entries, "pool objects (a leak, or a double owner)");
+        }
+    }
+}

@@ -1,0 +1,640 @@
+//! [`Zswap`]: store, load, invalidate, limits and accounting.
+//!
+//! Paths, in order (reference/kernel-swap.md §4.2, §4.3):
+//!
+//! - **store(entry, page)**: check the limit (with hysteresis); compress into this
+//!   thread's scratch buffer (a page that does not compress below the huge-class size, or
+//!   that the compressor fails on, is stored raw or rejected); allocate the object and
+//!   copy it in; reserve an LRU node; build the entry; then under the tree lock store it in
+//!   the index and, under the LRU lock inside, link it at the head and unlink the entry it
+//!   replaced. The replaced entry's object is freed after unlocking. On any refusal, the
+//!   slot's older entry is invalidated (§10 item 3: a stale entry written back later would
+//!   overwrite newer data on the device).
+//! - **load(entry, page)**: under the tree lock, find the entry, copy its object out (a raw
+//!   page straight into the caller's page), set its referenced bit; decompress after
+//!   unlocking. A decompression failure is counted and returned; the entry stays.
+//!   Exclusive loads decompress under the tree lock and erase the entry in the same hold.
+//! - **invalidate(entry)**: under the tree lock erase the entry and unlink it from the LRU;
+//!   free the object after unlocking. Takes only zswap's own locks and never waits for
+//!   anything else, so the swap device may call it with a cluster lock held.
+//!
+//! Object lifetime rule: a handle is read only under the tree lock while the tree holds
+//! its entry, and freed only after the entry has left the tree. So no path reads a freed
+//! object, whatever the caller does concurrently.
+
+use crate::compress::{Compressor, CompressorKind, PAGE_SIZE};
+use crate::config::{Incompressible, Limits, ZswapConfig};
+use crate::entry::{ZswapEntry, ENTRY_BYTES};
+use crate::error::{Error, Reject};
+use crate::faults::FaultHooks;
+use crate::lru::LruList;
+use crate::stats::{bump, Counters, ZswapStats};
+use crate::tree::{Tree, Trees};
+use slots::SwapEntry;
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use xarray::{Entry, EntryRef};
+use zpool::{PoolConfig, ZsPool};
+
+thread_local! {
+    /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
+    /// compressor's output on store, the object copied out of the pool on load.
+    static SCRATCH: RefCell<Box<[u8]>> =
+        RefCell::new(vec![0u8; crate::compress::COMPRESS_OUT_BYTES].into_boxed_slice());
+}
+
+/// A compressed pool in front of one swap device. `Send + Sync`: share it by reference or
+/// `Arc`.
+///
+/// Lock order: a tree lock → the LRU lock → a zpool class lock (and the compressor's
+/// context-stack lock, a leaf). At most one tree lock is held at a time, except by
+/// [`Zswap::check_invariants`], which takes them all in ascending order first. No lock is
+/// held while a [`crate::WritebackTarget`] or a fault hook is called.
+pub struct Zswap {
+    /// The index; each tree behind its own lock.
+    pub(crate) trees: Trees,
+    /// The LRU; its own lock.
+    pub(crate) lru: LruList,
+    /// The objects; a lock per size class inside.
+    pub(crate) pool: ZsPool,
+    /// The codec; a context-stack lock inside (leaf).
+    pub(crate) compressor: Compressor,
+    limits: Limits,
+    incompressible: Incompressible,
+    exclusive_load: bool,
+    nr_slots: u64,
+    /// Set when the pool reaches its limit; cleared when it is back at or under the accept
+    /// threshold (no lock: a flag, read and written whole).
+    reached_full: AtomicBool,
+    /// Bytes of the fixed structures: this struct, the tree table, the LRU chunk table.
+    fixed_bytes: u64,
+    /// Pool objects no tree entry owns (allocated, not yet published; or erased, not yet
+    /// freed) in bits 0..32, and a change count in bits 32..64, so the invariant check can
+    /// tell a quiet moment (module `check`).
+    unowned: AtomicU64,
+    faults: FaultHooks,
+    pub(crate) counters: Counters,
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Zswap>();
+};
+
+impl Zswap {
+    /// A pool for a swap device of `nr_slots` slots, configured by `config`.
+    ///
+    /// # Errors
+    /// [`Error::ZeroBudget`], [`Error::Percent`], [`Error::PoolLimit`] (a limit under 1
+    /// MiB or over 64 GiB), [`Error::NrSlots`], and the compressor's setup errors
+    /// ([`Error::ZstdLevel`], [`Error::Threshold`], [`Error::DictionaryUnsupported`],
+    /// [`Error::Setup`]).
+    ///
+    /// Context: allocates the tree table (64 bytes per 64 MiB of device), the LRU chunk
+    /// table (8 bytes per 1024 slots) and the allocator's class table.
+    pub fn new(config: ZswapConfig, nr_slots: u64) -> Result<Zswap, Error> {
+        Self::with_faults(config, nr_slots, FaultHooks::default())
+    }
+
+    /// As [`Zswap::new`], with fault-injection hooks (tests and the simulator).
+    ///
+    /// # Errors
+    /// As [`Zswap::new`].
+    pub fn with_faults(
+        config: ZswapConfig,
+        nr_slots: u64,
+        faults: FaultHooks,
+    ) -> Result<Zswap, Error> {
+        let limits = Limits::new(&config)?;
+        if nr_slots == 0 || nr_slots > slots::MAX_SLOTS {
+            return Err(Error::NrSlots { nr_slots, max: slots::MAX_SLOTS });
+        }
+        let pool_config = PoolConfig {
+            max_pages: limits.zpool_max_pages(),
+            alloc_fail_hook: faults.alloc_fail.clone(),
+        };
+        let pool = ZsPool::new(pool_config).map_err(|e| Error::Pool { reason: e.to_string() })?;
+        // A page compressed to the huge-class size or more takes a whole page in the pool:
+        // storing it compressed would save nothing and cost a decompression.
+        let mut compressor = config.compressor;
+        compressor.threshold_bytes = compressor.threshold_bytes.min(pool.huge_class_size());
+        let compressor = Compressor::with_config(compressor)?;
+        let trees = Trees::new(nr_slots);
+        let lru = LruList::new(nr_slots);
+        let fixed_bytes =
+            (std::mem::size_of::<Zswap>() + lru.table_bytes()) as u64 + trees.table_bytes();
+        Ok(Zswap {
+            trees,
+            lru,
+            pool,
+            compressor,
+            limits,
+            incompressible: config.incompressible,
+            exclusive_load: config.exclusive_load,
+            nr_slots,
+            reached_full: AtomicBool::new(false),
+            fixed_bytes,
+            unowned: AtomicU64::new(0),
+            faults,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The limits the configuration gave.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The compressor.
+    pub fn compressor(&self) -> &Compressor {
+        &self.compressor
+    }
+
+    /// The pool allocator (for statistics and benchmarks).
+    pub fn zpool(&self) -> &ZsPool {
+        &self.pool
+    }
+
+    /// Slots of the device this pool serves.
+    pub fn nr_slots(&self) -> u64 {
+        self.nr_slots
+    }
+
+    // ---- store -----------------------------------------------------------------------
+
+    /// Compresses and stores one page for `entry`. On any failure, any older entry for the
+    /// same slot is invalidated and the reason returned.
+    ///
+    /// # Errors
+    /// [`Reject::PoolLimit`] (over the limit, or not yet back under the accept threshold),
+    /// [`Reject::CompressFail`] / [`Reject::CompressPoor`] (only with
+    /// [`Incompressible::Reject`]), [`Reject::AllocFail`]. Each is counted.
+    ///
+    /// # Panics
+    /// If `entry`'s offset is beyond the device (a caller bug).
+    ///
+    /// Context: the caller owns the slot (no store or invalidate of it runs meanwhile).
+    /// Takes the tree lock, the LRU lock inside it, and zpool class locks; may allocate a
+    /// zspage or an LRU chunk with no lock held; calls the fault hooks with no lock held.
+    pub fn store(&self, entry: SwapEntry, page: &[u8; PAGE_SIZE]) -> Result<(), Reject> {
+        self.check_entry(entry);
+        let result = self.try_store(entry, page);
+        if result.is_err() && self.erase(entry, None) {
+            bump(&self.counters.failed_store_invalidated);
+        }
+        result
+    }
+
+    fn try_store(&self, entry: SwapEntry, page: &[u8; PAGE_SIZE]) -> Result<(), Reject> {
+        if self.check_limits() {
+            return Err(Reject::PoolLimit);
+        }
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let object = self.compress(entry, page, &mut scratch)?;
+            let handle = self.alloc_object(object.len())?;
+            self.pool.write(handle, object);
+            if self.lru.reserve().is_err() {
+                self.pool.free(handle);
+                self.move_unowned(-1);
+                bump(&self.counters.reject_alloc_fail);
+                return Err(Reject::AllocFail);
+            }
+            let new = Arc::new(ZswapEntry::new(entry, handle, object.len() as u32));
+            self.publish(new)
+        })
+    }
+
+    /// The object to store for `page`: its compressed form in `scratch`, or the page
+    /// itself when it is stored raw.
+    fn compress<'a>(
+        &self,
+        entry: SwapEntry,
+        page: &'a [u8; PAGE_SIZE],
+        scratch: &'a mut [u8],
+    ) -> Result<&'a [u8], Reject> {
+        if self.compressor.kind() == CompressorKind::None {
+            return Ok(&page[..]);
+        }
+        let injected = self.faults.compress_fail.as_ref().is_some_and(|hook| hook(entry));
+        let result = if injected {
+            Err(Error::CompressFailed { reason: "injected fault".into() })
+        } else {
+            self.compressor.compress(page, scratch)
+        };
+        let store_raw = self.incompressible == Incompressible::StoreRaw;
+        match result {
+            Ok(len) => Ok(&scratch[..len]),
+            Err(Error::Incompressible { .. }) if store_raw => Ok(&page[..]),
+            Err(Error::Incompressible { .. }) => {
+                bump(&self.counters.reject_compress_poor);
+                Err(Reject::CompressPoor)
+            }
+            Err(_) if store_raw => {
+                bump(&self.counters.compress_fail_stored_raw);
+                Ok(&page[..])
+            }
+            Err(_) => {
+                bump(&self.counters.reject_compress_fail);
+                Err(Reject::CompressFail)
+            }
+        }
+    }
+
+    fn alloc_object(&self, len: usize) -> Result<zpool::Handle, Reject> {
+        self.move_unowned(1);
+        let result = self.pool.malloc(len);
+        if result.is_err() {
+            self.move_unowned(-1);
+        }
+        match result {
+            Ok(handle) => Ok(handle),
+            Err(zpool::Error::PoolFull { .. }) => {
+                bump(&self.counters.pool_limit_hit);
+                self.reached_full.store(true, Relaxed);
+                Err(Reject::PoolLimit)
+            }
+            Err(_) => {
+                bump(&self.counters.reject_alloc_fail);
+                Err(Reject::AllocFail)
+            }
+        }
+    }
+
+    /// Puts `new` in its tree and at the head of the LRU, replacing (and then freeing) the
+    /// slot's older entry. The LRU node was reserved by the caller.
+    fn publish(&self, new: Arc<ZswapEntry>) -> Result<(), Reject> {
+        let (mut tree, key) = self.trees.lock(new.swpentry.offset());
+        let old = match tree.xa.store(key, Entry::Item(Arc::clone(&new))) {
+            Ok(old) => old.map(into_item),
+            Err(_refused) => {
+                // An order-0 store of an item cannot be refused (no multi-index entries
+                // are ever stored here); handled as an allocation failure all the same.
+                drop(tree);
+                self.lru.cancel();
+                self.pool.free(new.handle);
+                self.move_unowned(-1);
+                bump(&self.counters.reject_alloc_fail);
+                return Err(Reject::AllocFail);
+            }
+        };
+        if let Some(old) = &old {
+            assert_eq!(old.swpentry, new.swpentry, "slot holds another device's entry");
+        }
+        self.trees.sync(&mut tree);
+        self.count_stored(&new, 1);
+        self.move_unowned(-1);
+        let old_in_lru = {
+            let mut list = self.lru.list.lock();
+            self.lru.push_head(&mut list, new);
+            old.as_ref().map(|old| self.lru.remove(&mut list, old))
+        };
+        if let Some(old) = &old {
+            self.count_stored(old, -1);
+            self.move_unowned(1);
+        }
+        drop(tree);
+        if let Some(old) = old {
+            self.pool.free(old.handle);
+            self.move_unowned(-1);
+            bump(&self.counters.replaced_entries);
+        }
+        drop(old_in_lru);
+        bump(&self.counters.zswpout);
+        Ok(())
+    }
+
+    /// Moves the count of unowned objects by `delta` (+1 or -1) and bumps its change count.
+    fn move_unowned(&self, delta: i32) {
+        const CHANGE: u64 = 1 << 32;
+        let step = if delta > 0 { CHANGE + 1 } else { CHANGE - 1 };
+        self.unowned.fetch_add(step, Relaxed);
+    }
+
+    /// The unowned-object word (count and change count), for the invariant check.
+    pub(crate) fn unowned_word(&self) -> u64 {
+        self.unowned.load(Relaxed)
+    }
+
+    /// Moves `stored_pages` (and `stored_incompressible_pages` for a raw entry) by `delta`.
+    /// Caller holds the entry's tree lock.
+    fn count_stored(&self, entry: &ZswapEntry, delta: i64) {
+        let add = |counter: &std::sync::atomic::AtomicU64| {
+            if delta > 0 {
+                counter.fetch_add(delta as u64, Relaxed);
+            } else {
+                counter.fetch_sub(delta.unsigned_abs(), Relaxed);
+            }
+        };
+        add(&self.counters.stored_pages);
+        if entry.is_raw() {
+            add(&self.counters.stored_incompressible_pages);
+        }
+    }
+
+    // ---- limits ----------------------------------------------------------------------
+
+    /// The store path's limit check (the kernel's `zswap_check_limits`): counts
+    /// `pool_limit_hit` at or over the limit, `reject_accept_threshold` while refusing
+    /// below it. Returns whether the store must be refused.
+    fn check_limits(&self) -> bool {
+        let total = self.total_bytes();
+        let full = self.update_full(total);
+        if total >= self.limits.max_pool_bytes {
+            bump(&self.counters.pool_limit_hit);
+        } else if full {
+            bump(&self.counters.reject_accept_threshold);
+        }
+        full
+    }
+
+    /// Applies the hysteresis to `total` and returns whether the pool is full.
+    fn update_full(&self, total: u64) -> bool {
+        if total >= self.limits.max_pool_bytes {
+            self.reached_full.store(true, Relaxed);
+            return true;
+        }
+        if self.reached_full.load(Relaxed) && total <= self.limits.accept_bytes {
+            self.reached_full.store(false, Relaxed);
+        }
+        self.reached_full.load(Relaxed)
+    }
+
+    /// True while the pool is over its limit and has not yet come back under the accept
+    /// threshold (hysteresis).
+    ///
+    /// Context: lock-free.
+    pub fn is_full(&self) -> bool {
+        self.update_full(self.total_bytes())
+    }
+
+    /// Bytes that count against the budget (`pool_total_size`): the allocator's pages and
+    /// metadata, plus zswap's index nodes, entries, LRU chunks and fixed tables.
+    ///
+    /// Context: lock-free; exact when no operation is running.
+    pub fn total_bytes(&self) -> u64 {
+        self.pool.total_bytes() + self.metadata_bytes()
+    }
+
+    fn metadata_bytes(&self) -> u64 {
+        self.fixed_bytes
+            + self.trees.bytes.load(Relaxed)
+            + self.lru.chunk_bytes.load(Relaxed)
+            + self.counters.stored_pages.load(Relaxed) * ENTRY_BYTES
+    }
+
+    /// Entries stored now.
+    pub fn stored_pages(&self) -> u64 {
+        self.counters.stored_pages.load(Relaxed)
+    }
+
+    // ---- load, contains, invalidate --------------------------------------------------
+
+    /// Loads `entry`'s page into `page`.
+    ///
+    /// Returns `Ok(true)` when the page was filled, `Ok(false)` when the pool holds no
+    /// entry for the slot (`page` untouched).
+    ///
+    /// # Errors
+    /// The decompressor's error ([`Error::Corrupt`], [`Error::WrongLength`],
+    /// [`Error::ChecksumMismatch`]), counted in `decompress_fail`; the entry is kept and
+    /// `page` is zero-filled, never partly decoded.
+    ///
+    /// # Panics
+    /// If `entry`'s offset is beyond the device, or the slot holds an entry of another
+    /// device type (caller bugs).
+    ///
+    /// Context: the caller owns the slot's swap-cache folio (no writeback of it runs
+    /// meanwhile). Takes the tree lock and a class lock inside it for the copy; decompresses
+    /// with no lock held (under the tree lock for an exclusive load).
+    pub fn load(&self, entry: SwapEntry, page: &mut [u8; PAGE_SIZE]) -> Result<bool, Error> {
+        self.check_entry(entry);
+        if self.exclusive_load {
+            return self.load_exclusive(entry, page);
+        }
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let length = {
+                let (tree, key) = self.trees.lock(entry.offset());
+                let Some(found) = self.find(&tree, key, entry) else {
+                    bump(&self.counters.load_misses);
+                    return Ok(false);
+                };
+                self.copy_out(found, page, &mut scratch);
+                found.mark_referenced();
+                found.length as usize
+            };
+            self.decode(length, &scratch, page)?;
+            bump(&self.counters.zswpin);
+            Ok(true)
+        })
+    }
+
+    fn load_exclusive(&self, entry: SwapEntry, page: &mut [u8; PAGE_SIZE]) -> Result<bool, Error> {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let (mut tree, key) = self.trees.lock(entry.offset());
+            let Some(found) = self.find(&tree, key, entry) else {
+                bump(&self.counters.load_misses);
+                return Ok(false);
+            };
+            self.copy_out(found, page, &mut scratch);
+            self.decode(found.length as usize, &scratch, page)?;
+            let erased = self.erase_locked(&mut tree, key);
+            drop(tree);
+            if let Some(erased) = erased {
+                self.release(erased);
+            }
+            bump(&self.counters.exclusive_loads);
+            bump(&self.counters.zswpin);
+            Ok(true)
+        })
+    }
+
+    /// The entry at `key` of a locked tree, checked to belong to `entry`.
+    fn find<'t>(&self, tree: &'t Tree, key: u64, entry: SwapEntry) -> Option<&'t ZswapEntry> {
+        let found = tree.xa.load(key).and_then(EntryRef::item)?;
+        assert_eq!(found.swpentry, entry, "slot holds another device's entry");
+        Some(found)
+    }
+
+    /// Copies `found`'s object out of the pool: a raw page into `page`, a compressed
+    /// object into `scratch`. Caller holds `found`'s tree lock.
+    fn copy_out(&self, found: &ZswapEntry, page: &mut [u8; PAGE_SIZE], scratch: &mut [u8]) {
+        if found.is_raw() {
+            self.pool.read(found.handle, page);
+        } else {
+            self.pool.read(found.handle, scratch);
+        }
+    }
+
+    /// Decodes an object of `length` bytes copied out by [`Zswap::copy_out`] into `page`.
+    pub(crate) fn decode(
+        &self,
+        length: usize,
+        scratch: &[u8],
+        page: &mut [u8; PAGE_SIZE],
+    ) -> Result<(), Error> {
+        if length == PAGE_SIZE {
+            return Ok(()); // Stored raw: already in `page`.
+        }
+        self.compressor.decompress(&scratch[..length], page).inspect_err(|_| {
+            bump(&self.counters.decompress_fail);
+        })
+    }
+
+    /// Whether the pool holds an entry for `entry`'s slot.
+    ///
+    /// Context: takes the tree lock.
+    pub fn contains(&self, entry: SwapEntry) -> bool {
+        self.check_entry(entry);
+        let (tree, key) = self.trees.lock(entry.offset());
+        tree.xa.load(key).is_some()
+    }
+
+    /// Drops the entry if present.
+    ///
+    /// # Panics
+    /// If `entry`'s offset is beyond the device (a caller bug).
+    ///
+    /// Context: called from the swap device's slot-free hook with a cluster lock held:
+    /// takes only zswap's own locks (the tree lock, the LRU lock inside it, a class lock
+    /// after both are dropped) and never waits for anything else. Frees memory.
+    pub fn invalidate(&self, entry: SwapEntry) {
+        self.check_entry(entry);
+        if self.erase(entry, None) {
+            bump(&self.counters.invalidated);
+        }
+    }
+
+    /// Erases `entry`'s slot, only if it holds `expected` when one is given (pointer
+    /// identity). Returns whether an entry was erased.
+    ///
+    /// Context: takes the tree lock, then the LRU lock; frees the object after both.
+    pub(crate) fn erase(&self, entry: SwapEntry, expected: Option<&Arc<ZswapEntry>>) -> bool {
+        let (mut tree, key) = self.trees.lock(entry.offset());
+        let Some(found) = self.find(&tree, key, entry) else {
+            return false;
+        };
+        if expected.is_some_and(|expected| !std::ptr::eq(found, Arc::as_ptr(expected))) {
+            return false;
+        }
+        let erased = self.erase_locked(&mut tree, key);
+        drop(tree);
+        erased.map(|erased| self.release(erased)).is_some()
+    }
+
+    /// Erases `key` from a locked tree and unlinks the entry from the LRU. Returns the
+    /// entry and the LRU's reference to it, for [`Zswap::release`] after unlocking.
+    fn erase_locked(
+        &self,
+        tree: &mut Tree,
+        key: u64,
+    ) -> Option<(Arc<ZswapEntry>, Arc<ZswapEntry>)> {
+        let erased = into_item(tree.xa.erase(key)?);
+        self.trees.sync(tree);
+        let in_lru = {
+            let mut list = self.lru.list.lock();
+            self.lru.remove(&mut list, &erased)
+        };
+        self.count_stored(&erased, -1);
+        self.move_unowned(1);
+        Some((erased, in_lru))
+    }
+
+    /// Frees an erased entry's object, then the entry. No lock held.
+    fn release(&self, (erased, in_lru): (Arc<ZswapEntry>, Arc<ZswapEntry>)) {
+        self.pool.free(erased.handle);
+        self.move_unowned(-1);
+        drop(in_lru);
+        drop(erased);
+    }
+
+    /// # Panics
+    /// If `entry` is beyond the device.
+    fn check_entry(&self, entry: SwapEntry) {
+        assert!(
+            entry.offset() < self.nr_slots,
+            "{entry:?} beyond a device of {} slots",
+            self.nr_slots
+        );
+    }
+
+    // ---- maintenance -----------------------------------------------------------------
+
+    /// Compacts the pool allocator (moves objects out of sparse zspages and frees them).
+    ///
+    /// Context: takes each class lock in turn; readers and writers proceed between rounds.
+    pub fn compact(&self) {
+        self.pool.compact();
+    }
+
+    /// Rewrites `entry`'s stored object in place with `mutate` (same length): fault
+    /// injection for tests and the simulator (a bit flip in the pool's memory). Returns
+    /// whether the slot held an entry.
+    ///
+    /// Context: takes the tree lock and a class lock inside it; calls `mutate` under both.
+    pub fn corrupt_object(&self, entry: SwapEntry, mutate: impl FnOnce(&mut [u8])) -> bool {
+        self.check_entry(entry);
+        let (tree, key) = self.trees.lock(entry.offset());
+        let Some(found) = self.find(&tree, key, entry) else {
+            return false;
+        };
+        let mut object = vec![0u8; found.length as usize];
+        self.pool.read(found.handle, &mut object);
+        mutate(&mut object);
+        self.pool.write(found.handle, &object);
+        true
+    }
+
+    /// A snapshot of the counters (the kernel's debugfs names, and uswap's own) and sizes.
+    ///
+    /// Context: lock-free.
+    pub fn stats(&self) -> ZswapStats {
+        let mut stats = ZswapStats::default();
+        self.counters.snapshot(&mut stats);
+        stats.pool_bytes = self.pool.total_bytes();
+        stats.metadata_bytes = self.metadata_bytes();
+        stats.pool_total_size = stats.pool_bytes + stats.metadata_bytes;
+        stats.max_pool_bytes = self.limits.max_pool_bytes;
+        stats.accept_threshold_bytes = self.limits.accept_bytes;
+        stats.is_full = self.reached_full.load(Relaxed);
+        stats
+    }
+
+    /// The LRU from newest to coldest: each entry's slot and referenced bit (for tests,
+    /// the simulator and `uswap stat`; the writeback order is the reverse).
+    ///
+    /// Context: takes the LRU lock; allocates the result under it (a diagnostic, not for a
+    /// hot path).
+    pub fn lru_order(&self) -> Vec<(SwapEntry, bool)> {
+        let list = self.lru.list.lock();
+        list.iter().map(|entry| (entry.swpentry, entry.is_referenced())).collect()
+    }
+
+    pub(crate) fn fixed_bytes(&self) -> u64 {
+        self.fixed_bytes
+    }
+}
+
+/// The item of an index entry (the index holds no value entries).
+fn into_item(entry: Entry<Arc<ZswapEntry>>) -> Arc<ZswapEntry> {
+    match entry {
+        Entry::Item(item) => item,
+        Entry::Value(value) => unreachable!("value entry {value} in the zswap index"),
+    }
+}
+
+impl fmt::Debug for Zswap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Zswap")
+            .field("compressor", &self.compressor.kind())
+            .field("limits", &self.limits)
+            .field("nr_slots", &self.nr_slots)
+            .field("stored_pages", &self.stored_pages())
+            .field("total_bytes", &self.total_bytes())
+            .finish()
+    }
+}
