@@ -31,14 +31,14 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run the engine in the deterministic simulator: find bugs from seeds, replay one,
     /// sweep parameters, compare cluster policies.
-    Sim(sim::SimArgs),
+    Sim(Box<sim::SimArgs>),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
-        Command::Sim(args) => sim::run(args),
+        Command::Sim(args) => sim::run(*args),
     };
     if let Err(error) = result {
         eprintln!("uswap: {error:#}");

@@ -109,6 +109,11 @@ pub struct SimArgs {
     /// discard_fail, take_retry, map_retry, incompressible.
     #[arg(long, value_name = "SITE=PPM")]
     fault: Vec<String>,
+    /// Start from a preset, then apply the other flags: `race` (the hotspot world that
+    /// exposes page-in races: zipf, 4 threads, a full one-cluster device, hot page-outs,
+    /// PCT scheduling, no faults).
+    #[arg(long)]
+    preset: Option<String>,
     /// Plant the page-in re-validation bug (debug builds): the run should fail.
     #[arg(long)]
     planted_bug: bool,
@@ -184,27 +189,36 @@ fn overrides(a: &SimArgs) -> anyhow::Result<Overrides> {
         ),
         (Some(other), _) => bail!("--faults {other:?}: expected swarm or none (or --fault)"),
     };
+    let base = match a.preset.as_deref() {
+        None => Overrides::default(),
+        Some("race") => Overrides::race(),
+        Some(other) => bail!("preset {other:?}: expected race"),
+    };
+    let m = &base.mix;
     Ok(Overrides {
-        workload,
+        workload: workload.or(base.workload),
         trace: a.trace.clone(),
-        threads: a.threads,
+        threads: a.threads.or(base.threads),
         ops_per_thread: a.ops,
-        region_pages: a.region_pages,
-        budget_pages: a.budget_pages,
-        swap_pages: a.swap_pages,
+        region_pages: a.region_pages.or(base.region_pages),
+        budget_pages: a.budget_pages.or(base.budget_pages),
+        swap_pages: a.swap_pages.or(base.swap_pages),
         folio_order: a.order,
         policy,
         readahead_max_pages: a.readahead,
-        sched: a.sched.as_deref().map(parse_sched).transpose().map_err(|e| anyhow!(e))?,
-        faults,
+        sched: match a.sched.as_deref() {
+            Some(text) => Some(parse_sched(text).map_err(|e| anyhow!(e))?),
+            None => base.sched,
+        },
+        faults: if faults == FaultChoice::Swarm { base.faults.clone() } else { faults },
         check_ppm: a.check_ppm,
         fill_percent: a.fill,
         mix: sim::options::MixOverrides {
-            read_percent: a.read_percent,
-            pageout_ppm: a.pageout_ppm,
-            remove_ppm: a.remove_ppm,
-            fork_ppm: a.fork_ppm,
-            zipf_theta: a.zipf_theta,
+            read_percent: a.read_percent.or(m.read_percent),
+            pageout_ppm: a.pageout_ppm.or(m.pageout_ppm),
+            remove_ppm: a.remove_ppm.or(m.remove_ppm),
+            fork_ppm: a.fork_ppm.or(m.fork_ppm),
+            zipf_theta: a.zipf_theta.or(m.zipf_theta),
         },
         planted_bug: a.planted_bug,
         verbose: a.verbose,

@@ -254,7 +254,7 @@ impl SimOptions {
         };
         let faults = Faults::swarm(&mut rng);
         let fill_percent = rng.range(80, 95) as u32;
-        SimOptions {
+        let mut o = SimOptions {
             seed,
             workload,
             trace: None,
@@ -278,7 +278,17 @@ impl SimOptions {
             fill_percent,
             planted_bug: false,
             verbose: false,
+        };
+        // One world in ten is a hotspot: a few hot pages written, paged out and faulted
+        // back by every thread at once, on a swap device that is always full, so a freed
+        // slot is reused at once (the shape of the page-in races; see `Overrides::race`).
+        if rng.percent(10) {
+            o.workload = WorkloadKind::Zipf;
+            (o.threads, o.region_pages, o.swap_pages, o.budget_pages) = (4, 1024, 512, 64);
+            o.mix.pageout_ppm = 100_000;
+            o.mix.zipf_theta = 1.2;
         }
+        o
     }
 
     fn apply(&mut self, o: &Overrides) {
@@ -320,9 +330,15 @@ impl SimOptions {
         if self.folio_order == 9 && self.region_pages < 2048 && pinned.region_pages.is_none() {
             self.region_pages = 2048;
         }
+        // At least eight folios fit in the budget: grow the budget, or, when the budget is
+        // pinned, shrink the folio order (unless that is pinned too).
         if pinned.budget_pages.is_none() {
             let folio_pages = 1u64 << self.folio_order;
             self.budget_pages = self.budget_pages.max(8 * folio_pages).max(32);
+        } else if pinned.folio_order.is_none() {
+            while self.folio_order > 0 && 8 << self.folio_order > self.budget_pages {
+                self.folio_order -= 1;
+            }
         }
         self.swap_pages = self.swap_pages.div_ceil(CLUSTER).max(1) * CLUSTER;
     }
@@ -396,6 +412,32 @@ impl SimOptions {
 }
 
 impl Overrides {
+    /// The `race` preset: the hotspot world tuned to expose page-in races, as the planted
+    /// bug test uses it. Four threads hammer a Zipf(1.2) heap of 1024 pages, paging hot
+    /// pages out 10% of the time, on a one-cluster swap device that is always full (so a
+    /// freed slot is the next one allocated), under a PCT scheduler whose priorities drop
+    /// at 20% of switch points (so a waiter can stay off the CPU while its page goes
+    /// round). No faults, drops or forks: nothing else happens to the pages.
+    pub fn race() -> Overrides {
+        Overrides {
+            workload: Some(WorkloadKind::Zipf),
+            threads: Some(4),
+            region_pages: Some(1024),
+            swap_pages: Some(512),
+            budget_pages: Some(64),
+            sched: Some(SchedMode::Priority { change_ppm: 200_000 }),
+            faults: FaultChoice::None,
+            mix: MixOverrides {
+                pageout_ppm: Some(100_000),
+                remove_ppm: Some(0),
+                fork_ppm: Some(0),
+                zipf_theta: Some(1.2),
+                read_percent: None,
+            },
+            ..Overrides::default()
+        }
+    }
+
     /// The command-line flags that pin these overrides (for the replay line).
     pub fn to_args(&self) -> String {
         let mut args = Vec::new();

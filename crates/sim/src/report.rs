@@ -47,6 +47,8 @@ pub struct RunReport {
     pub reads_checked: u64,
     /// Pages lost loudly (poisoned and dropped).
     pub pages_lost: u64,
+    /// How full the swap device ran after the warm-up: (mean, max) percent.
+    pub swap_fill_percent: (u64, u64),
     /// How often each fault site fired.
     pub faults_fired: Vec<(Site, u64)>,
     /// Wall-clock time of the run.
@@ -68,6 +70,7 @@ impl RunReport {
             invariant_checks: 0,
             reads_checked: 0,
             pages_lost: 0,
+            swap_fill_percent: (0, 0),
             faults_fired: Vec::new(),
             wall,
         }

@@ -76,6 +76,8 @@ pub(crate) struct Ctx {
     threads_done: AtomicUsize,
     ops_done: AtomicU64,
     checks_done: AtomicU64,
+    /// Swap device fill samples after the warm-up: (samples, sum of percent, max percent).
+    fill: Mutex<(u64, u64, u64)>,
 }
 
 thread_local! {
@@ -129,7 +131,9 @@ fn report(ctx: &Ctx, failure: Option<Failure>, started: Instant) -> RunReport {
         digest.add_all(array);
     }
     let model = ctx.model.lock();
+    let (samples, sum, max) = *ctx.fill.lock();
     RunReport {
+        swap_fill_percent: (sum.checked_div(samples).unwrap_or(0), max),
         options: ctx.opts.clone(),
         failure,
         stats: Some(stats),
@@ -223,6 +227,7 @@ fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Ge
         threads_done: AtomicUsize::new(0),
         ops_done: AtomicU64::new(0),
         checks_done: AtomicU64::new(0),
+        fill: Mutex::new((0, 0, 0)),
     };
     Ok((Arc::new(ctx), generators))
 }
@@ -325,6 +330,9 @@ impl Ctx {
                 return;
             }
             let Some(op) = generator.next(index, &self.opts, &self.world) else { break };
+            if index >= self.opts.ops_per_thread / 4 && index % 16 == 0 {
+                self.sample_fill();
+            }
             if !self.step(me, index, op) {
                 return;
             }
@@ -350,6 +358,14 @@ impl Ctx {
             }
             index += 1;
         }
+    }
+
+    /// Samples how full the swap device is (after the warm-up quarter of the run).
+    fn sample_fill(&self) {
+        let inuse = self.engine.stats().gauges.swap_inuse_pages;
+        let percent = 100 * inuse / self.opts.swap_pages.max(1);
+        let mut fill = self.fill.lock();
+        *fill = (fill.0 + 1, fill.1 + percent, fill.2.max(percent));
     }
 
     /// Runs one operation; on a failure, reports it and returns false.
