@@ -59,8 +59,8 @@ fn a_failed_store_whose_restore_map_is_retried_leaks_nothing() {
 // and returned Again, and restore *deleted the folio*, which held the only copy of the
 // data (the device write had failed). Every later fault on the folio's pages read slots
 // 600..607 from the device: a previous life's bytes, or zeros. Seed 58 (kbuild) read
-// another page's data. Map retries are not needed (restore's Again path); they only make
-// more page-outs fail while faults race. Replay: `uswap sim --seed 38 --check-ppm 0
+// another page's data. Map retries are not needed (restore's Again path): seed 66 with
+// write_fail alone loses a page the same way. Replay: `uswap sim --seed 38 --check-ppm 0
 // --remove-ppm 0 --fault write_fail=50000 --fault map_retry=50000 -v`.
 #[test]
 #[ignore = "open engine bug C: restore deletes the only copy when a racing fault split the entry"]
@@ -74,4 +74,10 @@ fn a_failed_store_never_drops_the_only_copy_of_the_data() {
     for seed in [28, 33, 38, 52, 58] {
         assert_passes(seed, &o);
     }
+    let write_fail_only = Overrides {
+        faults: FaultChoice::Sites(vec![(Site::WriteFail, 50_000)]),
+        mix: MixOverrides { remove_ppm: Some(0), ..MixOverrides::default() },
+        ..Overrides::default()
+    };
+    assert_passes(66, &write_fail_only);
 }
