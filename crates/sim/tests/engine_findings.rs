@@ -81,3 +81,24 @@ fn a_failed_store_never_drops_the_only_copy_of_the_data() {
     };
     assert_passes(66, &write_fail_only);
 }
+
+// postmortem (bug D): seed 391 (discard on, discard_fail at 5%, order 9) panicked in
+// delete_folio: "unpin of swap cache folio at SwapEntry(0:512): backend: injected discard
+// fault". The unpin freed the last slots of cluster 1, the device discarded the cluster
+// and the discard failed; SwapDevice::put_cache documents that it then returns
+// Error::Backend although the unpin itself completed, but the engine treats every error
+// of put / put_cache as a broken invariant and panics. A failed discard is harmless
+// (freed slots are written before they are read): count it and go on. Replay:
+// `uswap sim --seed 391`.
+#[test]
+#[ignore = "open engine bug D: a failed discard inside put_cache panics the engine"]
+fn a_failed_discard_is_not_an_engine_panic() {
+    assert_passes(391, &Overrides::default());
+    let o = Overrides {
+        faults: FaultChoice::Sites(vec![(Site::DiscardFail, 250_000)]),
+        ..Overrides::default()
+    };
+    for seed in 0..20 {
+        assert_passes(seed, &o);
+    }
+}
