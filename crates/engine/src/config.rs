@@ -7,6 +7,7 @@ use backend::Backend;
 use slots::AllocPolicy;
 use std::path::PathBuf;
 use std::sync::Arc;
+use zswap::{CompressorKind, Incompressible};
 
 /// Where the swap device keeps page data.
 #[derive(Clone)]
@@ -66,6 +67,33 @@ impl Default for SwapConfig {
     }
 }
 
+/// The compressed pool in front of the swap device (zswap).
+#[derive(Debug, Clone)]
+pub struct ZswapSettings {
+    /// The compressor: lz4, zstd (levels 1..=3) or none.
+    pub compressor: CompressorKind,
+    /// The pool may hold at most this share of the budget, in percent (default 20).
+    pub max_pool_percent: u32,
+    /// Once full, the pool accepts pages again below this share of its limit (default 90).
+    pub accept_threshold_percent: u32,
+    /// Pages that do not compress: stored raw (default) or sent to the device at once.
+    pub incompressible: Incompressible,
+    /// A crc32c per compressed object, checked on every load.
+    pub checksum: bool,
+}
+
+impl Default for ZswapSettings {
+    fn default() -> Self {
+        ZswapSettings {
+            compressor: CompressorKind::Lz4,
+            max_pool_percent: 20,
+            accept_threshold_percent: 90,
+            incompressible: Incompressible::StoreRaw,
+            checksum: false,
+        }
+    }
+}
+
 /// Everything the engine needs to start.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -82,6 +110,10 @@ pub struct EngineConfig {
     pub readahead_max_pages: u32,
     /// The swap device.
     pub swap: SwapConfig,
+    /// The compressed pool; `None` sends pages straight to the swap device.
+    pub zswap: Option<ZswapSettings>,
+    /// Fault injection in the pool (tests and the simulator); no hooks by default.
+    pub zswap_faults: zswap::FaultHooks,
     /// Run a background reclaimer thread (the kernel's kswapd). Without it, reclaim runs
     /// only on the fault path and when asked ([`crate::Engine::reclaim`]), which is what the
     /// deterministic simulator wants.
@@ -99,6 +131,8 @@ impl Default for EngineConfig {
             large_swapin: true,
             readahead_max_pages: 8,
             swap: SwapConfig::default(),
+            zswap: Some(ZswapSettings::default()),
+            zswap_faults: zswap::FaultHooks::default(),
             background_reclaim: true,
             reclaim_batch_pages: 32,
         }
@@ -111,10 +145,26 @@ impl EngineConfig {
         (PAGE_SIZE as u64) << self.folio_order.min(MAX_ORDER)
     }
 
-    /// The watermarks in force.
+    /// The pool's configuration, with the budget it is a share of.
+    pub fn zswap_config(&self) -> Option<zswap::ZswapConfig> {
+        let settings = self.zswap.as_ref()?;
+        let mut compressor = zswap::CompressorConfig::new(settings.compressor);
+        compressor.checksum = settings.checksum;
+        let mut config = zswap::ZswapConfig::new(compressor, self.budget_bytes);
+        config.max_pool_percent = settings.max_pool_percent;
+        config.accept_threshold_percent = settings.accept_threshold_percent;
+        config.incompressible = settings.incompressible;
+        Some(config)
+    }
+
+    /// The watermarks in force. The default steps leave room for a 64 KiB folio in flight
+    /// and, with a pool, for two zspages (up to 8 pages each) being allocated at once: the
+    /// pool grows in zspages, not in objects.
     pub fn watermarks(&self) -> Watermarks {
         self.watermarks.unwrap_or_else(|| {
-            Watermarks::default_for(self.budget_bytes, (PAGE_SIZE as u64) << MAX_ORDER.min(4))
+            let folio = (PAGE_SIZE as u64) << MAX_ORDER.min(4);
+            let zspages = if self.zswap.is_some() { 2 * 8 * PAGE_SIZE as u64 } else { 0 };
+            Watermarks::default_for(self.budget_bytes, folio + zspages)
         })
     }
 

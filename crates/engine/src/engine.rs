@@ -32,6 +32,7 @@ use backend::{Backend, ChecksumBackend, FileBackend, FileOptions, MemoryBackend}
 use slots::{SwapDevice, SwapDeviceOptions, SwapType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use zswap::Zswap;
 
 /// The regions of one address space, by start address.
 #[derive(Debug)]
@@ -175,7 +176,15 @@ impl Engine {
         let nr_slots = backend.nr_pages();
         let zeromap = Arc::new(ZeroMap::new(nr_slots));
         let swap_cache = Arc::new(SwapCache::new(nr_slots));
-        let hook = Arc::new(SlotHook { zeromap: zeromap.clone() });
+        let zswap = match config.zswap_config() {
+            Some(zswap_config) => {
+                let pool = Zswap::with_faults(zswap_config, nr_slots, config.zswap_faults.clone())
+                    .map_err(|e| Error::Config(format!("compressed pool: {e}")))?;
+                Some(Arc::new(pool))
+            }
+            None => None,
+        };
+        let hook = Arc::new(SlotHook { zeromap: zeromap.clone(), zswap: zswap.clone() });
         let options =
             SwapDeviceOptions { policy: config.swap.policy, discard: config.swap.discard };
         let ty = SwapType::new(0).expect("type 0 exists");
@@ -190,7 +199,7 @@ impl Engine {
             workingset: WorkingsetClock::default(),
             stats: Stats::default(),
             swap_cache,
-            storage: Storage { device: Arc::new(device), zeromap },
+            storage: Storage { device: Arc::new(device), zeromap, zswap },
             nr_swapcached: AtomicU64::new(0),
             kswapd_pending: Mutex::new(false),
             kswapd_wake: Condvar::new(),
@@ -268,7 +277,9 @@ impl Engine {
     /// Reclaims until the free budget reaches the high watermark or nothing more can go
     /// (what the background reclaimer does). Returns pages reclaimed.
     pub fn reclaim(&self) -> u64 {
-        self.core.reclaim_to(Pressure::None, false)
+        let reclaimed = self.core.reclaim_to(Pressure::None, false);
+        self.core.shrink_pool();
+        reclaimed
     }
 
     /// Pages out every resident folio intersecting `[addr, addr + len)` now (MADV_PAGEOUT).
@@ -397,7 +408,7 @@ impl Core {
 
     /// Bytes held by the compressed pool (counted against the budget).
     pub(crate) fn pool_bytes(&self) -> u64 {
-        0
+        self.storage.pool_bytes()
     }
 
     pub(crate) fn stats_snapshot(&self) -> StatsSnapshot {
@@ -407,8 +418,9 @@ impl Core {
             resident_pages: self.budget.resident_bytes() / PAGE_SIZE as u64,
             swapcache_bytes: self.budget.swapcache_bytes(),
             nr_swapcached: self.nr_swapcached.load(Ordering::Relaxed),
+            swapcache_node_bytes: self.swap_cache.memory_bytes() as u64,
             pool_bytes,
-            pool_stored_pages: 0,
+            pool_stored_pages: self.storage.zswap.as_ref().map_or(0, |z| z.stored_pages()),
             swap_inuse_pages: self.storage.device.inuse_pages(),
             zeromap_pages: self.storage.zeromap.count(),
             budget_bytes: self.budget.budget_bytes(),
@@ -417,7 +429,9 @@ impl Core {
             nr_active_anon: counts.active_pages,
             nr_inactive_anon: counts.inactive_pages,
         };
-        self.stats.snapshot(gauges)
+        let mut snapshot = self.stats.snapshot(gauges);
+        snapshot.pool = self.storage.zswap.as_ref().map(|z| z.stats());
+        snapshot
     }
 
     fn check_invariants(&self) {
@@ -426,6 +440,15 @@ impl Core {
         self.swap_cache.check_invariants();
         self.storage.zeromap.check_invariants();
         self.storage.device.check_invariants();
+        if let Some(zswap) = &self.storage.zswap {
+            zswap.check_invariants();
+            assert!(
+                zswap.stored_pages() <= self.storage.device.inuse_pages(),
+                "pool entries for free slots: {} stored, {} slots in use",
+                zswap.stored_pages(),
+                self.storage.device.inuse_pages()
+            );
+        }
         let regions = self.regions.read();
         let (mut resident, mut references) = (0u64, std::collections::HashMap::new());
         for region in regions.mms.values().flat_map(|mm| mm.by_start.values()) {

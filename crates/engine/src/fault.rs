@@ -24,7 +24,7 @@ use crate::lru::FolioOwner;
 use crate::page_source::{Mapped, SourceError};
 use crate::region::{Found, MmId, Pte, Region};
 use crate::stats::Stats;
-use crate::swap_cache::{AddOrGet, Folio};
+use crate::swap_cache::{AddOrGet, Folio, Outcome, Unlock};
 use crate::sync::Ordering;
 use crate::workingset::Shadow;
 use crate::{Error, MAX_ORDER, PAGE_SIZE};
@@ -225,10 +225,14 @@ impl Core {
         let bytes = folio.len_bytes() as u64;
         Stats::add(&self.stats.counters.pgmajfault, 1);
         self.budget.charge_swapcache(bytes);
+        folio.charge();
         self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         let read = folio.with_data_mut(|data| self.storage.read(entry, data, &self.stats));
         let zero = read.as_ref().is_ok_and(|all_zero| *all_zero);
-        folio.unlock(read.clone());
+        folio.unlock(match &read {
+            Ok(zero) => Unlock::Uptodate { zero: *zero },
+            Err(why) => Unlock::Failed(why.clone()),
+        });
         let step = match read {
             Ok(_) => {
                 let activate = shadow.is_some_and(|s| self.refault(s, folio.order()));
@@ -263,10 +267,12 @@ impl Core {
             Stats::add(&self.stats.counters.swapcache_wait, 1);
         }
         let step = match result {
-            Ok(zero) => {
+            Outcome::Uptodate { zero } => {
                 self.map_from_folio(region, first, order, entry, folio, zero && !write, false)
             }
-            Err(why) => self.fail_swapin(region, first, order, why.to_string()),
+            Outcome::Failed(why) => self.fail_swapin(region, first, order, why.to_string()),
+            // Its owner gave up before it held data; the data is where it was: look again.
+            Outcome::Abandoned => Ok(Step::Again),
         };
         // Whoever maps from a folio deletes it (the synchronous fast path); if its owner is
         // still going to (a page-out leaving a shadow), the first delete wins.
@@ -289,10 +295,11 @@ impl Core {
             }
         });
         if deleted {
-            // The swap cache charge goes with the folio's presence: charged by whoever
-            // inserted it, uncharged by whoever deletes it.
+            // Whoever deletes the folio drops its charge, if it carries one.
             self.nr_swapcached.fetch_sub(1, Ordering::Relaxed);
-            self.budget.uncharge_swapcache(folio.len_bytes() as u64);
+            if folio.take_charge() {
+                self.budget.uncharge_swapcache(folio.len_bytes() as u64);
+            }
         }
         deleted
     }
@@ -477,7 +484,7 @@ mod tests {
         // A folio for the same entry that the swap cache does not hold: an earlier life.
         let stale = Folio::new_locked(entry.offset(), 0);
         stale.with_data_mut(|d| d.fill(0xee));
-        stale.unlock(Ok(false));
+        stale.unlock(Unlock::Uptodate { zero: false });
         let step = core.map_from_folio(&region, 0, 0, entry, &stale, false, false).unwrap();
         assert!(matches!(step, Step::Again), "a stale folio was mapped");
         let mut buf = vec![0u8; PAGE_SIZE];

@@ -25,6 +25,7 @@ mod storage;
 pub mod swap_cache;
 mod sync;
 pub mod workingset;
+mod writeback;
 pub mod zeromap;
 
 pub use config::{BackendConfig, EngineConfig, SwapConfig};

@@ -17,13 +17,35 @@ use crate::page_source::{Mapped, PageSource, SourceError, Taken};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Error, PAGE_SIZE};
 
-/// A page of simulated memory.
-#[derive(Debug, Clone)]
-enum Page {
+/// What a page of simulated memory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not present: an access faults into the engine.
     Missing,
+    /// The shared zero page: reads see zeros, a write allocates.
     Zero,
-    Data(Box<[u8]>),
+    /// Its own data.
+    Data,
+    /// An access fails (SIGBUS).
     Poisoned,
+}
+
+/// A page of simulated memory. Its buffer, once allocated, is kept while the page is out,
+/// so taking and mapping a page costs a copy and no allocation (like the kernel's page
+/// allocator recycling pages, it is not what the engine is measured on).
+#[derive(Debug, Clone)]
+struct Page {
+    state: State,
+    data: Option<Box<[u8]>>,
+}
+
+impl Page {
+    const MISSING: Page = Page { state: State::Missing, data: None };
+
+    /// The buffer, allocated on first use; its contents are whatever was there.
+    fn buffer(&mut self) -> &mut [u8] {
+        self.data.get_or_insert_with(|| vec![0u8; PAGE_SIZE].into_boxed_slice())
+    }
 }
 
 /// Why a simulated access failed.
@@ -64,7 +86,7 @@ impl MemorySource {
         assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
         MemorySource {
             base,
-            pages: (0..nr_pages).map(|_| Mutex::new(Page::Missing)).collect(),
+            pages: (0..nr_pages).map(|_| Mutex::new(Page::MISSING)).collect(),
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
@@ -104,20 +126,21 @@ impl MemorySource {
     /// # Errors
     /// [`AccessError`] when the page is poisoned or the engine refuses.
     pub fn read(&self, engine: &Engine, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
-        self.access(engine, addr, false, |page| match page {
-            Page::Data(data) => buf.copy_from_slice(data),
-            Page::Zero => buf.fill(0),
-            Page::Missing | Page::Poisoned => unreachable!("access() handles these"),
+        self.access(engine, addr, false, |page| match page.state {
+            State::Data => buf.copy_from_slice(page.buffer()),
+            State::Zero => buf.fill(0),
+            State::Missing | State::Poisoned => unreachable!("access() handles these"),
         })
     }
 
     /// Reads the page at `addr` if it is present, without faulting (a forked child's
     /// accesses are faulted by the test through the child's address space).
     pub fn read_present(&self, addr: u64, buf: &mut [u8]) -> bool {
-        match &*self.pages[self.page_index(addr)].lock() {
-            Page::Data(data) => buf.copy_from_slice(data),
-            Page::Zero => buf.fill(0),
-            Page::Missing | Page::Poisoned => return false,
+        let mut page = self.pages[self.page_index(addr)].lock();
+        match page.state {
+            State::Data => buf.copy_from_slice(page.buffer()),
+            State::Zero => buf.fill(0),
+            State::Missing | State::Poisoned => return false,
         }
         true
     }
@@ -128,13 +151,12 @@ impl MemorySource {
     /// As [`MemorySource::read`].
     pub fn write(&self, engine: &Engine, addr: u64, data: &[u8]) -> Result<(), AccessError> {
         self.access(engine, addr, true, |page| {
-            if matches!(page, Page::Zero) {
+            if page.state == State::Zero {
                 // Copy-on-write of the zero page: now it costs memory.
                 self.data_pages.fetch_add(1, Ordering::Relaxed);
-                *page = Page::Data(vec![0; PAGE_SIZE].into_boxed_slice());
+                page.state = State::Data;
             }
-            let Page::Data(bytes) = page else { unreachable!("made present above") };
-            bytes.copy_from_slice(data);
+            page.buffer().copy_from_slice(data);
         })
     }
 
@@ -149,14 +171,14 @@ impl MemorySource {
         for _ in 0..ACCESS_ROUNDS_MAX {
             {
                 let mut page = self.pages[index].lock();
-                match &*page {
-                    Page::Poisoned => return Err(AccessError::Poisoned { addr }),
-                    Page::Data(_) | Page::Zero => {
+                match page.state {
+                    State::Poisoned => return Err(AccessError::Poisoned { addr }),
+                    State::Data | State::Zero => {
                         self.referenced[index].store(true, Ordering::Relaxed);
                         f(&mut page);
                         return Ok(());
                     }
-                    Page::Missing => {}
+                    State::Missing => {}
                 }
             }
             match engine.handle_fault(addr, write) {
@@ -177,10 +199,10 @@ impl MemorySource {
         let first = self.page_index(addr);
         for index in first..first + (len / PAGE_SIZE as u64) as usize {
             let mut page = self.pages[index].lock();
-            if matches!(*page, Page::Data(_)) {
+            if page.state == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
-            *page = Page::Missing;
+            page.state = State::Missing;
         }
     }
 
@@ -191,7 +213,7 @@ impl MemorySource {
         let child = MemorySource::new(self.base, self.pages.len() as u64);
         for (page, copy) in self.pages.iter().zip(child.pages.iter()) {
             let page = page.lock().clone();
-            if matches!(page, Page::Data(_)) {
+            if page.state == State::Data {
                 child.data_pages.fetch_add(1, Ordering::Relaxed);
             }
             *copy.lock() = page;
@@ -205,11 +227,11 @@ impl MemorySource {
         let pages = (len / PAGE_SIZE as u64) as usize;
         let (src, dst) = (self.page_index(from), self.page_index(to));
         let moved: Vec<Page> = (src..src + pages)
-            .map(|i| std::mem::replace(&mut *self.pages[i].lock(), Page::Missing))
+            .map(|i| std::mem::replace(&mut *self.pages[i].lock(), Page::MISSING))
             .collect();
         for (i, page) in moved.into_iter().enumerate() {
             let old = std::mem::replace(&mut *self.pages[dst + i].lock(), page);
-            if matches!(old, Page::Data(_)) {
+            if old.state == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -221,17 +243,22 @@ impl MemorySource {
         (first..first + len / PAGE_SIZE).map(|i| self.pages[i].lock()).collect()
     }
 
-    fn install(&self, addr: u64, len: usize, mut make: impl FnMut(usize) -> Page) -> Mapped {
+    /// Installs pages at `addr` unless any is present: `data` gives each page's bytes, or
+    /// `None` for the zero page.
+    fn install(&self, addr: u64, len: usize, data: Option<&[u8]>) -> Mapped {
         let mut pages = self.lock_range(addr, len);
-        if pages.iter().any(|p| !matches!(**p, Page::Missing)) {
+        if pages.iter().any(|p| p.state != State::Missing) {
             return Mapped::AlreadyPresent;
         }
         for (i, page) in pages.iter_mut().enumerate() {
-            let new = make(i);
-            if matches!(new, Page::Data(_)) {
-                self.data_pages.fetch_add(1, Ordering::Relaxed);
+            match data {
+                Some(data) => {
+                    page.buffer().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+                    page.state = State::Data;
+                    self.data_pages.fetch_add(1, Ordering::Relaxed);
+                }
+                None => page.state = State::Zero,
             }
-            **page = new;
         }
         Mapped::Done
     }
@@ -247,13 +274,13 @@ impl PageSource for MemorySource {
         let mut holes = 0;
         let mut pages = self.lock_range(addr, dst.len());
         for (page, out) in pages.iter_mut().zip(dst.chunks_mut(PAGE_SIZE)) {
-            match std::mem::replace(&mut **page, Page::Missing) {
-                Page::Data(data) => {
-                    out.copy_from_slice(&data);
+            match std::mem::replace(&mut page.state, State::Missing) {
+                State::Data => {
+                    out.copy_from_slice(page.buffer());
                     self.data_pages.fetch_sub(1, Ordering::Relaxed);
                 }
-                Page::Zero => out.fill(0),
-                Page::Missing | Page::Poisoned => {
+                State::Zero => out.fill(0),
+                State::Missing | State::Poisoned => {
                     out.fill(0);
                     holes += 1;
                 }
@@ -263,19 +290,17 @@ impl PageSource for MemorySource {
     }
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
-        Ok(self.install(addr, data.len(), |i| {
-            Page::Data(data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].to_vec().into_boxed_slice())
-        }))
+        Ok(self.install(addr, data.len(), Some(data)))
     }
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        Ok(self.install(addr, len as usize, |_| Page::Zero))
+        Ok(self.install(addr, len as usize, None))
     }
 
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
         for mut page in self.lock_range(addr, len as usize) {
-            if matches!(*page, Page::Missing) {
-                *page = Page::Poisoned;
+            if page.state == State::Missing {
+                page.state = State::Poisoned;
             }
         }
         Ok(())

@@ -21,8 +21,8 @@ use crate::lru::{FolioOwner, LruId};
 use crate::page_source::SourceError;
 use crate::region::{Found, Pte, Region};
 use crate::stats::Stats;
-use crate::storage::Tier;
-use crate::swap_cache::Folio;
+use crate::storage::{Tier, WriteNotes};
+use crate::swap_cache::{Folio, Unlock};
 use crate::sync::Ordering;
 use crate::{Error, PAGE_SIZE};
 use slots::SwapEntry;
@@ -30,9 +30,10 @@ use std::sync::Arc;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
-/// After this many passes in a row that reclaim nothing, a reclaim loop gives up (the
-/// resident set is all referenced, or the swap device is full).
-const IDLE_PASSES_MAX: u32 = 4;
+/// A reclaim loop gives up after scanning this many times the resident set without
+/// reclaiming anything: every folio was referenced twice over (second chances are progress,
+/// they age the lists), or the swap device is full.
+const FRUITLESS_SCANS_MAX: u64 = 2;
 
 impl Core {
     /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
@@ -59,6 +60,11 @@ impl Core {
             self.reclaim_while(true, || {
                 self.budget.pressure(self.pool_bytes(), need) == Pressure::BelowMin
             });
+            if !self.config.background_reclaim {
+                // Nobody else will shrink a full pool (the kernel's shrink_worker): do it.
+                self.shrink_pool();
+                self.compact_pool();
+            }
         }
     }
 
@@ -68,14 +74,20 @@ impl Core {
     }
 
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
-        let (mut total, mut idle) = (0, 0);
+        let (mut total, mut fruitless) = (0, 0);
         while more() {
-            let reclaimed = self.reclaim_batch(direct);
+            let (reclaimed, scanned) = self.reclaim_batch(direct);
             total += reclaimed;
-            idle = if reclaimed == 0 { idle + 1 } else { 0 };
-            if idle >= IDLE_PASSES_MAX {
-                Stats::add(&self.stats.counters.reclaim_fail, 1);
-                break;
+            fruitless = if reclaimed == 0 { fruitless + scanned.max(1) } else { 0 };
+            let counts = self.lru.counts();
+            let resident = counts.active_pages + counts.inactive_pages + counts.isolated_pages;
+            if fruitless > FRUITLESS_SCANS_MAX * resident.max(1) {
+                // Nothing resident can go; a sparse pool may still give pages back.
+                if self.compact_pool() == 0 {
+                    Stats::add(&self.stats.counters.reclaim_fail, 1);
+                    break;
+                }
+                fruitless = 0;
             }
         }
         total
@@ -98,12 +110,40 @@ impl Core {
             Stats::add(&self.stats.counters.kswapd_wake, 1);
             let _running = self.kswapd_running.lock();
             self.reclaim_to(Pressure::None, false);
+            self.shrink_pool();
+            self.compact_pool();
         }
     }
 
+    /// While the pool is full, writes its coldest entries back to the swap device until it
+    /// is under its accept threshold again (the kernel's `shrink_worker`). Returns pages
+    /// written back.
+    pub(crate) fn shrink_pool(&self) -> u64 {
+        let Some(zswap) = &self.storage.zswap else { return 0 };
+        let target = crate::writeback::Target::new(self);
+        let mut total = 0;
+        while zswap.is_full() {
+            let written = zswap.writeback(&target, self.config.reclaim_batch_pages);
+            total += written;
+            if written == 0 {
+                break;
+            }
+        }
+        total
+    }
+
+    /// Compacts the pool (the kernel's zsmalloc shrinker): frees and swap-ins leave
+    /// zspages sparse, and their pages count against the budget. Returns pages freed.
+    pub(crate) fn compact_pool(&self) -> u64 {
+        let Some(zswap) = &self.storage.zswap else { return 0 };
+        let freed = zswap.compact().pages_freed as u64;
+        Stats::add(&self.stats.counters.pool_compact_pages, freed);
+        freed
+    }
+
     /// One pass: isolate a batch from the inactive tail and page it out. Returns pages
-    /// reclaimed.
-    fn reclaim_batch(&self, direct: bool) -> u64 {
+    /// reclaimed and pages scanned.
+    fn reclaim_batch(&self, direct: bool) -> (u64, u64) {
         let c = &self.stats.counters;
         let mut batch = Vec::new();
         let deactivated = self.lru.isolate(self.config.reclaim_batch_pages, &mut batch);
@@ -126,7 +166,7 @@ impl Core {
             reclaimed += self.page_out(&region, id, owner);
         }
         Stats::add(if direct { &c.pgsteal_direct } else { &c.pgsteal_kswapd }, reclaimed);
-        reclaimed
+        (reclaimed, scanned)
     }
 
     /// Pages out one isolated folio (steps 2-6). Returns pages reclaimed; on any refusal the
@@ -148,12 +188,11 @@ impl Core {
         let folio = Folio::new_locked(entry.offset(), order);
         // Slots fresh from the allocator: any shadow there is from an earlier use.
         let _stale_shadow = self.swap_cache.add_new(&folio);
-        self.budget.charge_swapcache(folio.len_bytes() as u64);
         self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         match self.take_pages(region, id, owner, entry, &folio) {
             Ok(()) => self.store_taken(region, id, owner, entry, &folio),
             Err(putback) => {
-                folio.unlock(Err("page-out abandoned before the pages were taken".into()));
+                folio.unlock(Unlock::Abandoned);
                 self.delete_folio(&folio, None);
                 if putback {
                     self.lru.putback(id, false);
@@ -211,21 +250,29 @@ impl Core {
     ) -> u64 {
         let (order, nr) = (owner.order, owner.nr_pages());
         let was_active = self.lru.remove(id).is_some();
+        // The data moves from the program to the folio: so does its charge.
         self.budget.uncharge_resident(nr * PAGE);
+        self.budget.charge_swapcache(nr * PAGE);
+        folio.charge();
         let shadow = self.workingset.eviction(false);
         self.workingset.age(nr);
         debug_assert!(was_active, "an isolated folio vanished while its pages were out");
-        let stored = folio.with_data_mut(|data| self.storage.write(entry, data, &self.stats));
+        let mut notes = WriteNotes::default();
+        let stored =
+            folio.with_data_mut(|data| self.storage.write(entry, data, &self.stats, &mut notes));
+        if notes.pool_full {
+            self.wake_kswapd();
+        }
         match stored {
             Ok(tier) => {
-                folio.unlock(Ok(tier == Tier::Zero));
+                folio.unlock(Unlock::Uptodate { zero: tier == Tier::Zero });
                 self.delete_folio(folio, Some(shadow));
                 Stats::add_order(&self.stats.per_order.swpout, order, 1);
                 nr
             }
             Err(_) => {
                 Stats::add(&self.stats.counters.pageout_fail, 1);
-                folio.unlock(Ok(false));
+                folio.unlock(Unlock::Uptodate { zero: false });
                 self.restore(region, owner, entry, folio);
                 0
             }

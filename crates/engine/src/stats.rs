@@ -114,6 +114,8 @@ counters! {
     pages_removed,
     /// Swap entries duplicated for a forked child.
     fork_dup,
+    /// Pool pages given back by compaction (objects moved out of sparse zspages).
+    pool_compact_pages,
 }
 
 /// Per folio size counters (the kernel's `hugepages-<size>kB/stats/`), indexed by order.
@@ -171,6 +173,8 @@ pub struct Gauges {
     pub swapcache_bytes: u64,
     /// Folios in the swap cache (the kernel's nr_swapcached).
     pub nr_swapcached: u64,
+    /// XArray node memory of the swap cache (folio and shadow entries), in bytes.
+    pub swapcache_node_bytes: u64,
     /// Bytes the compressed pool holds (zswap's pool_total_size).
     pub pool_bytes: u64,
     /// Pages stored in the compressed pool (zswap's stored_pages).
@@ -209,6 +213,8 @@ pub struct StatsSnapshot {
     pub per_order: PerOrderSnapshot,
     /// Levels.
     pub gauges: Gauges,
+    /// The compressed pool's counters (its debugfs names), if there is a pool.
+    pub pool: Option<zswap::ZswapStats>,
 }
 
 impl Stats {
@@ -230,6 +236,7 @@ impl Stats {
             counters: self.counters.snapshot(),
             per_order: self.per_order.snapshot(),
             gauges,
+            pool: None,
         }
     }
 }
@@ -262,6 +269,11 @@ impl StatsSnapshot {
         for (name, value) in self.gauges.fields() {
             let _ = writeln!(out, "{name} {value}");
         }
+        if let Some(pool) = &self.pool {
+            for (name, value) in pool.fields() {
+                let _ = writeln!(out, "zswap_{name} {value}");
+            }
+        }
         out
     }
 }
@@ -273,6 +285,7 @@ impl Gauges {
             ("resident_pages", self.resident_pages),
             ("swapcache_bytes", self.swapcache_bytes),
             ("nr_swapcached", self.nr_swapcached),
+            ("swapcache_node_bytes", self.swapcache_node_bytes),
             ("pool_total_size", self.pool_bytes),
             ("stored_pages", self.pool_stored_pages),
             ("swap_inuse_pages", self.swap_inuse_pages),

@@ -23,6 +23,7 @@ use crate::zeromap::{is_zero_filled, ZeroMap};
 use crate::PAGE_SIZE;
 use slots::{SlotFreeHook, SwapDevice, SwapEntry};
 use std::sync::Arc;
+use zswap::{Reject, Zswap};
 
 /// Which tier took a folio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,15 @@ pub enum Tier {
 pub(crate) struct Storage {
     pub(crate) device: Arc<SwapDevice>,
     pub(crate) zeromap: Arc<ZeroMap>,
+    /// The compressed pool, if configured.
+    pub(crate) zswap: Option<Arc<Zswap>>,
+}
+
+/// What a write told the caller besides where the data went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct WriteNotes {
+    /// The pool refused a page because it is at its limit: writeback should make room.
+    pub(crate) pool_full: bool,
 }
 
 impl std::fmt::Debug for Storage {
@@ -63,6 +73,7 @@ impl Storage {
         first: SwapEntry,
         data: &[u8],
         stats: &Stats,
+        notes: &mut WriteNotes,
     ) -> Result<Tier, String> {
         let nr = (data.len() / PAGE_SIZE) as u64;
         let c = &stats.counters;
@@ -72,6 +83,10 @@ impl Storage {
             return Ok(Tier::Zero);
         }
         self.zeromap.clear(first.offset(), nr);
+        if self.pool_write(first, data, notes) {
+            Stats::add(&c.zswpout, nr);
+            return Ok(Tier::Pool);
+        }
         match self.device.backend().write(first.offset(), data) {
             Ok(()) => {
                 Stats::add(&c.pswpout, nr);
@@ -82,6 +97,25 @@ impl Storage {
                 Err(format!("swap device write at slot {}: {error}", first.offset()))
             }
         }
+    }
+
+    /// Offers every page of the folio to the pool; all or nothing. A refusal drops the
+    /// pages already stored (a failed store invalidates every older copy: the pool's
+    /// copies of this folio must never outlive the device copy about to be written).
+    fn pool_write(&self, first: SwapEntry, data: &[u8], notes: &mut WriteNotes) -> bool {
+        let Some(zswap) = &self.zswap else { return false };
+        for (i, page) in data.chunks(PAGE_SIZE).enumerate() {
+            let entry = first.add(i as u64);
+            let page: &[u8; PAGE_SIZE] = page.try_into().expect("whole pages");
+            if let Err(reject) = zswap.store(entry, page) {
+                notes.pool_full |= reject == Reject::PoolLimit;
+                for stored in 0..i as u64 {
+                    zswap.invalidate(first.add(stored));
+                }
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads `buf.len() / PAGE_SIZE` pages of slots `first ..` into `buf`; returns whether
@@ -110,32 +144,102 @@ impl Storage {
                 Stats::add(&c.swpin_zero, run);
             } else {
                 all_zero = false;
-                if let Err(error) = self.device.backend().read(slot, bytes) {
-                    Stats::add(&c.swpin_error, run);
-                    return Err(format!("swap device read at slot {slot}: {error}"));
-                }
-                Stats::add(&c.pswpin, run);
+                self.read_stored(first.add(page), bytes, stats)?;
             }
             page += run;
         }
         Ok(all_zero)
     }
 
+    /// Reads non-zero pages: each from the pool if it holds it, runs of the rest from the
+    /// device in one request each.
+    fn read_stored(&self, first: SwapEntry, buf: &mut [u8], stats: &Stats) -> Result<(), String> {
+        let c = &stats.counters;
+        let nr = buf.len() / PAGE_SIZE;
+        let mut device_run: Option<usize> = None; // first page of a pending device run
+        for i in 0..=nr {
+            let in_pool = i < nr
+                && self.pool_read(
+                    first.add(i as u64),
+                    &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
+                    stats,
+                )?;
+            let on_device = i < nr && !in_pool;
+            match (device_run, on_device) {
+                (None, true) => device_run = Some(i),
+                (Some(start), false) => {
+                    let slot = first.offset() + start as u64;
+                    let bytes = &mut buf[start * PAGE_SIZE..i * PAGE_SIZE];
+                    if let Err(error) = self.device.backend().read(slot, bytes) {
+                        Stats::add(&c.swpin_error, (i - start) as u64);
+                        return Err(format!("swap device read at slot {slot}: {error}"));
+                    }
+                    Stats::add(&c.pswpin, (i - start) as u64);
+                    device_run = None;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads one page from the pool; `false` if the pool does not hold it.
+    fn pool_read(&self, entry: SwapEntry, page: &mut [u8], stats: &Stats) -> Result<bool, String> {
+        let Some(zswap) = &self.zswap else { return Ok(false) };
+        let page: &mut [u8; PAGE_SIZE] = page.try_into().expect("one page");
+        match zswap.load(entry, page) {
+            Ok(true) => {
+                Stats::add(&stats.counters.zswpin, 1);
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(error) => {
+                Stats::add(&stats.counters.swpin_error, 1);
+                Err(format!("pool load of slot {}: {error}", entry.offset()))
+            }
+        }
+    }
+
     /// Are the `nr` slots from `first` all of one kind (all zero, all pool, or all device),
     /// so a large folio can be read back as one?
     pub(crate) fn uniform(&self, first: SwapEntry, nr: u64) -> bool {
-        self.zeromap.batch(first.offset(), nr).0 == nr
+        let (same, zero) = self.zeromap.batch(first.offset(), nr);
+        if same != nr {
+            return false;
+        }
+        if zero {
+            return true;
+        }
+        let Some(zswap) = &self.zswap else { return true };
+        let first_in_pool = zswap.contains(first);
+        (1..nr).all(|i| zswap.contains(first.add(i)) == first_in_pool)
+    }
+
+    /// Bytes the pool holds (its pages and its metadata).
+    pub(crate) fn pool_bytes(&self) -> u64 {
+        self.zswap.as_ref().map_or(0, |z| z.total_bytes())
     }
 }
 
 /// Hears from the swap device about freed slots (see the module documentation).
-#[derive(Debug)]
 pub(crate) struct SlotHook {
     pub(crate) zeromap: Arc<ZeroMap>,
+    pub(crate) zswap: Option<Arc<Zswap>>,
+}
+
+impl std::fmt::Debug for SlotHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotHook").finish_non_exhaustive()
+    }
 }
 
 impl SlotFreeHook for SlotHook {
     fn slots_freed(&self, first: SwapEntry, nr: u32) {
         self.zeromap.clear(first.offset(), u64::from(nr));
+        if let Some(zswap) = &self.zswap {
+            // Only the owner of the last copy drops it: the count reached zero, so no page
+            // table refers to these slots any more and the pool's copies are dead.
+            zswap.invalidate_range(first, u64::from(nr));
+        }
     }
 }

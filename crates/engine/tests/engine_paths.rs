@@ -7,12 +7,19 @@ use common::{addr, content, setup, PAGE};
 use engine::budget::Watermarks;
 use engine::{EngineConfig, Error};
 
+/// Pages go straight to the swap device (no pool), so the device path is what is tested.
 fn config(budget_pages: u64) -> EngineConfig {
     EngineConfig {
         budget_bytes: budget_pages * PAGE as u64,
         background_reclaim: false,
+        zswap: None,
         ..EngineConfig::default()
     }
+}
+
+/// With the compressed pool (lz4, 20% of the budget).
+fn pool_config(budget_pages: u64) -> EngineConfig {
+    EngineConfig { zswap: Some(engine::config::ZswapSettings::default()), ..config(budget_pages) }
 }
 
 #[test]
@@ -214,6 +221,64 @@ fn remap_moves_resident_and_swapped_pages() {
     for page in (0..101).chain(301..512) {
         source.read(&engine, addr(page), &mut buf).unwrap();
         assert_eq!(buf, content(page, 1), "page {page} stayed");
+    }
+    engine.check_invariants();
+}
+
+#[test]
+fn pages_go_through_the_pool_and_come_back() {
+    // 4 MiB budget: a pool limit of 819 KiB, well above the pool's own fixed structures.
+    let (engine, source) = setup(pool_config(1024), 4096);
+    for page in 0..4096 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let stats = engine.stats();
+    assert!(stats.counters.zswpout > 500, "pool stores: {}", stats.counters.zswpout);
+    assert!(stats.gauges.pool_bytes > 0 && stats.gauges.pool_stored_pages > 0);
+    assert!(stats.gauges.used_bytes <= 1024 * PAGE as u64, "pool counts in the budget");
+    engine.check_invariants();
+    // Newest first: the pool holds the most recently evicted pages (the oldest were written
+    // back to the device when it filled).
+    let mut buf = vec![0u8; PAGE];
+    for page in (0..4096).rev() {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    let stats = engine.stats();
+    assert!(stats.counters.zswpin > 300, "pool loads: {}", stats.to_vmstat());
+    engine.check_invariants();
+}
+
+#[test]
+fn a_full_pool_spills_to_the_device_and_writes_back() {
+    // Incompressible pages fill the 20% pool fast; the rest goes to the device, and the
+    // reclaimer writes the pool's coldest entries back until it is under its threshold.
+    let (engine, source) = setup(pool_config(256), 2048);
+    let noise = |page: u64| -> Vec<u8> {
+        let mut x = page.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..PAGE)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    for page in 0..2048 {
+        source.write(&engine, addr(page), &noise(page)).unwrap();
+    }
+    engine.reclaim();
+    let stats = engine.stats();
+    let pool = stats.pool.clone().expect("a pool");
+    assert!(pool.pool_limit_hit > 0, "the limit was hit");
+    assert!(stats.counters.pswpout > 0, "pages spilled to the device");
+    assert!(stats.counters.zswpwb > 0 && pool.written_back_pages > 0, "writeback ran");
+    assert!(!pool.is_full, "writeback brought the pool under its threshold");
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..2048 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, noise(page), "page {page}");
     }
     engine.check_invariants();
 }

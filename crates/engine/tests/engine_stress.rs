@@ -147,12 +147,25 @@ fn injected_backend_failures_surface_and_never_corrupt() {
     faulty.arm(FaultPlan { kind: FaultKind::FailRead, nth: 97, every: true });
     faulty.arm(FaultPlan { kind: FaultKind::FailWrite, nth: 89, every: true });
     let backend: Arc<dyn Backend> = faulty.clone();
-    let (outcome, engine) = run(config(0, BackendConfig::Custom(backend)), 20_000, 3);
+    // The pool fails too: every 11th compression, every 7th zspage allocation.
+    let compressions = Arc::new(AtomicU64::new(0));
+    let allocations = Arc::new(AtomicU64::new(0));
+    let mut config = config(0, BackendConfig::Custom(backend));
+    config.zswap_faults = zswap::FaultHooks {
+        compress_fail: Some(Arc::new(move |_| {
+            compressions.fetch_add(1, Ordering::Relaxed) % 11 == 10
+        })),
+        alloc_fail: Some(Arc::new(move |_| allocations.fetch_add(1, Ordering::Relaxed) % 7 == 6)),
+    };
+    let (outcome, engine) = run(config, 20_000, 3);
     let stats = engine.stats();
     assert!(faulty.stats().injected(FaultKind::FailRead) > 0);
     assert!(faulty.stats().injected(FaultKind::FailWrite) > 0);
     assert!(outcome.poisoned > 0, "failed reads reach the program as poisoned pages");
     assert!(stats.counters.swpin_error > 0 && stats.counters.pageout_fail > 0);
+    let pool = stats.pool.expect("a pool");
+    assert!(pool.compress_fail_stored_raw > 0, "compressor failures were injected");
+    assert!(pool.reject_alloc_fail > 0, "allocation failures were injected");
     assert!(outcome.reads_checked > 30_000);
     engine.check_invariants();
 }

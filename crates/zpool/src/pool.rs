@@ -29,7 +29,7 @@ use crate::error::Error;
 use crate::handle::Handle;
 use crate::state::ClassState;
 use crate::stats::{bump, ClassStats, CompactStats, LiveCounters, PoolStats};
-use crate::zspage::ZsPage;
+use crate::zspage::{alloc_page, PageBox, ZsPage};
 use crate::PAGE_SIZE;
 use parking_lot::Mutex;
 use std::fmt;
@@ -127,8 +127,19 @@ pub struct ZsPool {
     meta_bytes: AtomicUsize,
     /// The pool structure itself and its class table.
     fixed_meta_bytes: usize,
+    /// Pages of freed zspages kept for the next zspage (a leaf lock, held only to push or
+    /// pop): a free-then-allocate cycle, the common case when pages come back in and go out
+    /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`;
+    /// counted in `total_bytes`.
+    spare: Mutex<Vec<PageBox>>,
+    spare_pages: AtomicUsize,
     counters: LiveCounters,
 }
+
+/// Spare pages kept at most: 64 pages = 256 KiB (the kernel's per-CPU page lists keep a
+/// few hundred KiB per CPU for the same reason), and never more than an eighth of the
+/// pool's limit; counted in `total_bytes`, and given back by [`ZsPool::compact`].
+const SPARE_PAGES_MAX: usize = 64;
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
@@ -162,6 +173,8 @@ impl ZsPool {
             pages_held: AtomicUsize::new(0),
             meta_bytes: AtomicUsize::new(0),
             fixed_meta_bytes,
+            spare: Mutex::new(Vec::with_capacity(SPARE_PAGES_MAX)),
+            spare_pages: AtomicUsize::new(0),
             counters: LiveCounters::default(),
         })
     }
@@ -230,7 +243,11 @@ impl ZsPool {
         }
         let attempt = AllocAttempt { class: index, size_bytes: size, pages };
         let injected = self.alloc_fail_hook.as_ref().is_some_and(|hook| hook(&attempt));
-        let zspage = if injected { None } else { ZsPage::alloc(pages, geometry.objs_per_zspage) };
+        let zspage = if injected {
+            None
+        } else {
+            ZsPage::alloc_from(pages, geometry.objs_per_zspage, || self.spare_page())
+        };
         match zspage {
             Some(zspage) => {
                 bump(&self.counters.zspages_allocated);
@@ -255,10 +272,33 @@ impl ZsPool {
         reserved.is_ok()
     }
 
-    /// Drops a zspage taken out of its class and gives its pages back. No lock held.
+    /// A page for a new zspage: a spare one, or a new one. No lock held.
+    fn spare_page(&self) -> Option<PageBox> {
+        let spare = self.spare.lock().pop();
+        match spare {
+            Some(page) => {
+                self.spare_pages.fetch_sub(1, Ordering::Relaxed);
+                Some(page)
+            }
+            None => alloc_page(),
+        }
+    }
+
+    /// Drops a zspage taken out of its class, keeping up to `SPARE_PAGES_MAX` of its pages
+    /// for the next zspage and freeing the rest. No lock held.
     fn release_zspage(&self, zspage: Box<ZsPage>) {
         let pages = zspage.page_count();
-        drop(zspage);
+        let mut freed = zspage.into_pages();
+        let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
+        {
+            let mut spare = self.spare.lock();
+            while spare.len() < keep {
+                let Some(page) = freed.pop() else { break };
+                spare.push(page);
+                self.spare_pages.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        drop(freed); // the rest go back to the allocator, outside the lock
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);
         bump(&self.counters.zspages_freed);
     }
@@ -376,6 +416,11 @@ impl ZsPool {
                 }
             }
         }
+        // The spare pages go too: compaction is how a pool under pressure gives memory back.
+        let spare = std::mem::take(&mut *self.spare.lock());
+        self.spare_pages.fetch_sub(spare.len(), Ordering::Relaxed);
+        stats.pages_freed += spare.len();
+        drop(spare);
         bump(&self.counters.compactions);
         let moved = stats.objects_moved as u64;
         self.counters.objects_moved.fetch_add(moved, Ordering::Relaxed);
@@ -387,7 +432,8 @@ impl ZsPool {
     /// Memory held, in bytes: 4096 per zspage page, plus metadata (module essay of the
     /// crate says exactly what is counted). Lock-free; exact when no operation is running.
     pub fn total_bytes(&self) -> u64 {
-        let pages = self.pages_held.load(Ordering::Relaxed);
+        let pages =
+            self.pages_held.load(Ordering::Relaxed) + self.spare_pages.load(Ordering::Relaxed);
         let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
         (pages * PAGE_SIZE + meta) as u64
     }
@@ -406,8 +452,9 @@ impl ZsPool {
         let pages = classes.iter().map(|c| c.pages).sum::<usize>();
         let class_meta = classes.iter().map(|c| c.metadata_bytes).sum::<usize>();
         let metadata_bytes = class_meta + self.fixed_meta_bytes;
+        let spare = self.spare_pages.load(Ordering::Relaxed);
         PoolStats {
-            total_bytes: (pages * PAGE_SIZE + metadata_bytes) as u64,
+            total_bytes: ((pages + spare) * PAGE_SIZE + metadata_bytes) as u64,
             pages,
             metadata_bytes,
             objects: classes.iter().map(|c| c.objects).sum(),
@@ -444,6 +491,9 @@ impl ZsPool {
         let reserved = self.pages_reserved.load(Ordering::Relaxed);
         assert!(reserved >= pages, "{reserved} pages reserved < {pages} held");
         assert!(reserved <= self.max_pages, "{reserved} pages reserved > limit");
+        let spare = self.spare.lock().len();
+        assert_eq!(self.spare_pages.load(Ordering::Relaxed), spare, "spare page count");
+        assert!(spare <= SPARE_PAGES_MAX.min(self.max_pages / 8), "{spare} spare pages kept");
     }
 }
 

@@ -83,11 +83,22 @@ impl ZsPage {
     ///
     /// Boxed, so the class's zspage table holds one pointer per id, not the whole struct:
     /// the table keeps its high-water length, and 8 bytes per id there is what that costs.
+    #[cfg(test)]
     pub(crate) fn alloc(pages: usize, objs: usize) -> Option<Box<Self>> {
+        Self::alloc_from(pages, objs, alloc_page)
+    }
+
+    /// As [`ZsPage::alloc`], taking its pages from `page` (the pool's spare pages first).
+    /// A page's old contents never show: every object is written before it is read.
+    pub(crate) fn alloc_from(
+        pages: usize,
+        objs: usize,
+        mut page: impl FnMut() -> Option<PageBox>,
+    ) -> Option<Box<Self>> {
         let mut chain = Vec::new();
         chain.try_reserve_exact(pages).ok()?;
         for _ in 0..pages {
-            chain.push(alloc_page()?);
+            chain.push(page()?);
         }
         let mut slots = Vec::new();
         slots.try_reserve_exact(objs).ok()?;
@@ -103,6 +114,13 @@ impl ZsPage {
             group: 0,
             group_pos: 0,
         }))
+    }
+
+    /// Gives the zspage's pages back (it must be empty: its objects are dead).
+    #[allow(clippy::boxed_local)] // zspages live boxed; taking the box avoids a move out
+    pub(crate) fn into_pages(self: Box<Self>) -> Vec<PageBox> {
+        debug_assert_eq!(self.inuse, 0, "pages of a zspage still in use");
+        self.pages.into_vec()
     }
 
     /// Objects in use.

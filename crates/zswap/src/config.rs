@@ -19,10 +19,12 @@
 use crate::compress::CompressorConfig;
 use crate::error::Error;
 
-/// The smallest pool limit accepted: 1 MiB. Below it the pool's fixed structures (the
-/// allocator's class table, a first chunk of LRU nodes, the index roots: ~40 KiB) and one
-/// zspage per busy size class would already be over the limit.
-pub const MIN_POOL_BYTES: u64 = 1 << 20;
+/// The smallest pool limit accepted: 64 KiB. Below it the pool's fixed structures (the
+/// allocator's class table, a first chunk of LRU nodes, the index roots: ~40 KiB) would
+/// already be over the limit. A limit this small is for tests and the simulator, where a
+/// pool that fills in a few stores exercises the limit, the hysteresis and writeback; real
+/// budgets give limits of megabytes.
+pub const MIN_POOL_BYTES: u64 = 64 << 10;
 
 /// The most pages the allocator can hold (zpool's `MAX_POOL_PAGES`, 2^24, which that crate
 /// does not export; a test checks the allocator refuses one more).

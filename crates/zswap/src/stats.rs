@@ -81,6 +81,45 @@ pub struct ZswapStats {
     pub is_full: bool,
 }
 
+impl ZswapStats {
+    /// Every counter as `(name, value)`, in declaration order (booleans as 0 or 1), for
+    /// vmstat-style text.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("pool_limit_hit", self.pool_limit_hit),
+            ("reject_reclaim_fail", self.reject_reclaim_fail),
+            ("reject_compress_fail", self.reject_compress_fail),
+            ("reject_compress_poor", self.reject_compress_poor),
+            ("reject_alloc_fail", self.reject_alloc_fail),
+            ("decompress_fail", self.decompress_fail),
+            ("written_back_pages", self.written_back_pages),
+            ("pool_total_size", self.pool_total_size),
+            ("stored_pages", self.stored_pages),
+            ("stored_incompressible_pages", self.stored_incompressible_pages),
+            ("reject_accept_threshold", self.reject_accept_threshold),
+            ("compress_fail_stored_raw", self.compress_fail_stored_raw),
+            ("zswpout", self.zswpout),
+            ("zswpin", self.zswpin),
+            ("load_misses", self.load_misses),
+            ("exclusive_loads", self.exclusive_loads),
+            ("invalidated", self.invalidated),
+            ("failed_store_invalidated", self.failed_store_invalidated),
+            ("replaced_entries", self.replaced_entries),
+            ("writeback_second_chance", self.writeback_second_chance),
+            ("writeback_warm_stop", self.writeback_warm_stop),
+            ("writeback_skipped_freed", self.writeback_skipped_freed),
+            ("writeback_raced", self.writeback_raced),
+            ("writeback_decompress_fail", self.writeback_decompress_fail),
+            ("writeback_write_fail", self.writeback_write_fail),
+            ("pool_bytes", self.pool_bytes),
+            ("metadata_bytes", self.metadata_bytes),
+            ("max_pool_bytes", self.max_pool_bytes),
+            ("accept_threshold_bytes", self.accept_threshold_bytes),
+            ("is_full", u64::from(self.is_full)),
+        ]
+    }
+}
+
 /// The live counters. Relaxed atomics: statistics, not synchronisation; `stored_pages` and
 /// `stored_incompressible_pages` change under the tree lock of the entry concerned, so
 /// with every tree locked they are exact.

@@ -509,6 +509,52 @@ impl Zswap {
         }
     }
 
+    /// Drops the entries of the `nr` slots from `first` (a freed folio's): the tree lock and
+    /// the LRU lock taken once for all of them, the objects freed after both are dropped.
+    /// The slots must lie in one tree (a folio's slots do: at most 512, aligned).
+    ///
+    /// # Panics
+    /// If the range leaves the device or crosses a tree (caller bugs).
+    ///
+    /// Context: as [`Zswap::invalidate`]; allocates a small vector before locking.
+    pub fn invalidate_range(&self, first: SwapEntry, nr: u64) {
+        match nr {
+            0 => return,
+            1 => return self.invalidate(first), // no vector for the common case
+            _ => {}
+        }
+        let last = first.add(nr - 1);
+        self.check_entry(last);
+        let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
+        assert!(same_tree, "slots {first:?}+{nr} cross a tree");
+        let mut erased = Vec::with_capacity(nr as usize);
+        {
+            let (mut tree, key) = self.trees.lock(first.offset());
+            for i in 0..nr {
+                if self.find(&tree, key + i, first.add(i)).is_some() {
+                    erased.push(into_item(tree.xa.erase(key + i).expect("found above")));
+                }
+            }
+            if erased.is_empty() {
+                return;
+            }
+            self.trees.sync(&mut tree);
+            let mut list = self.lru.list.lock();
+            let unlinked: Vec<_> =
+                erased.iter().map(|entry| self.lru.remove(&mut list, entry)).collect();
+            drop(list);
+            for entry in &erased {
+                self.count_stored(entry, -1);
+                self.move_unowned(1);
+            }
+            drop(tree);
+            for (entry, in_lru) in erased.into_iter().zip(unlinked) {
+                self.release((entry, in_lru));
+                bump(&self.counters.invalidated);
+            }
+        }
+    }
+
     /// Erases `entry`'s slot, only if it holds `expected` when one is given (pointer
     /// identity). Returns whether an entry was erased.
     ///
@@ -564,11 +610,12 @@ impl Zswap {
 
     // ---- maintenance -----------------------------------------------------------------
 
-    /// Compacts the pool allocator (moves objects out of sparse zspages and frees them).
+    /// Compacts the pool allocator (moves objects out of sparse zspages and frees them);
+    /// returns what it did.
     ///
     /// Context: takes each class lock in turn; readers and writers proceed between rounds.
-    pub fn compact(&self) {
-        self.pool.compact();
+    pub fn compact(&self) -> zpool::CompactStats {
+        self.pool.compact()
     }
 
     /// Rewrites `entry`'s stored object in place with `mutate` (same length): fault

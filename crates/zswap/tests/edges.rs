@@ -30,10 +30,10 @@ fn bad_setups_are_clear_errors() {
     let mut c = config("lz4", 64 * MIB);
     c.accept_threshold_percent = 150;
     assert!(matches!(err(c, SLOTS), Error::Percent { what: "accept_threshold_percent", .. }));
-    // 20% of 4 MiB is under the 1 MiB floor; 20% of 1 PiB over the allocator's 64 GiB.
-    let small = err(config("lz4", 4 * MIB), SLOTS);
-    assert!(matches!(small, Error::PoolLimit { limit_bytes: 838_860, .. }), "{small}");
-    assert!(small.to_string().contains("pool limit 838860 bytes"), "{small}");
+    // 20% of 256 KiB is under the 64 KiB floor; 20% of 1 PiB over the allocator's 64 GiB.
+    let small = err(config("lz4", 256 << 10), SLOTS);
+    assert!(matches!(small, Error::PoolLimit { limit_bytes: 52_428, .. }), "{small}");
+    assert!(small.to_string().contains("pool limit 52428 bytes"), "{small}");
     assert!(matches!(err(config("lz4", 1 << 50), SLOTS), Error::PoolLimit { .. }));
     assert!(matches!(err(config("lz4", 64 * MIB), 0), Error::NrSlots { nr_slots: 0, .. }));
     let too_many = slots::MAX_SLOTS + 1;
@@ -479,4 +479,22 @@ fn trees_split_the_device_every_16384_slots() {
         assert_eq!(back, *text_page(offset));
     }
     assert_eq!(zswap::TREE_SLOTS, 16384);
+}
+
+#[test]
+fn invalidate_range_drops_every_entry_of_a_folio_and_nothing_else() {
+    let zswap = pool("lz4");
+    let page = [5u8; 4096];
+    for offset in [16, 17, 19, 24] {
+        zswap.store(slot(offset), &page).expect("store");
+    }
+    zswap.invalidate_range(slot(16), 8); // slots 16..24: three entries and five holes
+    for offset in [16, 17, 19] {
+        assert!(!zswap.contains(slot(offset)), "slot {offset} kept");
+    }
+    assert!(zswap.contains(slot(24)), "the slot after the range stays");
+    assert_eq!(zswap.stats().invalidated, 3);
+    assert_eq!(zswap.stored_pages(), 1);
+    zswap.invalidate_range(slot(32), 16); // nothing there
+    zswap.check_invariants();
 }

@@ -108,7 +108,9 @@ impl Harness {
             Op::Load { slot } => self.load(offset(slot)),
             Op::Invalidate { slot } => self.invalidate(offset(slot)),
             Op::Writeback { max } => self.writeback(max),
-            Op::Compact => self.zswap.compact(),
+            Op::Compact => {
+                self.zswap.compact();
+            }
             Op::FailNextCompress => self.fail_compress.store(true, Relaxed),
             Op::FailNextAlloc => self.fail_alloc.store(true, Relaxed),
             Op::FailWrites(fail) => {
@@ -254,7 +256,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
-    /// Many slots, mostly incompressible pages, the smallest pool (1 MiB): the limit and
+    /// Many slots, mostly incompressible pages, a small pool (1 MiB): the limit and
     /// its hysteresis, predicted from the total the pool reports.
     #[test]
     fn full_pool_matches_the_model(ops in prop::collection::vec(op(400, 30), 300..800)) {

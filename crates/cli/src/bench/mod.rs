@@ -6,7 +6,9 @@
 //! shared and noisy: an absolute figure from another run says little.
 
 mod compare;
+mod engine;
 mod heap;
+mod seed;
 mod uffd;
 mod zpool;
 mod zswap;
@@ -42,6 +44,20 @@ pub struct BenchArgs {
 pub enum Which {
     /// Print the machine description every report carries (a smoke test of the harness).
     Machine,
+    /// The engine's page-out and page-in paths on simulated memory (no userfaultfd): ns
+    /// per page for order 0 and 4, pool compressor none and lz4, and the seed's zero-page
+    /// test. JSON: pagein_ns_order0_none, pagein_ns_per_page_order4_none,
+    /// pageout_ns_order0_none, zero_pagein_ns, ...
+    Engine,
+    /// Seed experiment 000: swap cache node memory with multi-index vs single entries after
+    /// swapping out 2 MiB folios (the seed: -94%), and sequential swap-out and swap-in of
+    /// zero pages. JSON: swapcache_node_ratio, zero_swapin_ns_order0, ...
+    #[command(name = "seed-000")]
+    Seed000,
+    /// Seed experiment 004: the zswap index as an XArray vs a balanced tree: lookup latency
+    /// and memory per entry. JSON: xarray_lookup_ns_p50, btree_lookup_ns_p50, ...
+    #[command(name = "seed-004")]
+    Seed004,
     /// The XArray against BTreeMap and HashMap (stores/s, loads/s on 1M dense and sparse
     /// keys), bytes per dense entry, and the seed's multi-index node memory experiment.
     /// JSON: dense_load_ratio_vs_btreemap, dense_bytes_per_entry, multi_index_node_bytes,
@@ -84,6 +100,9 @@ pub enum Which {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
+        Which::Engine => engine::run(&args.common)?,
+        Which::Seed000 => seed::seed_000(&args.common)?,
+        Which::Seed004 => seed::seed_004(&args.common)?,
         Which::Xarray => xarray::run(args.common.quick)?,
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
