@@ -31,6 +31,7 @@ use std::path::PathBuf;
 ///   uswap sim --seed 3 --workload zipf --faults none --order 4
 ///   uswap sim --workload kbuild --compare-policies --json
 ///   uswap sim --workload zipf --sweep budget=64,128,256 --sweep readahead=0,8 --csv
+///   uswap sim --workload phases --sweep pool=0,10,20,50 --seeds 0..5
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimArgs {
@@ -101,12 +102,18 @@ pub struct SimArgs {
     /// The Zipf exponent of the zipf workload.
     #[arg(long)]
     zipf_theta: Option<f64>,
+    /// The compressed pool's share of the budget, percent (0 turns the pool off).
+    #[arg(long, value_name = "PERCENT")]
+    pool: Option<u32>,
+    /// The pool's compressor: lz4, zstd, zstd:LEVEL, none.
+    #[arg(long)]
+    compressor: Option<String>,
     /// Fault sites: swarm (as the seed draws them; the default) or none.
     #[arg(long)]
     faults: Option<String>,
     /// Activate one fault site at a rate, SITE=PPM (repeatable; replaces the seed's
     /// sites). Sites: read_fail, read_corrupt, write_fail, write_torn, write_lost,
-    /// discard_fail, take_retry, map_retry, incompressible.
+    /// discard_fail, take_retry, map_retry, incompressible, compress_fail, pool_alloc_fail.
     #[arg(long, value_name = "SITE=PPM")]
     fault: Vec<String>,
     /// Start from a preset, then apply the other flags: `race` (the hotspot world that
@@ -124,7 +131,7 @@ pub struct SimArgs {
     #[arg(long)]
     counters: bool,
     /// Sweep a parameter, NAME=V1,V2,... (repeatable: every combination runs). Names:
-    /// policy, budget, order, readahead, swap. Prints a table, or CSV with --csv.
+    /// policy, budget, order, readahead, swap, pool. Prints a table, or CSV with --csv.
     #[arg(long, value_name = "NAME=VALUES")]
     sweep: Vec<String>,
     /// Print sweeps as CSV.
@@ -219,6 +226,11 @@ fn overrides(a: &SimArgs) -> anyhow::Result<Overrides> {
             remove_ppm: a.remove_ppm.or(m.remove_ppm),
             fork_ppm: a.fork_ppm.or(m.fork_ppm),
             zipf_theta: a.zipf_theta.or(m.zipf_theta),
+        },
+        pool_percent: a.pool,
+        compressor: match &a.compressor {
+            Some(name) => Some(name.parse().map_err(|e| anyhow!("--compressor: {e}"))?),
+            None => None,
         },
         planted_bug: a.planted_bug,
         verbose: a.verbose,

@@ -18,7 +18,9 @@
 //! | `discard_fail` | backend discard | nothing: freed slots are written before read |
 //! | `take_retry` | page source take | abandon the page-out, the folio stays resident |
 //! | `map_retry` | page source map | the fault retries; the data stays in swap |
-//! | `incompressible` | the content of a written page | the pool refuses it; the device takes it |
+//! | `incompressible` | the content of a written page | the pool stores it raw or refuses it |
+//! | `compress_fail` | the pool's compressor (zswap's hook) | stored raw or refused, never lost |
+//! | `pool_alloc_fail` | the pool allocator (zpool's hook) | the page goes to the device |
 //!
 //! Torn, lost and corrupt I/O is silent by nature: it can only be caught by a checksum. A
 //! run that activates any of them turns the swap device's checksums on (and the checker
@@ -48,10 +50,18 @@ pub enum Site {
     MapRetry,
     /// A page written by the program is full-entropy data (an incompressible burst).
     Incompressible,
+    /// The pool's compressor fails on a page.
+    CompressFail,
+    /// The pool allocator fails to allocate a zspage.
+    PoolAllocFail,
 }
 
 /// Number of sites.
-pub const NR_SITES: usize = 9;
+pub const NR_SITES: usize = 11;
+
+/// The sites of the first draw; the pool's sites are drawn after every other option (so
+/// adding them changed no earlier seed's world).
+const FIRST_DRAW: usize = 9;
 
 impl Site {
     /// Every site, in declaration order.
@@ -65,6 +75,8 @@ impl Site {
         Site::TakeRetry,
         Site::MapRetry,
         Site::Incompressible,
+        Site::CompressFail,
+        Site::PoolAllocFail,
     ];
 
     /// The site's name, as printed and as accepted by `--fault`.
@@ -79,6 +91,8 @@ impl Site {
             Site::TakeRetry => "take_retry",
             Site::MapRetry => "map_retry",
             Site::Incompressible => "incompressible",
+            Site::CompressFail => "compress_fail",
+            Site::PoolAllocFail => "pool_alloc_fail",
         }
     }
 
@@ -132,19 +146,35 @@ impl Faults {
         Faults { fire_ppm, fired: Default::default() }
     }
 
-    /// A swarm draw: each site active with probability 1/4, firing at a drawn rate.
+    /// A swarm draw of the first sites: each active with probability 1/4, firing at a
+    /// drawn rate. [`Faults::swarm_pool`] draws the rest.
     pub fn swarm(rng: &mut SimRng) -> Faults {
-        let mut fire_ppm = [0; NR_SITES];
-        for site in Site::ALL {
-            if rng.percent(ACTIVATE_PERCENT) {
-                let choices: &[u32] = match site {
-                    Site::TakeRetry | Site::MapRetry | Site::Incompressible => &FIRE_PPM_CHEAP,
-                    _ => &FIRE_PPM_IO,
-                };
-                fire_ppm[site.index()] = rng.pick(choices);
-            }
+        let mut faults = Faults::none();
+        for site in &Site::ALL[..FIRST_DRAW] {
+            faults.draw(*site, rng);
         }
-        Faults::with_ppm(fire_ppm)
+        faults
+    }
+
+    /// The swarm draw of the pool's sites.
+    pub fn swarm_pool(&mut self, rng: &mut SimRng) {
+        for site in &Site::ALL[FIRST_DRAW..] {
+            self.draw(*site, rng);
+        }
+    }
+
+    fn draw(&mut self, site: Site, rng: &mut SimRng) {
+        if rng.percent(ACTIVATE_PERCENT) {
+            let choices: &[u32] = match site {
+                Site::TakeRetry
+                | Site::MapRetry
+                | Site::Incompressible
+                | Site::CompressFail
+                | Site::PoolAllocFail => &FIRE_PPM_CHEAP,
+                _ => &FIRE_PPM_IO,
+            };
+            self.fire_ppm[site.index()] = rng.pick(choices);
+        }
     }
 
     /// Sets one site's fire probability (0 turns it off).
@@ -224,7 +254,9 @@ mod tests {
     fn swarm_activates_about_a_quarter_of_sites() {
         let mut active = 0;
         for seed in 0..400 {
-            let faults = Faults::swarm(&mut SimRng::stream(seed, "faults"));
+            let mut rng = SimRng::stream(seed, "faults");
+            let mut faults = Faults::swarm(&mut rng);
+            faults.swarm_pool(&mut rng);
             active += Site::ALL.into_iter().filter(|s| faults.active(*s)).count();
         }
         let share = active as f64 / (400.0 * NR_SITES as f64);

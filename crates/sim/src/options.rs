@@ -17,6 +17,7 @@ use crate::world::Latency;
 use engine::PAGE_SIZE;
 use slots::{AllocPolicy, SWAPFILE_CLUSTER};
 use std::path::PathBuf;
+use zswap::{CompressorKind, Incompressible};
 
 /// Which program the simulated threads run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,14 @@ pub struct SimOptions {
     pub check_ppm: u32,
     /// kbuild: how full the swap device is kept, percent.
     pub fill_percent: u32,
+    /// The compressed pool's share of the budget, percent (0: no pool).
+    pub pool_percent: u32,
+    /// The pool's compressor.
+    pub compressor: CompressorKind,
+    /// What the pool does with a page that does not compress.
+    pub incompressible: Incompressible,
+    /// A crc32c per compressed object.
+    pub pool_checksum: bool,
     /// Plant the page-in re-validation bug (debug builds only; the simulator must find it).
     pub planted_bug: bool,
     /// Print every operation as it completes (the op log), to stderr.
@@ -192,6 +201,10 @@ pub struct Overrides {
     pub fill_percent: Option<u32>,
     /// The mix flags.
     pub mix: MixOverrides,
+    /// `--pool` (percent of the budget; 0 turns the pool off).
+    pub pool_percent: Option<u32>,
+    /// `--compressor`.
+    pub compressor: Option<CompressorKind>,
     /// `--planted-bug`.
     pub planted_bug: bool,
     /// `--verbose` (changes nothing in the run).
@@ -208,6 +221,9 @@ pub const REGION_PAGES_MAX: u64 = 1 << 16;
 pub const SWAP_PAGES_MAX: u64 = 1 << 16;
 
 const CLUSTER: u64 = SWAPFILE_CLUSTER as u64;
+
+/// The smallest pool zswap accepts, in pages (64 KiB).
+const POOL_MIN_PAGES: u64 = 16;
 
 impl SimOptions {
     /// Seed `seed`'s options, with `overrides` applied.
@@ -276,6 +292,10 @@ impl SimOptions {
             faults,
             check_ppm: 1_000_000,
             fill_percent,
+            pool_percent: 0,
+            compressor: CompressorKind::Lz4,
+            incompressible: Incompressible::StoreRaw,
+            pool_checksum: false,
             planted_bug: false,
             verbose: false,
         };
@@ -288,7 +308,22 @@ impl SimOptions {
             o.mix.pageout_ppm = 100_000;
             o.mix.zipf_theta = 1.2;
         }
+        o.draw_pool(&mut rng);
         o
+    }
+
+    /// The pool's options and fault sites, drawn last (see `Faults::swarm_pool`).
+    fn draw_pool(&mut self, rng: &mut SimRng) {
+        self.pool_percent = rng.pick(&[0, 0, 10, 20, 20, 50]);
+        self.compressor = match rng.below(20) {
+            0..=13 => CompressorKind::Lz4,
+            14..=16 => CompressorKind::Zstd { level: 1 },
+            _ => CompressorKind::None,
+        };
+        self.incompressible =
+            if rng.percent(70) { Incompressible::StoreRaw } else { Incompressible::Reject };
+        self.pool_checksum = rng.percent(25);
+        self.faults.swarm_pool(rng);
     }
 
     fn apply(&mut self, o: &Overrides) {
@@ -297,6 +332,7 @@ impl SimOptions {
         }
         pin!(workload, threads, ops_per_thread, region_pages, budget_pages, swap_pages);
         pin!(folio_order, policy, readahead_max_pages, sched, check_ppm, fill_percent);
+        pin!(pool_percent, compressor);
         let m = &o.mix;
         macro_rules! pin_mix {
             ($($field:ident),*) => { $( if let Some(v) = m.$field { self.mix.$field = v; } )* };
@@ -341,6 +377,13 @@ impl SimOptions {
             }
         }
         self.swap_pages = self.swap_pages.div_ceil(CLUSTER).max(1) * CLUSTER;
+        // zswap refuses a pool limit under 64 KiB (16 pages): a drawn share that small
+        // grows to the smallest that works (or the pool goes, in a budget under 16 pages).
+        let min_percent = POOL_MIN_PAGES * 100;
+        if self.pool_percent > 0 && pinned.pool_percent.is_none() {
+            let needed = min_percent.div_ceil(self.budget_pages.max(1));
+            self.pool_percent = if needed > 100 { 0 } else { self.pool_percent.max(needed as u32) };
+        }
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -360,7 +403,10 @@ impl SimOptions {
                 self.workload == WorkloadKind::Replay && self.trace.is_none(),
                 "replay needs --trace".into(),
             ),
-            (self.fill_percent > 99 || self.mix.read_percent > 100, "percent 0..=99".into()),
+            (
+                self.fill_percent > 99 || self.mix.read_percent > 100 || self.pool_percent > 100,
+                "percent 0..=100 (fill 0..=99)".into(),
+            ),
             (
                 self.planted_bug && !cfg!(debug_assertions),
                 "the planted bug needs a debug build".into(),
@@ -383,7 +429,8 @@ impl SimOptions {
         format!(
             "workload={} threads={} ops={} region={}p budget={}p swap={}p order={} policy={:?} \
              readahead={} large_swapin={} discard={} checksums={} batch={} sched={} \
-             latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} faults={} planted_bug={}",
+             latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} pool={}% compressor={} \
+             incompressible={:?} pool_checksum={} faults={} planted_bug={}",
             self.workload.name(),
             self.threads,
             self.ops_per_thread,
@@ -405,6 +452,10 @@ impl SimOptions {
             m.remove_ppm,
             m.fork_ppm,
             m.zipf_theta,
+            self.pool_percent,
+            self.compressor,
+            self.incompressible,
+            self.pool_checksum,
             self.faults.describe(),
             self.planted_bug,
         )
@@ -468,6 +519,8 @@ impl Overrides {
         push("remove-ppm", m.remove_ppm.map(|v| v.to_string()));
         push("fork-ppm", m.fork_ppm.map(|v| v.to_string()));
         push("zipf-theta", m.zipf_theta.map(|v| v.to_string()));
+        push("pool", self.pool_percent.map(|v| v.to_string()));
+        push("compressor", self.compressor.map(|c| c.to_string()));
         match &self.faults {
             FaultChoice::Swarm => {}
             FaultChoice::None => args.push("--faults none".into()),

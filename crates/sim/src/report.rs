@@ -87,7 +87,7 @@ impl RunReport {
         let c = self.stats.as_ref().map(|s| &s.counters);
         format!(
             "seed={} {verdict} workload={} ops={} steps={} reads_checked={} lost={} checks={} \
-             swpout={} swpin={} faults_fired={} digest={:016x} wall={:.2}s",
+             swpout={} swpin={} zswpout={} faults_fired={} digest={:016x} wall={:.2}s",
             self.options.seed,
             self.options.workload.name(),
             self.ops,
@@ -97,6 +97,7 @@ impl RunReport {
             self.invariant_checks,
             c.map_or(0, |c| c.pswpout + c.swpout_zero),
             c.map_or(0, |c| c.pswpin + c.swpin_zero),
+            c.map_or(0, |c| c.zswpout),
             self.faults_fired.iter().map(|(_, n)| n).sum::<u64>(),
             self.digest,
             self.wall.as_secs_f64(),

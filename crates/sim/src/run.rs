@@ -20,6 +20,7 @@
 //! each has does not matter: all stripes of a new device start empty.
 
 use crate::backend::SimBackend;
+use crate::buggify::Site;
 use crate::failure::{panic_message, Failure, FailureKind};
 use crate::model::Model;
 use crate::ops::{replay_queues, Generator, Kbuild, Op, HEAP_BASE};
@@ -30,6 +31,7 @@ use crate::sched::{self, Aborted, Limits, Sched, Yield};
 use crate::source::SimSource;
 use crate::trace::{Header, Record, RecordKind, TraceWriter};
 use crate::world::World;
+use engine::config::ZswapSettings;
 use engine::region::MmId;
 use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, PAGE_SIZE};
 use parking_lot::Mutex;
@@ -144,7 +146,7 @@ fn report(ctx: &Ctx, failure: Option<Failure>, started: Instant) -> RunReport {
         invariant_checks: ctx.checks_done.load(Ordering::Relaxed),
         reads_checked: model.reads_checked,
         pages_lost: model.pages_lost,
-        faults_fired: crate::buggify::Site::ALL
+        faults_fired: Site::ALL
             .into_iter()
             .map(|s| (s, ctx.world.faults.fired(s)))
             .filter(|(_, n)| *n > 0)
@@ -154,7 +156,7 @@ fn report(ctx: &Ctx, failure: Option<Failure>, started: Instant) -> RunReport {
 }
 
 /// The engine's configuration for `o`.
-pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>) -> EngineConfig {
+pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>, world: &Arc<World>) -> EngineConfig {
     EngineConfig {
         budget_bytes: o.budget_bytes(),
         watermarks: None,
@@ -168,8 +170,35 @@ pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>) -> EngineConfig {
             discard: o.discard,
             checksums: o.checksums,
         },
+        zswap: (o.pool_percent > 0).then_some(ZswapSettings {
+            compressor: o.compressor,
+            max_pool_percent: o.pool_percent,
+            accept_threshold_percent: 90,
+            incompressible: o.incompressible,
+            checksum: o.pool_checksum,
+        }),
+        zswap_faults: pool_fault_hooks(world),
         background_reclaim: false,
         reclaim_batch_pages: o.reclaim_batch_pages,
+    }
+}
+
+/// The pool's fault sites, as zswap's hooks (they run with no zswap lock held and never
+/// yield: a draw from the world's fault stream).
+fn pool_fault_hooks(world: &Arc<World>) -> zswap::FaultHooks {
+    let faults = &world.faults;
+    let compress = world.clone();
+    let alloc = world.clone();
+    zswap::FaultHooks {
+        compress_fail: faults.active(Site::CompressFail).then(|| {
+            let hook: Arc<dyn Fn(slots::SwapEntry) -> bool + Send + Sync> =
+                Arc::new(move |_| compress.fires(Site::CompressFail));
+            hook
+        }),
+        alloc_fail: faults.active(Site::PoolAllocFail).then(|| {
+            let hook: zpool::AllocFailHook = Arc::new(move |_| alloc.fires(Site::PoolAllocFail));
+            hook
+        }),
     }
 }
 
@@ -177,7 +206,7 @@ fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Ge
     let world = Arc::new(World::new(opts.seed, opts.faults.clone(), opts.latency));
     let backend = Arc::new(SimBackend::new(opts.swap_pages, world.clone()));
     let source = Arc::new(SimSource::new(world.clone()));
-    let engine = Engine::new(engine_config(opts, backend), source.clone())
+    let engine = Engine::new(engine_config(opts, backend, &world), source.clone())
         .map_err(|e| format!("engine: {e}"))?;
     let replay = match (&opts.workload, &opts.trace) {
         (WorkloadKind::Replay, Some(path)) => {

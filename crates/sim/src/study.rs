@@ -12,7 +12,8 @@
 //! cluster policy, and reports per order the folios swapped out whole (`swpout`) and the
 //! ones split because no `2^k` contiguous slots were free (`swpout_fallback`). Order 0
 //! never falls back; its row comes from a run with only 4 KiB folios. The device runs
-//! 80-95% full (the kbuild workload's fill target), where fragmentation decides.
+//! 80-95% full (the kbuild workload's fill target), where fragmentation decides. The pool
+//! is off unless pinned (the kernel's runs used zram: every page takes slots).
 
 use crate::options::{FaultChoice, Overrides, WorkloadKind};
 use crate::report::RunReport;
@@ -35,12 +36,14 @@ pub enum Param {
     Readahead,
     /// The swap device, pages.
     Swap,
+    /// The compressed pool's share of the budget, percent (0: no pool).
+    Pool,
 }
 
 impl Param {
     /// Every sweepable parameter.
-    pub const ALL: [Param; 5] =
-        [Param::Policy, Param::Budget, Param::Order, Param::Readahead, Param::Swap];
+    pub const ALL: [Param; 6] =
+        [Param::Policy, Param::Budget, Param::Order, Param::Readahead, Param::Swap, Param::Pool];
 
     /// The name used in `--sweep NAME=V1,V2`.
     pub fn name(self) -> &'static str {
@@ -50,6 +53,7 @@ impl Param {
             Param::Order => "order",
             Param::Readahead => "readahead",
             Param::Swap => "swap",
+            Param::Pool => "pool",
         }
     }
 
@@ -74,6 +78,7 @@ impl Param {
                 o.readahead_max_pages = Some(u32::try_from(number()?).map_err(|_| bad())?);
             }
             Param::Swap => o.swap_pages = Some(number()?),
+            Param::Pool => o.pool_percent = Some(u32::try_from(number()?).map_err(|_| bad())?),
         }
         Ok(())
     }
@@ -122,6 +127,12 @@ pub struct CellFigures {
     pub pswpout: u64,
     /// Pages read from the device.
     pub pswpin: u64,
+    /// Pages stored in the pool.
+    pub zswpout: u64,
+    /// Pages loaded from the pool.
+    pub zswpin: u64,
+    /// Pages written back from the pool to the device.
+    pub zswpwb: u64,
     /// Zero pages swapped out (nothing stored).
     pub swpout_zero: u64,
     /// Large folios swapped out whole (orders > 0).
@@ -149,6 +160,9 @@ impl CellFigures {
         self.pgmajfault += c.pgmajfault;
         self.pswpout += c.pswpout;
         self.pswpin += c.pswpin;
+        self.zswpout += c.zswpout;
+        self.zswpin += c.zswpin;
+        self.zswpwb += c.zswpwb;
         self.swpout_zero += c.swpout_zero;
         self.refaults += c.workingset_refault_anon;
         self.swap_ra += c.swap_ra;
@@ -158,13 +172,16 @@ impl CellFigures {
     }
 
     /// Column names, in [`CellFigures::values`] order.
-    pub const COLUMNS: [&'static str; 13] = [
+    pub const COLUMNS: [&'static str; 16] = [
         "runs",
         "failures",
         "ops",
         "pgmajfault",
         "pswpout",
         "pswpin",
+        "zswpout",
+        "zswpin",
+        "zswpwb",
         "swpout_zero",
         "swpout_large",
         "swpout_fallback",
@@ -175,7 +192,7 @@ impl CellFigures {
     ];
 
     /// The figures in [`CellFigures::COLUMNS`] order.
-    pub fn values(&self) -> [u64; 13] {
+    pub fn values(&self) -> [u64; 16] {
         [
             self.runs,
             self.failures,
@@ -183,6 +200,9 @@ impl CellFigures {
             self.pgmajfault,
             self.pswpout,
             self.pswpin,
+            self.zswpout,
+            self.zswpin,
+            self.zswpwb,
             self.swpout_zero,
             self.swpout_large,
             self.swpout_fallback,
@@ -297,6 +317,8 @@ pub fn compare_policies(
             o.ops_per_thread = o.ops_per_thread.or(Some(KBUILD_OPS));
             o.swap_pages = o.swap_pages.or(Some(KBUILD_SWAP_PAGES));
             o.budget_pages = o.budget_pages.or(Some(KBUILD_BUDGET_PAGES));
+            // The kernel's table ran on zram: every page goes to the device's slots.
+            o.pool_percent = o.pool_percent.or(Some(0));
             let (mut swpout, mut fallback, mut fill) = (0, 0, 0);
             for &seed in seeds {
                 let r = crate::run_seed(seed, &o)?;

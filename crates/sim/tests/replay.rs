@@ -16,22 +16,38 @@ fn figures(r: &sim::RunReport) -> (u64, u64, u64, u64, u64, Option<engine::stats
 
 #[test]
 fn a_seed_replays_to_the_same_digest_and_counters() {
-    // Threads, faults and every scheduler: seeds whose draws differ in all of them.
+    // Threads, faults and every scheduler: seeds whose draws differ in all of them. The
+    // pool is on, with its own fault sites, so compression and writeback replay too.
     let faults = FaultChoice::Sites(vec![
         (Site::ReadFail, 10_000),
         (Site::WriteTorn, 10_000),
         (Site::TakeRetry, 50_000),
         (Site::Incompressible, 50_000),
+        (Site::CompressFail, 50_000),
+        (Site::PoolAllocFail, 50_000),
     ]);
     for (seed, workload) in
         [(3, WorkloadKind::Zipf), (4, WorkloadKind::Kbuild), (5, WorkloadKind::Phases)]
     {
-        let o =
-            Overrides { workload: Some(workload), faults: faults.clone(), ..Overrides::default() };
+        let o = Overrides {
+            workload: Some(workload),
+            faults: faults.clone(),
+            pool_percent: Some(20),
+            ..Overrides::default()
+        };
         let a = run_seed(seed, &o).expect("valid");
         let b = run_seed(seed, &o).expect("valid");
         assert!(a.passed(), "{}", a.failure_report(""));
         assert!(a.ops > 100 && a.steps > a.ops / 2, "seed {seed} did something");
+        let zswpout = a.stats.as_ref().map_or(0, |s| s.counters.zswpout);
+        assert!(zswpout > 0, "seed {seed} {workload:?}: nothing went to the pool");
+        let pool_faults: u64 = a
+            .faults_fired
+            .iter()
+            .filter(|(s, _)| matches!(s, Site::CompressFail | Site::PoolAllocFail))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(pool_faults > 0, "seed {seed} {workload:?}: no pool fault fired");
         assert_eq!(figures(&a), figures(&b), "seed {seed} {workload:?} replayed differently");
         let c = run_seed(seed + 100, &o).expect("valid");
         assert_ne!(a.digest, c.digest, "another seed, another run");
