@@ -18,7 +18,7 @@
 
 use crate::budget::{Budget, Pressure};
 use crate::config::{BackendConfig, EngineConfig};
-use crate::lru::{Lru, RegionId};
+use crate::lru::{FolioOwner, Lru, RegionId};
 use crate::page_source::PageSource;
 use crate::region::{MmId, Pte, Region};
 use crate::stats::{Gauges, Stats, StatsSnapshot};
@@ -237,6 +237,36 @@ impl Engine {
         self.core.add_region(mm, start, len)
     }
 
+    /// Manages `len` bytes at `start` of which some pages are already mapped, as a range a
+    /// program used before it was managed (the LD_PRELOAD shim adopting a heap) has them:
+    /// `present` lists runs `(first page index in the region, pages)` (PAGEMAP_SCAN
+    /// `PAGE_IS_PRESENT` says which). Those pages become resident order-0 folios, charged
+    /// and on the inactive list, so reclaim can evict them; the other pages are untouched.
+    /// The caller registers the range for faults only after this returns, and keeps the
+    /// program from dropping the listed pages until then (a page listed but missing would
+    /// be served as resident and never faulted in).
+    ///
+    /// # Errors
+    /// [`Error::BadRegion`] for a bad range, an overlap, or a run outside the region
+    /// (nothing is added then).
+    ///
+    /// Context: takes the regions lock, then the region's page-table lock; allocates; may
+    /// wake the background reclaimer.
+    pub fn add_region_populated(
+        &self,
+        start: u64,
+        len: u64,
+        present: &[(u64, u64)],
+    ) -> Result<RegionId, Error> {
+        let pages = len / PAGE_SIZE as u64;
+        if present.iter().any(|&(first, n)| first.checked_add(n).is_none_or(|end| end > pages)) {
+            return Err(Error::BadRegion { start, len, why: "a present run outside the region" });
+        }
+        let id = self.core.add_region(MmId::DEFAULT, start, len)?;
+        self.core.adopt_present(id, present);
+        Ok(id)
+    }
+
     /// Handles a fault at `addr` in the engine's own address space (see
     /// [`Core::handle_fault`]).
     ///
@@ -399,6 +429,29 @@ impl Core {
         regions.next_mm += 1;
         regions.mms.insert(mm, Mm { source, managed, by_start: BTreeMap::new() });
         mm
+    }
+
+    /// Makes the pages of `present` in region `id` resident order-0 folios (see
+    /// [`Engine::add_region_populated`]).
+    pub(crate) fn adopt_present(&self, id: RegionId, present: &[(u64, u64)]) {
+        let Some(region) = self.region_by_id(id) else { return };
+        let mut adopted = 0;
+        {
+            let mut pt = region.lock();
+            for index in present.iter().flat_map(|&(first, n)| first..first + n) {
+                if pt.lookup(index).is_some() {
+                    continue; // listed twice
+                }
+                let owner = FolioOwner { region: id, index, order: 0 };
+                let lru = self.lru.add(owner, false);
+                pt.set(index, 0, Pte::Resident(lru));
+                adopted += 1;
+            }
+        }
+        self.budget.charge_resident(adopted * PAGE_SIZE as u64);
+        if self.budget.pressure(self.pool_bytes(), 0) >= Pressure::BelowLow {
+            self.wake_kswapd();
+        }
     }
 
     /// The region with id `id`, if still managed.

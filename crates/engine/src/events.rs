@@ -67,9 +67,7 @@ impl Core {
                     }
                 }
                 Pte::Swap(entry) => {
-                    if let Err(error) = self.storage.device.put(entry, nr as u32) {
-                        panic!("page table held {entry:?} but the device refused the put: {error}");
-                    }
+                    self.put_entry(entry, nr as u32);
                     freed.push((entry, nr));
                 }
             }
@@ -99,7 +97,7 @@ impl Core {
             Pte::Resident(id) => {
                 // A stale id cannot happen: reclaim removes the record only after changing
                 // the entry, under this same lock.
-                let ids = self.lru.split(id, 0).expect("a resident entry has a live record");
+                let ids = self.lru.split(id, 0, false).expect("a resident entry has a live record");
                 pt.split(found.first, 0, |first, _| {
                     Pte::Resident(ids[(first - found.first) as usize])
                 });

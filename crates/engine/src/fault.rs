@@ -282,6 +282,51 @@ impl Core {
         step
     }
 
+    /// Drops page-table references to the `nr` slots from `entry` (the kernel's
+    /// `swap_free`), then deletes any folio still caching them once nothing refers to its
+    /// slots (the kernel's `free_swap_and_cache`): a folio a failed page-out left as the
+    /// only copy of its data lives exactly as long as some page still needs it.
+    ///
+    /// Context: may hold a PTL (PTL → shard → cluster).
+    pub(crate) fn put_entry(&self, entry: SwapEntry, nr: u32) {
+        self.device_op(self.storage.device.put(entry, nr), "put", entry);
+        for folio in self.swap_cache.folios_in(entry.offset(), u64::from(nr)) {
+            self.release_if_unreferenced(&folio);
+        }
+    }
+
+    /// Deletes `folio` if its I/O is over and no page table refers to any of its slots.
+    /// Returns whether it did. Context: as [`Core::put_entry`].
+    pub(crate) fn release_if_unreferenced(&self, folio: &Arc<Folio>) -> bool {
+        if folio.is_locked() {
+            return false; // its owner decides
+        }
+        let device = &self.storage.device;
+        let first = SwapEntry::new(device.swap_type(), folio.first_slot());
+        // A count of 0 cannot rise again: only a reference can be duplicated (fork).
+        let referenced =
+            (0..1u64 << folio.order()).any(|i| device.count(first.add(i)).is_ok_and(|c| c > 0));
+        if referenced || !self.delete_folio(folio, None) {
+            return false;
+        }
+        Stats::add(&self.stats.counters.swapcache_released, 1);
+        true
+    }
+
+    /// Checks the result of a slot operation that cannot fail while the page tables and
+    /// the swap cache are consistent. A failed discard of a freed cluster is the one
+    /// operating condition: the operation itself completed; count it and go on.
+    ///
+    /// # Panics
+    /// On any other error: the engine's bookkeeping is broken.
+    pub(crate) fn device_op(&self, result: Result<(), slots::Error>, what: &str, entry: SwapEntry) {
+        match result {
+            Ok(()) => {}
+            Err(slots::Error::Backend(_)) => Stats::add(&self.stats.counters.swap_discard_error, 1),
+            Err(error) => panic!("{what} of {entry:?} refused by the swap device: {error}"),
+        }
+    }
+
     /// Deletes a folio from the swap cache if it is still there, leaving `shadow` (or
     /// nothing), unpinning its slots in the same critical section, and uncharging it.
     /// Returns whether this call deleted it.
@@ -290,9 +335,7 @@ impl Core {
         let first = SwapEntry::new(device.swap_type(), folio.first_slot());
         let nr = 1u32 << folio.order();
         let deleted = self.swap_cache.delete(folio, shadow, || {
-            if let Err(error) = device.put_cache(first, nr) {
-                panic!("unpin of swap cache folio at {first:?}: {error}");
-            }
+            self.device_op(device.put_cache(first, nr), "unpin", first);
         });
         if deleted {
             // Whoever deletes the folio drops its charge, if it carries one.
@@ -365,9 +408,7 @@ impl Core {
             // A forked child's page: served, then the kernel's like any other child page.
             pt.erase(first);
         }
-        if let Err(error) = self.storage.device.put(entry, 1 << order) {
-            panic!("page table held {entry:?} but the device refused the put: {error}");
-        }
+        self.put_entry(entry, 1 << order);
         Stats::add_order(&self.stats.per_order.swpin, order, 1);
         Ok(Step::Done(FaultOutcome::Mapped))
     }

@@ -382,12 +382,14 @@ impl Lru {
     }
 
     /// Replaces a folio of order `o` by 2^(o - new_order) folios of `new_order` on the same
-    /// list (or isolated, if it was): page-out falls back this way when contiguous slots are
-    /// short, and a partial unmap of a large folio splits it first. Returns the new ids in
-    /// index order, or `None` if the id is stale.
+    /// list. A folio isolated by reclaim gives isolated pieces only to reclaim itself
+    /// (`keep_isolated`: page-out splitting it because contiguous slots are short); anyone
+    /// else splitting it (a partial remove or remap) gets the pieces on the inactive list,
+    /// since reclaim's old id is now stale and it will never put them back (simulator
+    /// finding A). Returns the new ids in index order, or `None` if the id is stale.
     ///
     /// Context: takes the LRU lock; may allocate.
-    pub fn split(&self, id: LruId, new_order: u32) -> Option<Vec<LruId>> {
+    pub fn split(&self, id: LruId, new_order: u32, keep_isolated: bool) -> Option<Vec<LruId>> {
         let mut inner = self.inner.lock();
         if !inner.live(id) {
             return None;
@@ -405,11 +407,13 @@ impl Lru {
         for piece in 0..pieces {
             let index = owner.index + (piece << new_order);
             let slot = inner.alloc_slot(FolioOwner { index, order: new_order, ..owner });
-            if kind == ListKind::Isolated {
-                inner.records[slot as usize].list = ListKind::Isolated;
-                inner.isolated_pages += 1 << new_order;
-            } else {
-                inner.link_head(slot, kind);
+            match kind {
+                ListKind::Isolated if keep_isolated => {
+                    inner.records[slot as usize].list = ListKind::Isolated;
+                    inner.isolated_pages += 1 << new_order;
+                }
+                ListKind::Isolated => inner.link_head(slot, ListKind::Inactive),
+                _ => inner.link_head(slot, kind),
             }
             ids.push(LruId::new(slot, inner.records[slot as usize].generation));
         }
@@ -554,18 +558,37 @@ mod tests {
         let id = lru.add(owner(1, 4), false);
         let mut out = Vec::new();
         lru.isolate(16, &mut out);
-        let ids = lru.split(id, 2).expect("split");
+        let ids = lru.split(id, 2, true).expect("split");
         assert_eq!(ids.len(), 4);
         let indices: Vec<u64> = ids.iter().map(|i| lru.get(*i).unwrap().0.index).collect();
         assert_eq!(indices, vec![16, 20, 24, 28]);
         assert_eq!(lru.counts().isolated_pages, 16);
         lru.check_invariants();
         let listed = lru.add(owner(3, 3), true);
-        let pieces = lru.split(listed, 0).expect("split");
+        let pieces = lru.split(listed, 0, false).expect("split");
         assert_eq!(pieces.len(), 8);
         assert_eq!(lru.counts().active_folios, 8);
         assert_eq!(lru.isolate_one(pieces[0]).map(|o| o.index), Some(24));
         assert_eq!(lru.isolate_one(pieces[0]), None, "isolated twice");
+        lru.check_invariants();
+    }
+
+    // postmortem (simulator finding A): reclaim isolated an order-2 folio and parked in a
+    // backend write; the program dropped 3 of its 4 pages, and the split gave the piece it
+    // kept an *isolated* record. Reclaim's page-out of the old id found the page table
+    // changed and put nothing back: the piece stayed isolated for ever, resident and charged
+    // but never reclaimable. A split by anyone but reclaim itself lists the pieces.
+    #[test]
+    fn splitting_an_isolated_folio_for_a_partial_remove_lists_the_pieces() {
+        let lru = Lru::new();
+        let id = lru.add(owner(0, 2), false);
+        let mut out = Vec::new();
+        lru.isolate(4, &mut out);
+        let pieces = lru.split(id, 0, false).expect("split");
+        assert_eq!(lru.counts().isolated_pages, 0, "no piece stays isolated");
+        assert_eq!(lru.counts().inactive_pages, 4);
+        assert!(!lru.putback(id, false), "reclaim's id is stale");
+        assert!(pieces.iter().all(|p| lru.get(*p).is_some_and(|(_, k)| k == ListKind::Inactive)));
         lru.check_invariants();
     }
 

@@ -227,9 +227,7 @@ impl Core {
         let Err(error) = taken else { return Ok(()) };
         // The pages never left: undo, under the same lock hold.
         pt.set(owner.index, order, Pte::Resident(id));
-        if let Err(error) = self.storage.device.put(entry, nr) {
-            panic!("undo of a reference just taken on {entry:?}: {error}");
-        }
+        self.device_op(self.storage.device.put(entry, nr), "undo put", entry);
         let c = &self.stats.counters;
         match error {
             SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
@@ -280,18 +278,14 @@ impl Core {
     }
 
     /// No tier took the data: map it back from the folio (if a racing fault has not done
-    /// so already) and drop the slots. If even that fails, the folio stays in the swap cache
-    /// with the only copy, and the next fault maps it from there.
+    /// so already). The folio holds the only copy: it is deleted only once no page refers
+    /// to its slots any more — here, or later by the `put` that drops the last reference
+    /// (a racing fault may have split the entry and will map its page from the folio, or
+    /// the program may drop the pages). Never before: that lost data (simulator finding C).
     fn restore(&self, region: &Region, owner: FolioOwner, entry: SwapEntry, folio: &Arc<Folio>) {
-        let mapped =
-            self.map_from_folio(region, owner.index, owner.order, entry, folio, false, false);
-        match mapped {
-            Ok(crate::fault::Step::Done(crate::engine::FaultOutcome::Mapped))
-            | Ok(crate::fault::Step::Again) => {
-                self.delete_folio(folio, None);
-            }
-            Ok(crate::fault::Step::Done(_)) | Err(_) => {}
-        }
+        // Whatever the outcome, map_from_folio's put released the folio if it could.
+        let _ = self.map_from_folio(region, owner.index, owner.order, entry, folio, false, false);
+        self.release_if_unreferenced(folio);
     }
 
     /// Page-out found no 2^order contiguous slots: split the folio into order-0 pieces and
@@ -303,7 +297,7 @@ impl Core {
             if pt.lookup(owner.index) != Some(resident) {
                 return 0;
             }
-            let Some(ids) = self.lru.split(id, 0) else { return 0 };
+            let Some(ids) = self.lru.split(id, 0, true) else { return 0 };
             pt.split(owner.index, 0, |first, _| Pte::Resident(ids[(first - owner.index) as usize]));
             ids
         };

@@ -116,6 +116,12 @@ counters! {
     fork_dup,
     /// Pool pages given back by compaction (objects moved out of sparse zspages).
     pool_compact_pages,
+    /// Discards of freed clusters that failed (harmless: freed slots are written before
+    /// they are read; the disk space just was not given back).
+    swap_discard_error,
+    /// Cached folios deleted because the last reference to their slots went (the kernel's
+    /// free_swap_and_cache), e.g. the only copy left by a failed store, once unneeded.
+    swapcache_released,
 }
 
 /// Per folio size counters (the kernel's `hugepages-<size>kB/stats/`), indexed by order.

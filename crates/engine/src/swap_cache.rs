@@ -392,6 +392,16 @@ impl SwapCache {
         xa.load(slot).and_then(|entry| entry.item().map(Folio::get))
     }
 
+    /// The folios caching any of the `nr` slots from `slot`.
+    ///
+    /// Context: takes one shard lock.
+    pub fn folios_in(&self, slot: u64, nr: u64) -> Vec<Arc<Folio>> {
+        let xa = self.shard(slot).lock();
+        xa.iter_range(slot..=slot + nr - 1)
+            .filter_map(|(_, _, entry)| entry.item().map(Folio::get))
+            .collect()
+    }
+
     /// Is `folio` still the swap cache's entry for its slots? A folio found earlier may have
     /// been deleted since, and its slots freed and reused: only a folio still here holds the
     /// current data of its slots (the kernel's `folio_matches_swap_entry`).

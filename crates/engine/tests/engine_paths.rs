@@ -282,3 +282,35 @@ fn a_full_pool_spills_to_the_device_and_writes_back() {
     }
     engine.check_invariants();
 }
+
+/// A range adopted with pages already mapped (what an LD_PRELOAD shim does with a heap):
+/// the listed pages are charged, evicted and served back like any resident page; the
+/// others are first touches; a run outside the region is refused.
+#[test]
+fn a_region_adopted_with_present_pages_pages_them_out_and_back() {
+    use engine::mem_source::MemorySource;
+    use engine::{Engine, PageSource};
+    use std::sync::Arc;
+    let source = Arc::new(MemorySource::new(common::BASE, 16));
+    // Pages 2..6 were written before the range was managed: mapped, unknown to the engine.
+    for page in 2..6 {
+        source.map(addr(page), &content(page, 3)).unwrap();
+    }
+    let dyn_source: Arc<dyn PageSource> = source.clone();
+    let engine = Engine::new(config(64), dyn_source).unwrap();
+    let len = 16 * PAGE as u64;
+    let e = engine.add_region_populated(common::BASE, len, &[(14, 4)]).unwrap_err();
+    assert!(matches!(e, Error::BadRegion { .. }), "{e}");
+    engine.add_region_populated(common::BASE, len, &[(2, 4)]).unwrap();
+    assert_eq!(engine.stats().gauges.resident_pages, 4);
+    engine.check_invariants();
+    assert_eq!(engine.pageout(common::BASE, len).unwrap(), 4, "the adopted pages go out");
+    assert_eq!(source.data_pages(), 0);
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        let version = if (2..6).contains(&page) { 3 } else { 0 };
+        assert_eq!(buf, content(page, version), "page {page}");
+    }
+    engine.check_invariants();
+}

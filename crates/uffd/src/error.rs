@@ -67,6 +67,12 @@ pub enum Op {
     Mprotect,
     /// sigaction(2) for the SIGBUS handler.
     Sigaction,
+    /// mincore(2).
+    Mincore,
+    /// eventfd(2).
+    Eventfd,
+    /// pthread_atfork(3).
+    Atfork,
 }
 
 impl core::fmt::Display for Op {
@@ -93,6 +99,9 @@ impl core::fmt::Display for Op {
             Op::Mremap => "mremap",
             Op::Mprotect => "mprotect",
             Op::Sigaction => "sigaction(SIGBUS)",
+            Op::Mincore => "mincore",
+            Op::Eventfd => "eventfd",
+            Op::Atfork => "pthread_atfork",
         };
         f.write_str(name)
     }
@@ -116,6 +125,8 @@ pub enum Error {
         /// A user-mode-only uffd can be created (5.11 and later).
         user_mode_only_works: bool,
     },
+    /// Serving forked children (`UFFD_FEATURE_EVENT_FORK`) needs `CAP_SYS_PTRACE`.
+    NoForkPermission,
     /// A needed feature is missing from this kernel.
     KernelTooOld {
         /// The kernel's name for the feature.
@@ -155,6 +166,19 @@ pub enum Error {
     Register { range: Range, errno: Errno },
     /// Reading a /proc file.
     Proc { path: &'static str, error: std::io::Error },
+
+    // --- the library (Uswap, Builder, Region) ---
+    /// A value given to the builder or to `map` is unusable; the text names it.
+    Config { what: String },
+    /// The swap file cannot be created or sized.
+    SwapFile { path: std::path::PathBuf, why: String },
+    /// The engine refused an operation.
+    Engine(engine::Error),
+    /// A thread could not be started.
+    Thread { what: &'static str, error: std::io::Error },
+    /// The object belongs to the parent of this forked process: its engine and threads are
+    /// not here.
+    ForkedChild,
 }
 
 impl Error {
@@ -252,6 +276,13 @@ impl core::fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::NoForkPermission => write!(
+                f,
+                "serving forked children (UFFD_FEATURE_EVENT_FORK) needs CAP_SYS_PTRACE, which \
+                 this process lacks; without it a child would read evicted pages as zeros: run \
+                 with CAP_SYS_PTRACE (or as root), or build with exclude_from_fork(true) (managed \
+                 regions are then not inherited by children, MADV_DONTFORK)"
+            ),
             Error::KernelTooOld { feature, since, running } => {
                 write!(f, "{feature} needs Linux {since} or later")?;
                 match running {
@@ -296,6 +327,16 @@ impl core::fmt::Display for Error {
             ),
             Error::Register { range, errno } => write!(f, "UFFDIO_REGISTER {range:?}: {errno}"),
             Error::Proc { path, error } => write!(f, "reading {path}: {error}"),
+            Error::Config { what } => write!(f, "bad configuration: {what}"),
+            Error::SwapFile { path, why } => {
+                write!(f, "swap file {}: {why}", path.display())
+            }
+            Error::Engine(error) => write!(f, "engine: {error}"),
+            Error::Thread { what, error } => write!(f, "cannot start {what}: {error}"),
+            Error::ForkedChild => write!(
+                f,
+                "this uswap object belongs to the parent process; a forked child cannot use it"
+            ),
         }
     }
 }

@@ -31,26 +31,50 @@
 //!
 //! Facts verified on the development kernel (6.18) and the measured costs are in
 //! docs/UFFD.md; the tests under `tests/` are those facts, executable.
+//!
+//! The frontend, which makes the engine page real process memory, lives here too (it is the
+//! only layer that may make mm syscalls):
+//!
+//! ```text
+//!   Uswap / Builder / Region (api)     the library: map, pageout, stats; libuswap.so wraps it
+//!     Handler (handler)                one thread: reads every uffd (the process's and its
+//!                                      forked children's), events first, faults -> engine
+//!     SigbusMode (delivery)            or: the faulting thread resolves its own fault
+//!     UffdSource (source)              engine::PageSource: MOVE out via staging, COPY in
+//!     Trimmer (trim)                   gives freed heap back when it inflates the RSS
+//!   engine::Engine                     decisions and bookkeeping
+//! ```
 
 #![deny(unsafe_code)]
 
+mod api;
+pub mod delivery;
 pub mod error;
 pub mod event;
+pub mod handler;
 pub mod mm;
 pub mod pagemap;
 pub mod probe;
 pub mod sigbus;
+pub mod source;
 pub mod staging;
 pub mod sys;
+pub mod trim;
 pub mod types;
 mod uffd;
 
+pub use api::{
+    Builder, CompressorKind, Incompressible, Region, Stats, SwapTarget, Uswap, REQUIRED_FEATURES,
+};
+pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};
 pub use event::Event;
+pub use handler::HandlerStats;
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
 pub use probe::{probe, Probe};
 pub use sigbus::{SigbusFault, SigbusResolver};
+pub use source::{SourceStats, UffdSource};
 pub use staging::{SlotIndex, SlotRun, Staging, StagingStats};
 pub use sys::Errno;
 pub use types::{CopyMode, Features, Ioctls, KernelVersion, MoveMode, Range, RegisterMode, Wake};

@@ -112,6 +112,18 @@ pub fn classify(a: &Attempts) -> Verdict {
     })
 }
 
+/// Whether the calling process has `CAP_SYS_PTRACE` in its effective set (`CapEff`, bit 19,
+/// in /proc/self/status).
+pub fn cap_sys_ptrace() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+}
+
 /// Whether the calling process runs under a seccomp filter.
 pub fn seccomp_filtered() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -135,6 +147,9 @@ pub struct Probe {
     pub pagemap_scan: bool,
     /// The process runs under a seccomp filter.
     pub seccomp_filter: bool,
+    /// The process has `CAP_SYS_PTRACE` (effective), which `UFFD_FEATURE_EVENT_FORK` needs
+    /// (the kernel refuses it otherwise, with EPERM, whatever the uffd's origin).
+    pub cap_sys_ptrace: bool,
     /// Every attempt's outcome.
     pub attempts: Attempts,
 }
@@ -170,6 +185,18 @@ impl Probe {
                 errno: Errno(libc::EPERM),
                 user_mode_only_works: true,
             }),
+        }
+    }
+
+    /// Checks that forked children can be served (`UFFD_FEATURE_EVENT_FORK`).
+    ///
+    /// # Errors
+    /// [`Error::NoForkPermission`] without `CAP_SYS_PTRACE`.
+    pub fn require_event_fork(&self) -> Result<(), Error> {
+        if self.cap_sys_ptrace {
+            Ok(())
+        } else {
+            Err(Error::NoForkPermission)
         }
     }
 
@@ -249,6 +276,7 @@ pub fn probe() -> Result<Probe, Error> {
         features: Features::from_bits(api.features),
         pagemap_scan: pagemap_scan_works(),
         seccomp_filter: attempts.seccomp_filter,
+        cap_sys_ptrace: cap_sys_ptrace(),
         attempts,
     })
 }
@@ -388,6 +416,7 @@ mod tests {
             features: Features::from_bits(0x7fff), // up to POISON: a 6.6 kernel
             pagemap_scan: false,
             seccomp_filter: false,
+            cap_sys_ptrace: true,
             attempts: Attempts::default(),
         };
         assert!(p.require(Features::POISON | Features::SIGBUS).is_ok());

@@ -64,6 +64,8 @@ pub struct StagingStats {
     pub alloc_refused: u64,
     /// Recycled pages released by [`Staging::trim`].
     pub trimmed_pages: u64,
+    /// Pages emptied into a discard area by [`Staging::drain`] (no event).
+    pub drained_pages: u64,
 }
 
 /// A registered range of page slots (see the module essay).
@@ -133,6 +135,11 @@ impl Staging {
     /// The slots' range (registered with the uffd).
     pub fn range(&self) -> Range {
         self.map.range()
+    }
+
+    /// Whether `slot` is allocated.
+    pub fn is_allocated(&self, slot: SlotIndex) -> bool {
+        bit(&self.allocated, slot.0 as usize)
     }
 
     /// Whether a page sits in `slot`.
@@ -305,6 +312,72 @@ impl Staging {
         } else {
             self.stats.moved_out_pages += done as u64;
         }
+    }
+
+    /// Copies the pages of `run` into `out` (`run.pages` pages long) and returns how many
+    /// slots held no page. A move with `ALLOW_SRC_HOLES` counts a source hole as moved and
+    /// leaves the slot empty, which staging's bitmap cannot tell: the kernel is asked
+    /// (mincore), and an empty slot reads as zeros without being touched (touching it would
+    /// map the zero page there, and a later MOVE into it would be EEXIST).
+    ///
+    /// # Errors
+    /// mincore's errno (a bug: the range is ours).
+    ///
+    /// # Panics
+    /// If a slot of the run is not allocated, or `out` has the wrong length.
+    pub fn copy_out(&self, run: SlotRun, out: &mut [u8]) -> Result<u32, Error> {
+        assert_eq!(out.len(), run.pages as usize * PAGE_SIZE, "copy_out buffer length");
+        const CHUNK: usize = 512;
+        let mut resident = [0u8; CHUNK];
+        let mut holes = 0;
+        for (c, chunk) in out.chunks_mut(CHUNK * PAGE_SIZE).enumerate() {
+            let first = run.first.0 as usize + c * CHUNK;
+            let pages = chunk.len() / PAGE_SIZE;
+            crate::sys::mem::mincore(self.map.page_addr(first), &mut resident[..pages])
+                .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
+            for (i, page) in chunk.chunks_mut(PAGE_SIZE).enumerate() {
+                self.assert_owned(SlotIndex((first + i) as u32));
+                if resident[i] & 1 != 0 {
+                    self.map.load((first + i) * PAGE_SIZE, page);
+                } else {
+                    page.fill(0);
+                    holes += 1;
+                }
+            }
+        }
+        Ok(holes)
+    }
+
+    /// Empties the slots of `run` without sending an event: moves their pages (and holes)
+    /// into `sink` at byte `sink_offset`, a range registered with `via`, then drops them there
+    /// (MADV_DONTNEED). `via` must be a uffd without `EVENT_REMOVE`: staging itself is
+    /// registered with the event uffd, where MADV_DONTNEED would send a REMOVE and wait for
+    /// it to be read (tests/frontend_facts.rs). The slots stay allocated, now empty.
+    ///
+    /// # Errors
+    /// The move's or madvise's error; the slots' state is then unknown and the caller must
+    /// not reuse them.
+    ///
+    /// # Panics
+    /// If a slot of the run is not allocated.
+    pub fn drain(
+        &mut self,
+        via: &Uffd,
+        run: SlotRun,
+        sink: &Mapping,
+        sink_offset: usize,
+    ) -> Result<(), Error> {
+        let len = run.pages as usize * PAGE_SIZE;
+        let dst = sink.sub(sink_offset, len)?.start();
+        for s in run.slots() {
+            self.assert_owned(SlotIndex(s as u32));
+        }
+        let offset = run.first.0 as usize * PAGE_SIZE;
+        via.move_from(dst, &self.map, offset, len, MoveMode::ALLOW_SRC_HOLES)?;
+        run.slots().for_each(|s| set_bit(&mut self.present, s, false));
+        sink.advise(sink_offset, len, Advice::DontNeed)?;
+        self.stats.drained_pages += u64::from(run.pages);
+        Ok(())
     }
 
     /// Releases the pages held by free slots (MADV_DONTNEED); returns how many.

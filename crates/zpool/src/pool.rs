@@ -129,8 +129,10 @@ pub struct ZsPool {
     fixed_meta_bytes: usize,
     /// Pages of freed zspages kept for the next zspage (a leaf lock, held only to push or
     /// pop): a free-then-allocate cycle, the common case when pages come back in and go out
-    /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`;
-    /// counted in `total_bytes`.
+    /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`.
+    /// Not counted in `total_bytes`: like memory malloc keeps after a free (and the kernel's
+    /// per-CPU free page lists, which no memory cgroup is charged for), they are free memory
+    /// the process still holds; [`ZsPool::compact`] gives them back.
     spare: Mutex<Vec<PageBox>>,
     spare_pages: AtomicUsize,
     counters: LiveCounters,
@@ -138,7 +140,7 @@ pub struct ZsPool {
 
 /// Spare pages kept at most: 64 pages = 256 KiB (the kernel's per-CPU page lists keep a
 /// few hundred KiB per CPU for the same reason), and never more than an eighth of the
-/// pool's limit; counted in `total_bytes`, and given back by [`ZsPool::compact`].
+/// pool's limit; given back by [`ZsPool::compact`].
 const SPARE_PAGES_MAX: usize = 64;
 
 const _: () = {
@@ -341,6 +343,25 @@ impl ZsPool {
         self.class_of(handle).state.lock().read(handle, buf)
     }
 
+    /// Calls `reader` with the object's bytes and returns what it returns: in place when
+    /// the object lies in one page, else copied into `scratch` first (the zsmalloc
+    /// `zs_obj_read_begin` / `_end` pair). Saves [`ZsPool::read`]'s copy for a reader that
+    /// only consumes the bytes (a decompressor).
+    ///
+    /// # Panics
+    /// On a stale handle, or if `scratch` is shorter than the object (caller bugs).
+    ///
+    /// Context: `reader` runs under the class lock (compaction cannot move the object
+    /// meanwhile): it must not call into this pool, and should be short (one decompression).
+    pub fn read_with<R>(
+        &self,
+        handle: Handle,
+        scratch: &mut [u8],
+        reader: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        self.class_of(handle).state.lock().read_with(handle, scratch, reader)
+    }
+
     /// The object's size, as given to `malloc`.
     ///
     /// # Panics
@@ -432,8 +453,7 @@ impl ZsPool {
     /// Memory held, in bytes: 4096 per zspage page, plus metadata (module essay of the
     /// crate says exactly what is counted). Lock-free; exact when no operation is running.
     pub fn total_bytes(&self) -> u64 {
-        let pages =
-            self.pages_held.load(Ordering::Relaxed) + self.spare_pages.load(Ordering::Relaxed);
+        let pages = self.pages_held.load(Ordering::Relaxed);
         let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
         (pages * PAGE_SIZE + meta) as u64
     }
@@ -452,9 +472,8 @@ impl ZsPool {
         let pages = classes.iter().map(|c| c.pages).sum::<usize>();
         let class_meta = classes.iter().map(|c| c.metadata_bytes).sum::<usize>();
         let metadata_bytes = class_meta + self.fixed_meta_bytes;
-        let spare = self.spare_pages.load(Ordering::Relaxed);
         PoolStats {
-            total_bytes: ((pages + spare) * PAGE_SIZE + metadata_bytes) as u64,
+            total_bytes: (pages * PAGE_SIZE + metadata_bytes) as u64,
             pages,
             metadata_bytes,
             objects: classes.iter().map(|c| c.objects).sum(),

@@ -138,12 +138,10 @@ impl ClassState {
     }
 
     /// Metadata bytes held, by capacity: the tables and lists, and per live zspage the
-    /// `ZsPage` itself, its page pointers and its object slots.
+    /// `ZsPage` itself (its page pointers inline) and its object slots.
     pub(crate) fn meta_bytes(&self) -> usize {
         let id = size_of::<u32>();
-        let per_zspage = size_of::<ZsPage>()
-            + self.geometry.pages_per_zspage * size_of::<usize>()
-            + self.geometry.objs_per_zspage * 4;
+        let per_zspage = size_of::<ZsPage>() + self.geometry.objs_per_zspage * 4;
         self.zspages.capacity() * size_of::<Option<Box<ZsPage>>>()
             + self.free_zspage_ids.capacity() * id
             + self.groups.iter().map(|g| g.capacity() * id).sum::<usize>()
@@ -262,6 +260,19 @@ impl ClassState {
         assert!(buf.len() >= at.size, "read buffer {} < object {}", buf.len(), at.size);
         self.zspage(at.zspage).read(self.offset_of(at.obj), &mut buf[..at.size]);
         at.size
+    }
+
+    /// Calls `reader` with the object's bytes (in place, or copied into `scratch` when
+    /// they cross a page edge).
+    pub(crate) fn read_with<R>(
+        &self,
+        handle: Handle,
+        scratch: &mut [u8],
+        reader: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        let at = self.locate(handle);
+        assert!(scratch.len() >= at.size, "scratch {} < object {}", scratch.len(), at.size);
+        self.zspage(at.zspage).with_object(self.offset_of(at.obj), at.size, scratch, reader)
     }
 
     // ---- zspages and fullness groups -------------------------------------------------

@@ -7,6 +7,7 @@
 
 mod compare;
 mod engine;
+mod fault;
 mod heap;
 mod seed;
 mod uffd;
@@ -91,6 +92,12 @@ pub enum Which {
     /// `lz4_raw_compress_ns_p50`, `lz4_raw_decompress_ns_p50`, `lz4_ratio`,
     /// `pool_overhead`, `naive_overhead`, and the same for zstd1, zstd3, none.
     Zswap,
+    /// Fault latency on managed memory through the library, end to end: zero-map, pool
+    /// (lz4) and swap-file pages, order 0 and 4, handler-thread and SIGBUS delivery, with the
+    /// kernel's own first-touch fault as the yardstick. JSON: zero_read_p50_ns,
+    /// pool_lz4_p50_ns, pool_lz4_p99_ns, kernel_anon_fault_p50_ns, default_mode,
+    /// <mode>_<page>_order<o>_p50_ns / _p99_ns, ...
+    Fault,
 }
 
 /// Runs one benchmark and prints its report.
@@ -109,6 +116,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
         Which::Uffd => uffd::run(args.common.quick)?,
         Which::Zswap => zswap::run(&args.common)?,
+        Which::Fault => fault::run(args.common.quick)?,
     };
     report.print(args.common.json);
     Ok(())

@@ -153,6 +153,39 @@ pub fn poll_in(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool, Errno> {
     Ok(check(libc::c_long::from(ret))? > 0)
 }
 
+/// `poll(2)` over several descriptors (each `events` set by the caller); returns how many
+/// have `revents` set. EINTR is returned as is (the caller loops).
+pub fn poll_many(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
+    // SAFETY: `fds` is a live, writable slice of pollfds and the count is its length.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    Ok(check(libc::c_long::from(ret))? as usize)
+}
+
+/// `eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)`: a counter descriptor to wake a thread in
+/// `poll`.
+pub fn eventfd() -> Result<OwnedFd, Errno> {
+    // SAFETY: eventfd takes two integers and touches no user memory.
+    let ret = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    let fd = check(libc::c_long::from(ret))?;
+    // SAFETY: on success the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Adds 1 to an eventfd (wakes its poller). Async-signal-safe; never blocks (a full counter
+/// already wakes the poller).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let one = 1u64;
+    // SAFETY: write(2) of 8 live bytes, the size an eventfd expects.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+}
+
+/// Resets an eventfd's counter (reads it); nothing happens if it is zero.
+pub fn eventfd_drain(fd: BorrowedFd<'_>) {
+    let mut value = 0u64;
+    // SAFETY: read(2) into 8 live, writable bytes, the size an eventfd returns.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), (&raw mut value).cast(), 8) };
+}
+
 /// `PAGEMAP_SCAN` on a `/proc/<pid>/pagemap` descriptor; the kernel writes at most
 /// `out.len()` regions. Returns how many it wrote; `arg.walk_end` says where it stopped.
 pub fn pagemap_scan(

@@ -152,6 +152,17 @@ pub unsafe fn atomic_u64<'a>(addr: usize) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(addr as *mut u64) }
 }
 
+/// `mincore(2)`: one byte per page of `[addr, addr + vec.len() pages)`, bit 0 set when the
+/// page is resident. Safe: the kernel only reads page tables and writes `vec`; an unmapped
+/// range is ENOMEM.
+pub fn mincore(addr: usize, vec: &mut [u8]) -> Result<(), Errno> {
+    let len = vec.len() * crate::PAGE_SIZE;
+    // SAFETY: `vec` is live and writable for one byte per page of the range, which is what
+    // mincore writes; `addr` is only looked up in the page tables.
+    let ret = unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) };
+    check(libc::c_long::from(ret)).map(drop)
+}
+
 /// `sysconf(_SC_PAGESIZE)`.
 pub fn page_size() -> usize {
     // SAFETY: sysconf reads a constant of the C library and touches no memory of ours.

@@ -12,6 +12,7 @@
 //!   sys::mapping Mapping: owned anonymous memory, volatile/atomic access only
 //!   sys::moves   UFFDIO_MOVE: the raw (unsafe) form and the safe Mapping-sourced forms
 //!   sys::signal  sigaction(SIGBUS), the handler's lock-free table, SigbusResolver
+//!   sys::process pthread_atfork, getpid, sched_yield, byte views of managed regions
 //!   sys::abi     constants, #[repr(C)] structs, ioctl numbers, compile-time asserts
 //! ```
 //!
@@ -34,6 +35,7 @@ pub mod call;
 pub mod mapping;
 pub mod mem;
 pub mod moves;
+pub mod process;
 pub mod signal;
 
 pub use abi::*;

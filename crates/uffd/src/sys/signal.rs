@@ -49,12 +49,16 @@ const DRAINING: u32 = 3;
 const KIND_COPY: u32 = 1;
 const KIND_ZEROPAGE: u32 = 2;
 const KIND_HOOK: u32 = 3;
+const KIND_DISPATCH: u32 = 4;
 
 /// How often the handler retries an ioctl that says `EAGAIN` (the mm is changing: an event
 /// is pending) before it returns and lets the access fault again.
 const EAGAIN_RETRIES: u32 = 64;
 
 const PAGE: usize = 4096;
+
+/// The write bit of the x86 page-fault error code (arch/x86/include/asm/trap_pf.h).
+const X86_PF_WRITE: i64 = 1 << 1;
 
 /// What the handler knows about one SIGBUS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +67,25 @@ pub struct SigbusFault {
     pub addr: usize,
     /// `si_code`: `BUS_ADRERR` for a userfaultfd SIGBUS, `BUS_MCEERR_AR` for a poison marker.
     pub code: i32,
+    /// The access was a write: bit 1 (`X86_PF_WRITE`) of the page-fault error code the
+    /// kernel saves in the signal frame (`REG_ERR`). A userfaultfd SIGBUS does not say it
+    /// otherwise.
+    pub write: bool,
 }
+
+/// What a [`DispatchFn`] did with a SIGBUS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Resolved: the access may re-execute.
+    Resolved,
+    /// Its address, but it could not be resolved: the default action must run.
+    Failed,
+    /// Not its address: the next armed slot is asked.
+    NotMine,
+}
+
+/// A dispatcher runs in signal context with the context word it was armed with.
+pub type DispatchFn = fn(usize, &SigbusFault) -> Dispatch;
 
 /// A hook runs in signal context; it returns true when the access may re-execute.
 pub type Hook = fn(&SigbusFault) -> bool;
@@ -77,6 +99,13 @@ pub enum Action {
     ZeroPage,
     /// Call the hook (for any `si_code`).
     Hook(Hook),
+    /// Call `f(ctx, fault)` (for any `si_code`); `NotMine` passes the fault on.
+    Dispatch {
+        /// The dispatcher.
+        f: DispatchFn,
+        /// Its context word (typically a pointer the dispatcher knows the type of).
+        ctx: usize,
+    },
 }
 
 struct Slot {
@@ -87,6 +116,7 @@ struct Slot {
     uffd: AtomicI32,
     kind: AtomicU32,
     arg: AtomicUsize,
+    ctx: AtomicUsize,
     resolved: AtomicU64,
     failed: AtomicU64,
 }
@@ -101,6 +131,7 @@ impl Slot {
             uffd: AtomicI32::new(-1),
             kind: AtomicU32::new(0),
             arg: AtomicUsize::new(0),
+            ctx: AtomicUsize::new(0),
             resolved: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         }
@@ -137,12 +168,15 @@ pub fn install() -> Result<(), Errno> {
 ///
 /// # Safety
 /// (1) `uffd` stays open until [`disarm`] returns; (2) a [`Action::Hook`] is async-signal-safe
-/// (no allocation, no locks, no panics, no access to memory that can SIGBUS).
+/// (no allocation, no locks, no panics, no access to memory that can SIGBUS); (3) a
+/// [`Action::Dispatch`]'s context stays valid until [`disarm`] returns, and its function is
+/// safe to run in signal context for the faults it claims (its own documented contract).
 pub unsafe fn arm(start: usize, end: usize, uffd: i32, action: Action) -> Option<usize> {
-    let (kind, arg) = match action {
-        Action::CopyFrom { mirror } => (KIND_COPY, mirror),
-        Action::ZeroPage => (KIND_ZEROPAGE, 0),
-        Action::Hook(hook) => (KIND_HOOK, hook as usize),
+    let (kind, arg, ctx) = match action {
+        Action::CopyFrom { mirror } => (KIND_COPY, mirror, 0),
+        Action::ZeroPage => (KIND_ZEROPAGE, 0, 0),
+        Action::Hook(hook) => (KIND_HOOK, hook as usize, 0),
+        Action::Dispatch { f, ctx } => (KIND_DISPATCH, f as usize, ctx),
     };
     for (index, slot) in TABLE.iter().enumerate() {
         if slot.state.compare_exchange(FREE, WRITING, SeqCst, SeqCst).is_err() {
@@ -153,6 +187,7 @@ pub unsafe fn arm(start: usize, end: usize, uffd: i32, action: Action) -> Option
         slot.uffd.store(uffd, SeqCst);
         slot.kind.store(kind, SeqCst);
         slot.arg.store(arg, SeqCst);
+        slot.ctx.store(ctx, SeqCst);
         slot.resolved.store(0, SeqCst);
         slot.failed.store(0, SeqCst);
         slot.state.store(ARMED, SeqCst);
@@ -184,12 +219,19 @@ pub fn counters(index: usize) -> (u64, u64) {
     (slot.resolved.load(SeqCst), slot.failed.load(SeqCst))
 }
 
-extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: (1) the kernel passes a valid siginfo for SA_SIGINFO handlers; (2) for SIGBUS
-    // `si_addr` is the member the kernel fills; (3) errno's location is thread-local and
-    // valid for the thread's lifetime.
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: (1) the kernel passes a valid siginfo and ucontext for SA_SIGINFO handlers;
+    // (2) for SIGBUS `si_addr` is the member the kernel fills; (3) on x86-64 the ucontext's
+    // `gregs[REG_ERR]` is the saved page-fault error code; (4) errno's location is
+    // thread-local and valid for the thread's lifetime.
     let (fault, errno_location) = unsafe {
-        let fault = SigbusFault { addr: (*info).si_addr() as usize, code: (*info).si_code };
+        let uc = ctx as *const libc::ucontext_t;
+        let err = (*uc).uc_mcontext.gregs[libc::REG_ERR as usize];
+        let fault = SigbusFault {
+            addr: (*info).si_addr() as usize,
+            code: (*info).si_code,
+            write: err & X86_PF_WRITE != 0,
+        };
         (fault, libc::__errno_location())
     };
     // SAFETY: see (3) above.
@@ -215,7 +257,7 @@ fn dispatch(fault: &SigbusFault) -> bool {
         }
         slot.users.fetch_add(1, SeqCst);
         let outcome = if slot.state.load(SeqCst) == ARMED && in_slot(slot, fault.addr) {
-            Some(run(slot, fault))
+            run(slot, fault)
         } else {
             None
         };
@@ -233,16 +275,31 @@ fn in_slot(slot: &Slot, addr: usize) -> bool {
     slot.start.load(SeqCst) <= addr && addr < slot.end.load(SeqCst)
 }
 
-/// Runs a slot's action. Called with `users` held, so the fields are stable.
-fn run(slot: &Slot, fault: &SigbusFault) -> bool {
+/// Runs a slot's action; `None` when a dispatcher says the fault is not its own. Called
+/// with `users` held, so the fields are stable.
+fn run(slot: &Slot, fault: &SigbusFault) -> Option<bool> {
     let kind = slot.kind.load(SeqCst);
     let arg = slot.arg.load(SeqCst);
     if kind == KIND_HOOK {
         // SAFETY: `arg` was stored from a `Hook` fn pointer by `arm` for this kind, and
         // fn pointers round-trip through usize on this target.
         let hook: Hook = unsafe { core::mem::transmute::<usize, Hook>(arg) };
-        return hook(fault);
+        return Some(hook(fault));
     }
+    if kind == KIND_DISPATCH {
+        // SAFETY: `arg` was stored from a `DispatchFn` pointer by `arm` for this kind.
+        let f: DispatchFn = unsafe { core::mem::transmute::<usize, DispatchFn>(arg) };
+        return match f(slot.ctx.load(SeqCst), fault) {
+            Dispatch::Resolved => Some(true),
+            Dispatch::Failed => Some(false),
+            Dispatch::NotMine => None,
+        };
+    }
+    Some(resolve(slot, kind, arg, fault))
+}
+
+/// The built-in actions: COPY from a mirror, or ZEROPAGE.
+fn resolve(slot: &Slot, kind: u32, arg: usize, fault: &SigbusFault) -> bool {
     // Only a userfaultfd SIGBUS (BUS_ADRERR) is ours to resolve, never a hardware memory
     // error (BUS_MCEERR_*). On 6.18 a UFFDIO_POISON marker also says BUS_ADRERR: COPY then
     // replaces the marker (the mirror is the truth), ZEROPAGE is EEXIST and fails below.
@@ -345,6 +402,30 @@ impl<'a> SigbusResolver<'a> {
         // SAFETY: (1) no descriptor is used by a hook slot; (2) the hook contract is the
         // caller's.
         unsafe { SigbusResolver::arm_range(region, -1, Action::Hook(hook)) }
+    }
+
+    /// Passes every SIGBUS in `region` (or, with `None`, anywhere) to `f(ctx, fault)`; a
+    /// fault `f` says is not its own goes on to the next armed slot, then to the default
+    /// action.
+    ///
+    /// # Safety
+    /// `ctx` stays valid until the resolver is dropped, and `f` is safe to run in signal
+    /// context for the faults it claims (what that takes is `f`'s own contract).
+    ///
+    /// # Errors
+    /// As [`SigbusResolver::copy_from`].
+    pub unsafe fn dispatch(
+        region: Option<Range>,
+        f: DispatchFn,
+        ctx: usize,
+    ) -> Result<SigbusResolver<'static>, Error> {
+        let range = region.map_or((0, usize::MAX), |r| (r.start(), r.end()));
+        install().map_err(|errno| Error::Os { op: Op::Sigaction, errno })?;
+        // SAFETY: (1) no descriptor is used by a dispatch slot; (2) the context and signal
+        // safety contracts are the caller's.
+        let slot = unsafe { arm(range.0, range.1, -1, Action::Dispatch { f, ctx }) };
+        let slot = slot.ok_or(Error::SigbusSlotsFull)?;
+        Ok(SigbusResolver { slot, _borrows: PhantomData })
     }
 
     /// # Safety

@@ -1,0 +1,700 @@
+//! The library: a swap for this process's memory.
+//!
+//! ```text
+//!   let swap = Uswap::builder().budget_bytes(256 << 20).swap_file(path, 2 << 30).build()?;
+//!   let mut region = swap.map(1 << 30)?;        // anonymous, managed, usable as &mut [u8]
+//!   region.as_mut_slice()[..5].copy_from_slice(b"hello");
+//!   region.pageout(0, region.len())?;           // evict now (MADV_PAGEOUT)
+//!   assert_eq!(&region.as_slice()[..5], b"hello"); // faults, swaps in
+//!   println!("{:?}", swap.stats());
+//! ```
+//!
+//! What [`Builder::build`] sets up, in order, refusing bad input before anything is
+//! registered: the configuration is validated (budget, folio order, swap size); the kernel is
+//! probed ([`crate::probe()`]: userfaultfd blocked by seccomp, no permission to trap
+//! kernel-mode faults, a kernel without a needed feature, each with what to do); the swap file
+//! is created; then the event uffd, the page source ([`UffdSource`]), the engine (with its
+//! background reclaimer), the handler thread ([`crate::handler`]), the SIGBUS dispatcher in
+//! SIGBUS mode, and the copy-on-write breaker thread.
+//!
+//! Threads: the engine's reclaimer (`uswap-kswapd`), the handler (`uswap-uffd`), the COW
+//! breaker (`uswap-cow`), and, for [`Region::pageout`], the caller's.
+//!
+//! Lifetimes: a [`Region`] keeps its [`Uswap`]'s insides alive; they are torn down when the
+//! last of them goes, in the order that keeps every registered range read (a registered
+//! range's munmap waits for its UNMAP to be read). A forked child's copies of these objects
+//! are inert: every call says [`Error::ForkedChild`], and dropping them releases nothing of
+//! the parent's.
+//!
+//! Unsafe code: the byte views of a region ([`Region::as_slice`], [`Region::as_mut_slice`]),
+//! whose soundness rests on the engine keeping region contents transparent (their `SAFETY`
+//! comments); this module is a named leaf allowed to make them.
+
+#![allow(unsafe_code)]
+
+use crate::delivery::{Delivery, SigbusMode, SigbusStats};
+use crate::error::Error;
+use crate::handler::{Handler, HandlerStats};
+use crate::mm::{Advice, Mapping};
+use crate::probe::Probe;
+use crate::source::{SourceStats, UffdSource};
+use crate::sys::process;
+use crate::types::{Features, RegisterMode};
+use crate::uffd::Uffd;
+use crate::PAGE_SIZE;
+use engine::config::ZswapSettings;
+use engine::stats::StatsSnapshot;
+use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+pub use zswap::{CompressorKind, Incompressible};
+
+/// The uffd features every managed process needs: eviction by MOVE, every event, poison.
+/// (`EVENT_FORK` is left out with [`Builder::exclude_from_fork`].)
+pub const REQUIRED_FEATURES: Features = Features::from_bits(
+    Features::MOVE.bits()
+        | Features::EVENT_FORK.bits()
+        | Features::EVENT_REMAP.bits()
+        | Features::EVENT_REMOVE.bits()
+        | Features::EVENT_UNMAP.bits()
+        | Features::POISON.bits(),
+);
+
+/// Where swapped-out data goes when the pool does not keep it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SwapTarget {
+    /// A private, unlinked, sparse file in this directory.
+    Dir(PathBuf),
+    /// A new file at exactly this path (it must not exist).
+    File(PathBuf),
+    /// Process memory (tests; swapped pages then stay in the resident set).
+    Memory,
+}
+
+/// Builds a [`Uswap`] (see the module essay). Every setter takes and returns the builder.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    budget_bytes: u64,
+    folio_order: u32,
+    delivery: Delivery,
+    swap: SwapTarget,
+    swap_size_bytes: u64,
+    checksums: bool,
+    readahead_max_pages: Option<u32>,
+    require_kernel_faults: Option<bool>,
+    exclude_from_fork: bool,
+    /// The compressed pool, `None` for none.
+    pool: Option<ZswapSettings>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            budget_bytes: 256 << 20,
+            folio_order: 0,
+            delivery: Delivery::DEFAULT,
+            swap: SwapTarget::Dir(std::env::temp_dir()),
+            swap_size_bytes: 4 << 30,
+            checksums: false,
+            readahead_max_pages: None,
+            require_kernel_faults: None,
+            exclude_from_fork: false,
+            pool: Some(ZswapSettings::default()),
+        }
+    }
+}
+
+impl Builder {
+    /// Bytes the managed pages may occupy: resident pages, swap-cache folios in flight and
+    /// the compressed pool (default 256 MiB). At least one folio.
+    pub fn budget_bytes(mut self, bytes: u64) -> Self {
+        self.budget_bytes = bytes;
+        self
+    }
+
+    /// The order of the folios a first touch maps and page-out moves whole: 0 = 4 KiB,
+    /// 2 = 16 KiB, 4 = 64 KiB, up to 9 (default 0).
+    pub fn folio_order(mut self, order: u32) -> Self {
+        self.folio_order = order;
+        self
+    }
+
+    /// How faults are delivered (default [`Delivery::DEFAULT`]).
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// A swap file created at `path` (which must not exist) of `size_bytes`, sparse.
+    pub fn swap_file(mut self, path: impl Into<PathBuf>, size_bytes: u64) -> Self {
+        self.swap = SwapTarget::File(path.into());
+        self.swap_size_bytes = size_bytes;
+        self
+    }
+
+    /// A private (unlinked) swap file in `dir` (default: the temporary directory).
+    pub fn swap_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.swap = SwapTarget::Dir(dir.into());
+        self
+    }
+
+    /// Swap space in process memory (for tests: it counts in the resident set).
+    pub fn swap_in_memory(mut self) -> Self {
+        self.swap = SwapTarget::Memory;
+        self
+    }
+
+    /// The swap device's size (default 4 GiB, sparse: only what is written takes disk).
+    pub fn swap_size_bytes(mut self, bytes: u64) -> Self {
+        self.swap_size_bytes = bytes;
+        self
+    }
+
+    /// Keep and check a crc32c per swap slot (default off).
+    pub fn checksums(mut self, on: bool) -> Self {
+        self.checksums = on;
+        self
+    }
+
+    /// Most pages read ahead of a swap-in fault; 0 turns readahead off (default: the
+    /// engine's).
+    pub fn readahead_max_pages(mut self, pages: u32) -> Self {
+        self.readahead_max_pages = Some(pages);
+        self
+    }
+
+    /// Whether to refuse to start without permission to trap faults taken in kernel mode
+    /// (a system call writing into an evicted page). Default: required in handler mode
+    /// (without it such a call fails with EFAULT), not in SIGBUS mode (which cannot serve
+    /// them anyway).
+    pub fn require_kernel_faults(mut self, required: bool) -> Self {
+        self.require_kernel_faults = Some(required);
+        self
+    }
+
+    /// The compressor of the compressed pool (default lz4; zstd levels 1..=3; none stores
+    /// pages uncompressed). Parse a name with `"lz4".parse::<CompressorKind>()`.
+    pub fn compressor(mut self, kind: CompressorKind) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).compressor = kind;
+        self
+    }
+
+    /// The compressed pool's share of the budget, in percent (default 20): what does not
+    /// fit goes to the swap file (written back oldest first).
+    pub fn pool_percent(mut self, percent: u32) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).max_pool_percent = percent;
+        self
+    }
+
+    /// What the pool does with a page that does not compress: keep it raw (default) or send
+    /// it to the swap file at once.
+    pub fn incompressible(mut self, what: Incompressible) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).incompressible = what;
+        self
+    }
+
+    /// No compressed pool: evicted pages go straight to the swap file (zero pages still
+    /// cost nothing).
+    pub fn no_pool(mut self) -> Self {
+        self.pool = None;
+        self
+    }
+
+    /// Keep managed regions out of forked children (`MADV_DONTFORK`: in a child the range
+    /// is unmapped, and touching it is SIGSEGV) instead of serving the children's faults
+    /// from this swap. Serving them needs `CAP_SYS_PTRACE` (`UFFD_FEATURE_EVENT_FORK`);
+    /// this is the way to run without it. Default off.
+    pub fn exclude_from_fork(mut self, exclude: bool) -> Self {
+        self.exclude_from_fork = exclude;
+        self
+    }
+
+    /// The uffd features this configuration needs.
+    fn features(&self) -> Features {
+        let mut features = REQUIRED_FEATURES;
+        if self.delivery == Delivery::Sigbus {
+            features |= Features::SIGBUS;
+        }
+        if self.exclude_from_fork {
+            features = features.difference(Features::EVENT_FORK);
+        }
+        features
+    }
+
+    /// The engine configuration these settings make.
+    fn engine_config(&self, backend: BackendConfig) -> EngineConfig {
+        let mut config = EngineConfig {
+            budget_bytes: self.budget_bytes,
+            folio_order: self.folio_order,
+            swap: SwapConfig {
+                backend,
+                size_bytes: self.swap_size_bytes,
+                checksums: self.checksums,
+                ..SwapConfig::default()
+            },
+            zswap: self.pool.clone(),
+            ..EngineConfig::default()
+        };
+        if let Some(pages) = self.readahead_max_pages {
+            config.readahead_max_pages = pages;
+        }
+        config
+    }
+
+    /// Validates, probes, and starts everything (module essay).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad value; the probe's environment errors
+    /// ([`Error::Blocked`], [`Error::NotBuilt`], [`Error::Denied`],
+    /// [`Error::NoKernelFaultPermission`], [`Error::KernelTooOld`]); [`Error::SwapFile`];
+    /// set-up failures of the uffd, the engine or a thread. Nothing is left behind on error.
+    ///
+    /// Context: spawns three threads; may create a file.
+    pub fn build(self) -> Result<Uswap, Error> {
+        self.engine_config(BackendConfig::Memory)
+            .validate()
+            .map_err(|e| Error::Config { what: engine_message(e) })?;
+        let probe = crate::probe()?;
+        let kernel_faults = self.check_environment(&probe)?;
+        let backend = self.make_backend()?;
+        let config = self.engine_config(backend);
+        let uffd =
+            Uffd::builder().user_mode_only(!kernel_faults).require(self.features()).open()?;
+        let uffd = Arc::new(uffd);
+        let folio_pages = 1usize << self.folio_order;
+        let source = Arc::new(UffdSource::new(uffd.clone(), folio_pages)?);
+        let engine = Engine::new(config, source.clone()).map_err(Error::Engine)?;
+        let engine = Arc::new(engine);
+        let handler = Handler::spawn(engine.clone(), uffd.clone(), source.clone())?;
+        let sigbus = match self.delivery {
+            Delivery::Sigbus => {
+                Some(SigbusMode::arm(engine.clone(), source.clone(), handler.control().clone())?)
+            }
+            Delivery::Handler => None,
+        };
+        let breaker = Breaker::spawn(source.clone())?;
+        let parts = Parts { sigbus, breaker, handler, engine, source, uffd };
+        let inner = Inner {
+            parts: Some(parts),
+            delivery: self.delivery,
+            kernel_faults,
+            exclude_from_fork: self.exclude_from_fork,
+            probe_summary: probe.summary(),
+            pid: process::getpid(),
+        };
+        Ok(Uswap { inner: Arc::new(inner) })
+    }
+
+    /// Checks the probe against what this configuration needs; returns whether kernel-mode
+    /// faults will be trapped.
+    ///
+    /// # Errors
+    /// [`Error::KernelTooOld`] naming the first missing feature;
+    /// [`Error::NoKernelFaultPermission`] when they are required and not allowed;
+    /// [`Error::NoForkPermission`] when children are served without `CAP_SYS_PTRACE`.
+    pub fn check_environment(&self, probe: &Probe) -> Result<bool, Error> {
+        probe.require(self.features())?;
+        let required = self.require_kernel_faults.unwrap_or(self.delivery == Delivery::Handler);
+        if required {
+            probe.require_kernel_faults()?;
+        }
+        if !self.exclude_from_fork {
+            probe.require_event_fork()?;
+        }
+        Ok(probe.kernel_faults)
+    }
+
+    fn make_backend(&self) -> Result<BackendConfig, Error> {
+        let size_bytes = self.swap_size_bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+        let (at, keep) = match &self.swap {
+            SwapTarget::Memory => return Ok(BackendConfig::Memory),
+            SwapTarget::Dir(dir) => (dir.clone(), false),
+            SwapTarget::File(path) => (path.clone(), true),
+        };
+        let options = backend::FileOptions { keep };
+        let file = backend::FileBackend::create(&at, size_bytes, options)
+            .map_err(|e| Error::SwapFile { path: at.clone(), why: e.to_string() })?;
+        Ok(BackendConfig::Custom(Arc::new(file)))
+    }
+}
+
+/// The text of an engine configuration error, without its prefix.
+fn engine_message(error: engine::Error) -> String {
+    match error {
+        engine::Error::Config(what) => what,
+        other => other.to_string(),
+    }
+}
+
+/// The copy-on-write breaker thread ([`UffdSource::break_cow_pending`]).
+#[derive(Debug)]
+struct Breaker {
+    stop: Arc<AtomicBool>,
+    source: Arc<UffdSource>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Breaker {
+    fn spawn(source: Arc<UffdSource>) -> Result<Breaker, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, work) = (stop.clone(), source.clone());
+        let thread = std::thread::Builder::new()
+            .name("uswap-cow".into())
+            .spawn(move || {
+                while !flag.load(SeqCst) {
+                    work.break_cow_wait(Duration::from_millis(100));
+                }
+            })
+            .map_err(|error| Error::Thread { what: "the copy-on-write breaker", error })?;
+        Ok(Breaker { stop, source, thread: Some(thread) })
+    }
+}
+
+impl Drop for Breaker {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+        self.source.wake_cow_breaker();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What an [`Inner`] owns, dropped in field order (see [`Inner`]'s `Drop`).
+#[derive(Debug)]
+struct Parts {
+    /// Disarmed first: no thread resolves faults after this.
+    sigbus: Option<SigbusMode>,
+    /// Stopped before the handler (its COW breaks may fault and need the handler).
+    #[allow(dead_code)] // held for its `Drop`
+    breaker: Breaker,
+    /// Stopped before the staging is unregistered (it reads the events until then; with
+    /// forked children still served it is detached and ends with the last of them).
+    handler: Handler,
+    /// Its reclaimer is joined when the last reference goes.
+    engine: Arc<Engine>,
+    source: Arc<UffdSource>,
+    uffd: Arc<Uffd>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// `Some` until dropped.
+    parts: Option<Parts>,
+    delivery: Delivery,
+    kernel_faults: bool,
+    exclude_from_fork: bool,
+    probe_summary: String,
+    pid: i32,
+}
+
+impl Inner {
+    fn in_owner(&self) -> bool {
+        process::getpid() == self.pid
+    }
+
+    fn owner(&self) -> Result<&Parts, Error> {
+        match &self.parts {
+            Some(parts) if self.in_owner() => Ok(parts),
+            _ => Err(Error::ForkedChild),
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let parts = self.parts.take();
+        if !self.in_owner() {
+            // In a forked child the parts are the parent's (threads, and locks held by
+            // threads that do not exist here): never touched, never dropped.
+            std::mem::forget(parts);
+        }
+    }
+}
+
+/// A swap for this process's memory (see the module essay).
+#[derive(Debug, Clone)]
+pub struct Uswap {
+    inner: Arc<Inner>,
+}
+
+/// Every counter of a [`Uswap`], at one moment (each part is consistent on its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// The engine's counters and gauges (vmstat names).
+    pub engine: StatsSnapshot,
+    /// The page source's (takes, maps, refusals).
+    pub source: SourceStats,
+    /// The handler thread's (messages, events, children).
+    pub handler: HandlerStats,
+    /// SIGBUS-mode resolution (zero in handler mode).
+    pub sigbus: SigbusStats,
+}
+
+impl Uswap {
+    /// A builder with the defaults.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Maps `len_bytes` (rounded up to pages) of anonymous memory managed by this swap.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a zero length (nothing is mapped); mmap or registration
+    /// errors; [`Error::ForkedChild`].
+    ///
+    /// Context: may allocate the region's page table lazily; takes the engine's region lock.
+    pub fn map(&self, len_bytes: usize) -> Result<Region, Error> {
+        let parts = self.inner.owner()?;
+        if len_bytes == 0 {
+            return Err(Error::Config { what: "a region of length zero".into() });
+        }
+        let map = Mapping::anonymous(len_bytes)?;
+        // Base pages only: the engine's folios are its own; a transparent huge page would
+        // mean 2 MiB faults and moves behind its back.
+        map.advise(0, map.len_bytes(), Advice::NoHugePage)?;
+        if self.inner.exclude_from_fork {
+            map.advise(0, map.len_bytes(), Advice::DontFork)?;
+        }
+        let range = map.range();
+        let (start, len) = (range.start() as u64, range.len_bytes() as u64);
+        // The engine knows the region before the kernel can report a fault in it.
+        parts.engine.add_region(start, len).map_err(Error::Engine)?;
+        if let Err(error) = parts.uffd.register(range, RegisterMode::MISSING) {
+            parts.engine.unmap(start, len);
+            return Err(error);
+        }
+        Ok(Region { inner: self.inner.clone(), map: Some(map), range })
+    }
+
+    /// Pages out every resident page of managed memory in `[addr, addr + len)` now (like
+    /// `MADV_PAGEOUT`); pages shared with a forked child are unshared first (a copy-on-write
+    /// break that changes no data). Returns pages paged out.
+    ///
+    /// # Errors
+    /// [`Error::Engine`] with `OutsideRegions` if `addr` is in no region;
+    /// [`Error::ForkedChild`].
+    ///
+    /// Context: runs page-out on the calling thread (moves, compression, I/O); must not be
+    /// called from the thread that resolves faults (it may fault on a shared page).
+    pub fn pageout(&self, addr: usize, len: usize) -> Result<u64, Error> {
+        let parts = self.inner.owner()?;
+        let (addr, len) = (addr as u64, len as u64);
+        let refused = parts.source.stats().take_busy;
+        let mut paged = parts.engine.pageout(addr, len).map_err(Error::Engine)?;
+        // Refusals (of this call, or counted meanwhile by another thread: a spare pass
+        // costs a page-table walk) mean shared pages: unshare what is queued and in flight,
+        // then page out again.
+        if parts.source.stats().take_busy > refused {
+            parts.source.break_cow_pending(Some((addr, len)));
+            paged += parts.engine.pageout(addr, len).map_err(Error::Engine)?;
+        }
+        Ok(paged)
+    }
+
+    /// Every counter.
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let parts = self.inner.owner()?;
+        Ok(Stats {
+            engine: parts.engine.stats(),
+            source: parts.source.stats(),
+            handler: parts.handler.control().stats(),
+            sigbus: parts.sigbus.as_ref().map(SigbusMode::stats).unwrap_or_default(),
+        })
+    }
+
+    /// How faults are delivered.
+    pub fn delivery(&self) -> Delivery {
+        self.inner.delivery
+    }
+
+    /// Whether faults taken in kernel mode (system calls into managed memory) are trapped.
+    pub fn traps_kernel_faults(&self) -> bool {
+        self.inner.kernel_faults
+    }
+
+    /// One line on the kernel and process the probe found.
+    pub fn probe_summary(&self) -> &str {
+        &self.inner.probe_summary
+    }
+
+    /// The engine (tests, benchmarks: configuration, invariants).
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    pub fn engine(&self) -> Result<&Arc<Engine>, Error> {
+        Ok(&self.inner.owner()?.engine)
+    }
+
+    /// The page source (tests: fault injection, counters).
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    pub fn source(&self) -> Result<&Arc<UffdSource>, Error> {
+        Ok(&self.inner.owner()?.source)
+    }
+
+    /// The largest folio order the engine accepts.
+    pub const MAX_FOLIO_ORDER: u32 = MAX_ORDER;
+}
+
+/// A managed anonymous region (see the module essay). Unmapped on drop.
+#[derive(Debug)]
+pub struct Region {
+    inner: Arc<Inner>,
+    /// `Some` until unmapped.
+    map: Option<Mapping>,
+    range: crate::types::Range,
+}
+
+impl Region {
+    /// The first byte's address.
+    pub fn addr(&self) -> usize {
+        self.range.start()
+    }
+
+    /// The length in bytes (a page multiple).
+    pub fn len(&self) -> usize {
+        self.range.len_bytes()
+    }
+
+    /// Always false: a region has at least one page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// A raw pointer to the first byte (for threads sharing the region, and for C).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.range.start() as *mut u8
+    }
+
+    /// The region's bytes. Reading a page that is not resident faults and waits while the
+    /// engine brings it back.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the region is managed by this engine (transparent), mapped until `self`
+        // drops, never discarded by safe code, and `&self` excludes `as_mut_slice`.
+        unsafe { crate::sys::process::region_bytes(self.addr(), self.len()) }
+    }
+
+    /// The region's bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`, and `&mut self` excludes every other borrow.
+        unsafe { crate::sys::process::region_bytes_mut(self.addr(), self.len()) }
+    }
+
+    /// Pages out `[offset, offset + len)` of the region now (see [`Uswap::pageout`]).
+    ///
+    /// # Errors
+    /// As [`Uswap::pageout`]; [`Error::OutOfBounds`] for a range outside the region.
+    pub fn pageout(&self, offset: usize, len: usize) -> Result<u64, Error> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::OutOfBounds { offset, len_bytes: len, size_bytes: self.len() });
+        }
+        Uswap { inner: self.inner.clone() }.pageout(self.addr() + offset, len)
+    }
+
+    /// Unmaps the region: its swap entries are dropped, its memory returned.
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`] (in a child the mapping is left to the child's exit).
+    pub fn unmap(mut self) -> Result<(), Error> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<(), Error> {
+        let Ok(parts) = self.inner.owner() else {
+            // A forked child: the mapping is left to the child's exit (its munmap would
+            // wait for the parent's handler to read an UNMAP).
+            std::mem::forget(self.map.take());
+            return Err(Error::ForkedChild);
+        };
+        let Some(map) = self.map.take() else { return Ok(()) };
+        let range = self.range;
+        let (start, len) = (range.start() as u64, range.len_bytes() as u64);
+        // Unregistered first: from here an access is an ordinary fault, and munmap sends no
+        // UNMAP to wait for. The gate keeps a fork from copying a half-dropped region.
+        let _pass = parts.handler.control().gate.enter();
+        let unregistered = parts.uffd.unregister(range);
+        parts.source.forget_orphans(start, len);
+        parts.engine.unmap(start, len);
+        drop(map);
+        unregistered
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::Attempts;
+    use crate::types::KernelVersion;
+    use crate::uffd::Via;
+
+    fn probe(features: u64, kernel_faults: bool) -> Probe {
+        let denied = (!kernel_faults).then_some(Error::NoKernelFaultPermission {
+            errno: crate::Errno(libc::EPERM),
+            user_mode_only_works: true,
+        });
+        Probe {
+            running: Some(KernelVersion::new(6, 6)),
+            via: Via::Syscall,
+            kernel_faults,
+            kernel_faults_denied: denied,
+            features: Features::from_bits(features),
+            pagemap_scan: false,
+            seccomp_filter: false,
+            cap_sys_ptrace: true,
+            attempts: Attempts::default(),
+        }
+    }
+
+    #[test]
+    fn a_kernel_without_move_is_named_with_its_release() {
+        // 6.6 offers everything up to POISON (bit 14), not MOVE (6.8).
+        let e = Builder::default().check_environment(&probe(0x7fff, true)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "UFFD_FEATURE_MOVE needs Linux 6.8 or later; this kernel is 6.6: run on a newer kernel"
+        );
+    }
+
+    #[test]
+    fn kernel_faults_are_required_in_handler_mode_unless_waived() {
+        let p = probe(0x1ffff, false);
+        let e = Builder::default().check_environment(&p).unwrap_err();
+        assert!(matches!(e, Error::NoKernelFaultPermission { .. }), "{e}");
+        let waived = Builder::default().require_kernel_faults(false);
+        assert!(!waived.check_environment(&p).unwrap());
+        let sigbus = Builder::default().delivery(Delivery::Sigbus);
+        assert!(!sigbus.check_environment(&p).unwrap(), "SIGBUS mode does not need them");
+        assert!(Builder::default().check_environment(&probe(0x1ffff, true)).unwrap());
+    }
+
+    #[test]
+    fn serving_children_needs_cap_sys_ptrace_unless_excluded() {
+        let mut p = probe(0x1ffff, true);
+        p.cap_sys_ptrace = false;
+        let e = Builder::default().check_environment(&p).unwrap_err();
+        assert!(matches!(e, Error::NoForkPermission), "{e}");
+        assert!(e.to_string().contains("CAP_SYS_PTRACE"), "{e}");
+        assert!(Builder::default().exclude_from_fork(true).check_environment(&p).is_ok());
+    }
+
+    #[test]
+    fn sigbus_mode_needs_the_sigbus_feature() {
+        let without = 0x1ffff & !Features::SIGBUS.bits();
+        let sigbus = Builder::default().delivery(Delivery::Sigbus);
+        let e = sigbus.check_environment(&probe(without, true)).unwrap_err();
+        assert!(e.to_string().contains("UFFD_FEATURE_SIGBUS"), "{e}");
+    }
+}

@@ -1,0 +1,172 @@
+//! Fault delivery: where a managed page's fault is resolved.
+//!
+//! | mode | who resolves a fault | cost | cannot serve |
+//! |---|---|---|---|
+//! | [`Delivery::Handler`] | the handler thread, woken by a message | two wake-ups | - |
+//! | [`Delivery::Sigbus`] | the faulting thread, in a SIGBUS handler | none | syscalls, children |
+//!
+//! In both modes the handler thread reads the non-cooperative events (fork, remap, remove,
+//! unmap), which must always be read.
+//!
+//! **When SIGBUS mode is safe.** The signal handler calls into the engine, which takes locks
+//! and allocates. That is safe only because the interrupted code is an access to region
+//! memory, and region memory is never touched while the faulting thread holds the
+//! allocator's or the engine's locks: the engine's own threads never touch region memory,
+//! and a program touches it from its own code, not from inside `malloc`. A program that
+//! passes region memory to code that holds a lock the engine takes (a custom allocator
+//! whose arena is a region, the LD_PRELOAD shim's case) must use the handler mode.
+//!
+//! **What SIGBUS mode cannot do.** (1) A system call whose buffer is an evicted page fails
+//! with EFAULT: the kernel does not signal a fault taken in kernel mode. (2) A forked child's
+//! uffd inherits the SIGBUS feature, so the child's faults are signals in the child, where
+//! the parent's engine is not: the dispatcher answers them "not mine", and the child dies
+//! of SIGBUS on its first touch of a non-resident page (loudly, never with zeros).
+//!
+//! Unsafe code: the dispatcher's context is a raw pointer to a [`SigbusContext`], valid
+//! while the dispatcher is armed (this leaf module owns both ends).
+
+#![allow(unsafe_code)]
+
+use crate::error::Error;
+use crate::handler::Control;
+use crate::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
+use crate::source::UffdSource;
+use crate::sys::process;
+use engine::{Engine, FaultOutcome};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// How faults on managed pages are delivered (module essay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A handler thread reads fault messages and resolves them.
+    Handler,
+    /// The faulting thread resolves its own fault in a SIGBUS handler.
+    Sigbus,
+}
+
+impl Delivery {
+    /// The default, chosen from `uswap bench fault` (docs/UFFD.md, "Delivery: the
+    /// decision"): the handler thread. SIGBUS mode is faster per fault but breaks system
+    /// calls into evicted buffers and forked children.
+    pub const DEFAULT: Delivery = Delivery::Handler;
+
+    /// The mode's name as the benchmark and the C API print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Delivery::Handler => "handler",
+            Delivery::Sigbus => "sigbus",
+        }
+    }
+}
+
+/// What the SIGBUS dispatcher needs; lives as long as its arming.
+#[derive(Debug)]
+pub struct SigbusContext {
+    engine: Arc<Engine>,
+    source: Arc<UffdSource>,
+    control: Arc<Control>,
+    resolved: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+}
+
+/// SIGBUS mode armed for one engine; disarmed (waiting for resolutions in flight) on drop.
+#[derive(Debug)]
+pub struct SigbusMode {
+    resolver: Option<SigbusResolver<'static>>,
+    context: Box<SigbusContext>,
+}
+
+/// Counters of SIGBUS-mode resolution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SigbusStats {
+    /// Faults resolved in the faulting thread.
+    pub resolved: u64,
+    /// Faults that could not be resolved (the default action ran: the process died).
+    pub failed: u64,
+    /// Resolutions that had to let the access fault again (an event was unread).
+    pub retried: u64,
+}
+
+impl SigbusMode {
+    /// Arms the process-wide SIGBUS handler for `engine`'s regions.
+    ///
+    /// # Errors
+    /// sigaction's errno; [`Error::SigbusSlotsFull`].
+    pub fn arm(
+        engine: Arc<Engine>,
+        source: Arc<UffdSource>,
+        control: Arc<Control>,
+    ) -> Result<SigbusMode, Error> {
+        let context = Box::new(SigbusContext {
+            engine,
+            source,
+            control,
+            resolved: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+        });
+        let ctx = &*context as *const SigbusContext as usize;
+        // SAFETY: (1) `ctx` points into the box owned by the returned value, which drops the
+        // resolver (disarming, and waiting for dispatches in flight) before the box; (2)
+        // `on_sigbus` is safe in signal context under the module essay's condition, which is
+        // this mode's documented contract with the program.
+        let resolver = unsafe { SigbusResolver::dispatch(None, on_sigbus, ctx) }?;
+        Ok(SigbusMode { resolver: Some(resolver), context })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SigbusStats {
+        let c = &self.context;
+        SigbusStats {
+            resolved: c.resolved.load(Relaxed),
+            failed: c.failed.load(Relaxed),
+            retried: c.retried.load(Relaxed),
+        }
+    }
+}
+
+impl Drop for SigbusMode {
+    fn drop(&mut self) {
+        // Disarm first: no dispatch uses the context after this.
+        drop(self.resolver.take());
+    }
+}
+
+/// The dispatcher: resolves a userfaultfd SIGBUS in one of the engine's regions.
+fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
+    // SAFETY: `ctx` was armed by `SigbusMode::arm` from a live box, which outlives the
+    // arming (see there).
+    let context = unsafe { &*(ctx as *const SigbusContext) };
+    // A forked child's copy of the handler: the engine is not here (module essay). A
+    // hardware memory error is not ours either.
+    if !context.control.in_owner() || fault.code != BUS_ADRERR {
+        return Dispatch::NotMine;
+    }
+    let _pass = context.control.gate.enter();
+    let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        context.engine.handle_fault(addr, fault.write)
+    }));
+    match outcome {
+        Ok(Ok(FaultOutcome::Mapped | FaultOutcome::Gone)) => {
+            context.resolved.fetch_add(1, Relaxed);
+            Dispatch::Resolved
+        }
+        Ok(Ok(FaultOutcome::Spurious | FaultOutcome::Retry)) => {
+            // Mapped by a racer, or an event is unread (the reader will read it), or an
+            // orphan waits to be restored: let the access run again.
+            context.retried.fetch_add(1, Relaxed);
+            context.source.restore_orphans();
+            process::sched_yield();
+            Dispatch::Resolved
+        }
+        Ok(Err(engine::Error::OutsideRegions { .. })) => Dispatch::NotMine,
+        // A page whose data could not be read (now poisoned), or a panic: die loudly.
+        Ok(Err(_)) | Err(_) => {
+            context.failed.fetch_add(1, Relaxed);
+            Dispatch::Failed
+        }
+    }
+}

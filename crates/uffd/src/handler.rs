@@ -1,0 +1,755 @@
+//! The fault handler: one thread that reads every uffd of the managed process and of its
+//! forked children, and turns their messages into engine calls.
+//!
+//! ```text
+//!            poll(eventfd, uffd of mm 0, uffd of child 1, ...)      (one thread)
+//!                 |
+//!   read batches ──> pending (pre-allocated) ──> events first, in order:
+//!                                                 FORK   -> engine.fork, serve the child's uffd
+//!                                                 REMAP  -> engine.remap (orphans follow)
+//!                                                 REMOVE -> engine.remove (orphans dropped)
+//!                                                 UNMAP  -> engine.unmap (orphans dropped)
+//!                                              then orphans restored, then faults:
+//!                                                 engine.handle_fault_in(mm, addr, write)
+//!                                                 Retry / not yet a region -> retained,
+//!                                                 retried after the next read
+//! ```
+//!
+//! Why events before the faults of a batch: the kernel returns faults first, so a fault can
+//! sit in front of the event that explains it (mremap's REMAP for a fault at the new
+//! address; the FORK whose child the fault's swap entry must already be shared with).
+//!
+//! Why a `Retry` fault is retained and not retried at once: the resolving ioctls say EAGAIN
+//! while an event is unread (`mmap_changing`), and it clears only once *this* thread reads
+//! that event; spinning on it would wait for itself. Retained faults are retried after the
+//! next read, with a short poll timeout as the bound (an `mmap_changing` that ends without
+//! an event, as a failed fork does, would otherwise leave them waiting).
+//!
+//! **Fork.** glibc's fork() takes the malloc locks and then waits in the kernel until this
+//! thread reads the FORK event; if this thread allocated meanwhile, it would wait for those
+//! locks: deadlock (docs/UFFD.md). So the process's `pthread_atfork` handlers
+//! ([`atfork_prepare`], before the malloc locks are taken) put every handler into
+//! **read-only mode** and wait until it is there: it only polls and reads into buffers
+//! allocated in advance, and processes nothing. The `parent` handler takes it out again and
+//! waits until the buffered events (the FORK among them) are processed, so the child's page
+//! table is copied before any thread of the parent can change the parent's. A fork that
+//! does not go through glibc's fork() (a raw clone without `CLONE_VM`) is not covered.
+//!
+//! **Children.** The FORK event carries the child's uffd; the child's faults arrive on it and
+//! are served from the parent's swap through [`engine::Engine::fork`]'s address space. On
+//! 6.18 nothing signals a child's exit on its uffd (no POLLHUP, reads say EAGAIN), but a
+//! resolving ioctl into the child says ESRCH once its mm is gone and ENOENT while it lives at
+//! an address it has no registered mapping for: every [`CHILD_PROBE_INTERVAL`] the handler
+//! probes each child with a `UFFDIO_ZEROPAGE` at its own `MADV_DONTFORK` page, and calls
+//! [`engine::Engine::exit_mm`] for the gone (tests/frontend_facts.rs).
+//!
+//! **The gate.** SIGBUS-mode resolution and `Region` unmapping run outside this thread; they
+//! would change the parent's page table between the fork and the FORK's processing (a
+//! swap-in frees the slot the child still needs). They pass [`Gate::enter`], which waits
+//! while a fork is in progress; `atfork_prepare` closes the gate and waits for those inside.
+//!
+//! Bounds: [`PENDING_MAX`] buffered messages (each unread message holds one thread of the
+//! program, so a few hundred cover any program), [`RETAIN_MAX`] retained faults.
+
+use crate::error::Error;
+use crate::event::Event;
+use crate::mm::{Advice, Mapping};
+use crate::source::{lock, UffdSource};
+use crate::sys::{call, process};
+use crate::types::{Range, Wake};
+use crate::uffd::{Uffd, READ_BATCH};
+use crate::PAGE_SIZE;
+use engine::region::MmId;
+use engine::{Engine, FaultOutcome};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Messages buffered between reading and processing (read-only mode buffers only).
+pub const PENDING_MAX: usize = 4096;
+/// Faults kept for a retry at most; beyond, the oldest is woken (it faults again).
+pub const RETAIN_MAX: usize = 1024;
+/// A retained fault that keeps failing this many rounds is woken and forgotten (it faults
+/// again if its page is still missing), so one stuck address cannot pin the list.
+const RETAIN_ROUNDS_MAX: u32 = 1000;
+/// How often children are probed for exit.
+pub const CHILD_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// Poll timeout with nothing to retry.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// Poll timeout while faults wait for a retry or orphans wait for a restore.
+const RETRY_POLL: Duration = Duration::from_millis(1);
+
+/// Counters of the handler thread.
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    messages: AtomicU64,
+    faults: AtomicU64,
+    faults_retained: AtomicU64,
+    faults_abandoned: AtomicU64,
+    fault_errors: AtomicU64,
+    forks: AtomicU64,
+    remaps: AtomicU64,
+    removes: AtomicU64,
+    unmaps: AtomicU64,
+    unknown_events: AtomicU64,
+    event_errors: AtomicU64,
+    children_exited: AtomicU64,
+    readonly_episodes: AtomicU64,
+    pending_full: AtomicU64,
+    trims: AtomicU64,
+    trim_ns: AtomicU64,
+}
+
+/// A snapshot of the handler's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerStats {
+    /// Batches read.
+    pub reads: u64,
+    /// Messages read.
+    pub messages: u64,
+    /// Fault messages handled (each retry counts again).
+    pub faults: u64,
+    /// Faults retained for a retry (`Retry`, or an address not yet in a region).
+    pub faults_retained: u64,
+    /// Retained faults given up on (woken; they fault again if still missing).
+    pub faults_abandoned: u64,
+    /// Faults the engine answered with an error (a poisoned page, a failing source).
+    pub fault_errors: u64,
+    /// FORK events (children served).
+    pub forks: u64,
+    /// REMAP events.
+    pub remaps: u64,
+    /// REMOVE events.
+    pub removes: u64,
+    /// UNMAP events.
+    pub unmaps: u64,
+    /// Messages of an unknown kind.
+    pub unknown_events: u64,
+    /// Events the engine refused (e.g. a REMAP across regions).
+    pub event_errors: u64,
+    /// Children found gone and released.
+    pub children_exited: u64,
+    /// Times the handler went read-only for a fork.
+    pub readonly_episodes: u64,
+    /// Times the buffer was full and reading paused.
+    pub pending_full: u64,
+    /// Heap trims (free memory given back to the kernel).
+    pub trims: u64,
+    /// Time spent trimming, in nanoseconds.
+    pub trim_ns: u64,
+    /// Children served now.
+    pub children_live: u64,
+}
+
+/// The fork gate (module essay).
+#[derive(Debug, Default)]
+pub struct Gate {
+    forking: AtomicU32,
+    inside: AtomicU32,
+}
+
+/// Inside the gate; leaving on drop.
+#[derive(Debug)]
+pub struct GatePass<'a>(&'a Gate);
+
+impl Gate {
+    /// Waits while a fork is in progress, then enters. Async-signal-safe (atomics and
+    /// `sched_yield` only).
+    pub fn enter(&self) -> GatePass<'_> {
+        loop {
+            while self.forking.load(SeqCst) > 0 {
+                process::sched_yield();
+            }
+            self.inside.fetch_add(1, SeqCst);
+            if self.forking.load(SeqCst) == 0 {
+                return GatePass(self);
+            }
+            self.inside.fetch_sub(1, SeqCst);
+        }
+    }
+
+    fn close(&self) {
+        self.forking.fetch_add(1, SeqCst);
+        while self.inside.load(SeqCst) > 0 {
+            process::sched_yield();
+        }
+    }
+
+    fn open(&self) {
+        self.forking.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Drop for GatePass<'_> {
+    fn drop(&mut self) {
+        self.0.inside.fetch_sub(1, SeqCst);
+    }
+}
+
+/// What the fork hooks and the owner see of the handler thread.
+#[derive(Debug, Default)]
+struct State {
+    /// The thread is in read-only mode.
+    readonly: bool,
+    /// Incremented after every normal-mode processing pass.
+    epoch: u64,
+    /// The thread has ended.
+    stopped: bool,
+}
+
+/// Shared between the handler thread, its owner and the fork hooks.
+#[derive(Debug)]
+pub struct Control {
+    wake: OwnedFd,
+    stop: AtomicBool,
+    readonly_requests: AtomicU32,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// The fork gate.
+    pub gate: Gate,
+    counters: Counters,
+    children_live: AtomicU64,
+    /// The process that made the handler (a forked child has a copy, and no thread).
+    pub pid: i32,
+}
+
+impl Control {
+    fn new() -> Result<Control, Error> {
+        let wake = call::eventfd().map_err(|e| Error::os(crate::error::Op::Eventfd, e))?;
+        Ok(Control {
+            wake,
+            stop: AtomicBool::new(false),
+            readonly_requests: AtomicU32::new(0),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            gate: Gate::default(),
+            counters: Counters::default(),
+            children_live: AtomicU64::new(0),
+            pid: process::getpid(),
+        })
+    }
+
+    fn signal(&self) {
+        call::eventfd_signal(self.wake.as_fd());
+    }
+
+    /// Whether this is the process that made the handler (not a forked child's copy).
+    pub fn in_owner(&self) -> bool {
+        process::getpid() == self.pid
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> HandlerStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Relaxed);
+        HandlerStats {
+            reads: get(&c.reads),
+            messages: get(&c.messages),
+            faults: get(&c.faults),
+            faults_retained: get(&c.faults_retained),
+            faults_abandoned: get(&c.faults_abandoned),
+            fault_errors: get(&c.fault_errors),
+            forks: get(&c.forks),
+            remaps: get(&c.remaps),
+            removes: get(&c.removes),
+            unmaps: get(&c.unmaps),
+            unknown_events: get(&c.unknown_events),
+            event_errors: get(&c.event_errors),
+            children_exited: get(&c.children_exited),
+            readonly_episodes: get(&c.readonly_episodes),
+            pending_full: get(&c.pending_full),
+            trims: get(&c.trims),
+            trim_ns: get(&c.trim_ns),
+            children_live: get(&self.children_live),
+        }
+    }
+
+    /// Fork prepare for this handler: close the gate, then read-only, and wait for it.
+    fn prepare(&self) {
+        self.gate.close();
+        let state = {
+            // Counted under the state lock: see `Reader::readonly`.
+            let state = lock(&self.state);
+            self.readonly_requests.fetch_add(1, SeqCst);
+            state
+        };
+        self.signal();
+        let _ready = self
+            .changed
+            .wait_while(state, |s| !s.readonly && !s.stopped)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+
+    /// Fork parent for this handler: leave read-only mode, wait until what was buffered
+    /// (the FORK event) is processed, then open the gate.
+    fn parent(&self) {
+        let before = lock(&self.state).epoch;
+        self.readonly_requests.fetch_sub(1, SeqCst);
+        self.signal();
+        let state = lock(&self.state);
+        let _done = self
+            .changed
+            .wait_while(state, |s| {
+                !s.stopped && (s.epoch <= before || self.readonly_requests.load(SeqCst) > 0)
+            })
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        drop(_done);
+        self.gate.open();
+    }
+}
+
+/// One address space the handler serves.
+#[derive(Debug)]
+struct Served {
+    mm: MmId,
+    uffd: Arc<Uffd>,
+    source: Arc<UffdSource>,
+}
+
+/// A fault waiting for a retry.
+#[derive(Debug, Clone, Copy)]
+struct Retained {
+    mm: MmId,
+    addr: usize,
+    write: bool,
+    rounds: u32,
+}
+
+/// What one fault attempt came to.
+enum Attempt {
+    Done,
+    Retain,
+}
+
+/// The handler thread's state (everything allocated before the loop starts).
+struct Reader {
+    engine: Arc<Engine>,
+    control: Arc<Control>,
+    /// `served[0]` is the managed address space; the rest are forked children.
+    served: Vec<Served>,
+    pollfds: Vec<libc::pollfd>,
+    pollfds_stale: bool,
+    batch: Vec<Event>,
+    pending: Vec<(MmId, Event)>,
+    faults: Vec<Retained>,
+    retained: Vec<Retained>,
+    /// A page no child has (`MADV_DONTFORK`): the exit probe's target.
+    probe: Mapping,
+    last_probe: Instant,
+    trimmer: crate::trim::Trimmer,
+}
+
+/// The handler thread and its control block.
+#[derive(Debug)]
+pub struct Handler {
+    control: Arc<Control>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Handler {
+    /// Starts the handler for the managed address space (`uffd`, `source`, engine mm 0) and
+    /// returns once its thread is in its loop with every buffer allocated (a thread still
+    /// starting up allocates, and must not be the one a fork waits for). Registers the fork
+    /// hooks (once per process).
+    ///
+    /// # Errors
+    /// eventfd, mmap or thread creation failures; the fork hooks' registration.
+    pub fn spawn(
+        engine: Arc<Engine>,
+        uffd: Arc<Uffd>,
+        source: Arc<UffdSource>,
+    ) -> Result<Handler, Error> {
+        let control = Arc::new(Control::new()?);
+        let probe = Mapping::anonymous(PAGE_SIZE)?;
+        probe.advise(0, PAGE_SIZE, Advice::DontFork)?;
+        let budget_bytes = engine.config().budget_bytes;
+        let mut reader = Reader {
+            engine,
+            control: control.clone(),
+            served: Vec::with_capacity(16),
+            pollfds: Vec::with_capacity(17),
+            pollfds_stale: true,
+            batch: Vec::with_capacity(READ_BATCH),
+            pending: Vec::with_capacity(PENDING_MAX),
+            faults: Vec::with_capacity(PENDING_MAX),
+            retained: Vec::with_capacity(RETAIN_MAX),
+            probe,
+            last_probe: Instant::now(),
+            trimmer: crate::trim::Trimmer::new(budget_bytes),
+        };
+        reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
+        reader.rebuild_pollfds();
+        let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("uswap-uffd".into())
+            .spawn(move || {
+                let _ = ready_tx.send(());
+                reader.run();
+            })
+            .map_err(|error| Error::Thread { what: "the fault handler", error })?;
+        let _ = ready.recv();
+        register_fork_hooks(&control)?;
+        Ok(Handler { control, thread: Some(thread) })
+    }
+
+    /// The control block.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+}
+
+impl Drop for Handler {
+    /// Stops the thread and joins it; while forked children are still served, the thread is
+    /// left running (detached) and ends with the last of them, so a child never loses its
+    /// evicted pages to its parent's teardown (it would read them as zeros).
+    fn drop(&mut self) {
+        self.control.stop.store(true, SeqCst);
+        self.control.signal();
+        let thread = self.thread.take();
+        if self.control.children_live.load(SeqCst) == 0 {
+            if let Some(thread) = thread {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Reader {
+    fn run(&mut self) {
+        // Asked to stop, the thread still serves forked children until the last is gone.
+        while !self.control.stop.load(SeqCst) || self.served.len() > 1 {
+            if self.control.readonly_requests.load(SeqCst) > 0 {
+                self.readonly();
+                continue;
+            }
+            let busy =
+                !self.retained.is_empty() || self.served.iter().any(|s| s.source.has_orphans());
+            // Messages buffered in read-only mode are processed without waiting.
+            let timeout = if !self.pending.is_empty() {
+                Duration::ZERO
+            } else if busy {
+                RETRY_POLL
+            } else {
+                IDLE_POLL
+            };
+            self.poll(timeout);
+            self.read_all();
+            self.process();
+            if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {
+                self.probe_children();
+            }
+            if self.trimmer.tick(&self.engine) {
+                let c = &self.control.counters;
+                c.trims.store(self.trimmer.trims, Relaxed);
+                c.trim_ns.store(self.trimmer.trim_ns, Relaxed);
+            }
+            let mut state = lock(&self.control.state);
+            state.epoch += 1;
+            self.control.changed.notify_all();
+        }
+        let mut state = lock(&self.control.state);
+        state.stopped = true;
+        self.control.changed.notify_all();
+    }
+
+    /// Read-only mode for a fork (module essay): restore orphans first (a child must not
+    /// inherit their holes), then acknowledge and only read until released.
+    fn readonly(&mut self) {
+        for _ in 0..RETAIN_ROUNDS_MAX {
+            if !self.served[0].source.has_orphans() {
+                break;
+            }
+            self.poll(RETRY_POLL);
+            self.read_all();
+            self.process();
+        }
+        // The last allocation: a poll set for every uffd served (a FORK just processed may
+        // have added one).
+        if self.pollfds_stale {
+            self.rebuild_pollfds();
+        }
+        self.control.counters.readonly_episodes.fetch_add(1, Relaxed);
+        {
+            let mut state = lock(&self.control.state);
+            state.readonly = true;
+            self.control.changed.notify_all();
+        }
+        // From here to the release: no allocation (poll, read into reserved buffers). The
+        // exit is decided under the state lock, under which `prepare` counts its request:
+        // a request either keeps this loop going or finds `readonly` false and waits for
+        // the next acknowledgement, never an acknowledgement about to be withdrawn.
+        loop {
+            {
+                let mut state = lock(&self.control.state);
+                let requests = self.control.readonly_requests.load(SeqCst);
+                if requests == 0 || self.control.stop.load(SeqCst) {
+                    state.readonly = false;
+                    self.control.changed.notify_all();
+                    return;
+                }
+            }
+            self.poll(Duration::from_millis(10));
+            self.read_all();
+        }
+    }
+
+    fn rebuild_pollfds(&mut self) {
+        self.pollfds.clear();
+        let fd = |raw| libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
+        self.pollfds.push(fd(self.control.wake.as_raw_fd()));
+        for served in &self.served {
+            self.pollfds.push(fd(served.uffd.as_fd().as_raw_fd()));
+        }
+        self.pollfds_stale = false;
+    }
+
+    fn poll(&mut self, timeout: Duration) {
+        if self.pollfds_stale {
+            self.rebuild_pollfds();
+        }
+        for p in &mut self.pollfds {
+            p.revents = 0;
+        }
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // EINTR and the like: the loop polls again.
+        let _ = call::poll_many(&mut self.pollfds, ms);
+        if self.pollfds[0].revents != 0 {
+            call::eventfd_drain(self.control.wake.as_fd());
+        }
+    }
+
+    /// Reads one batch from every uffd `poll` found readable into `pending` (stops when
+    /// `pending` is full; the rest stays in the kernel, holding its threads).
+    fn read_all(&mut self) {
+        for i in 0..self.served.len() {
+            if self.pollfds.get(i + 1).is_none_or(|p| p.revents == 0) {
+                continue;
+            }
+            let room = PENDING_MAX - self.pending.len();
+            if room == 0 {
+                self.control.counters.pending_full.fetch_add(1, Relaxed);
+                return;
+            }
+            let served = &self.served[i];
+            let n = served.uffd.read_events(&mut self.batch, room.min(READ_BATCH)).unwrap_or(0);
+            if n > 0 {
+                let c = &self.control.counters;
+                c.reads.fetch_add(1, Relaxed);
+                c.messages.fetch_add(n as u64, Relaxed);
+            }
+            let mm = served.mm;
+            for event in self.batch.drain(..) {
+                self.pending.push((mm, event));
+            }
+        }
+    }
+
+    /// Events first, in order; then orphans; then faults (the retained ones first).
+    fn process(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let mut pending = pending;
+        self.faults.clear();
+        self.faults.append(&mut self.retained);
+        for (mm, event) in pending.drain(..) {
+            match event {
+                Event::PageFault { addr, write, .. } => {
+                    self.faults.push(Retained { mm, addr, write, rounds: 0 });
+                }
+                other => self.event(mm, other),
+            }
+        }
+        self.pending = pending;
+        for served in &self.served {
+            served.source.restore_orphans();
+        }
+        let mut faults = std::mem::take(&mut self.faults);
+        for fault in faults.drain(..) {
+            if let Attempt::Retain = self.fault(fault) {
+                self.retain(Retained { rounds: fault.rounds + 1, ..fault });
+            }
+        }
+        self.faults = faults;
+    }
+
+    fn retain(&mut self, fault: Retained) {
+        self.control.counters.faults_retained.fetch_add(1, Relaxed);
+        if fault.rounds >= RETAIN_ROUNDS_MAX || self.retained.len() >= RETAIN_MAX {
+            self.control.counters.faults_abandoned.fetch_add(1, Relaxed);
+            self.wake(fault.mm, fault.addr);
+            return;
+        }
+        self.retained.push(fault);
+    }
+
+    fn served(&self, mm: MmId) -> Option<&Served> {
+        self.served.iter().find(|s| s.mm == mm)
+    }
+
+    fn wake(&self, mm: MmId, addr: usize) {
+        if let Some(served) = self.served(mm) {
+            let _ = served.uffd.wake(Range::page_of(addr));
+        }
+    }
+
+    fn fault(&self, fault: Retained) -> Attempt {
+        self.control.counters.faults.fetch_add(1, Relaxed);
+        let c = &self.control.counters;
+        match self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write) {
+            Ok(FaultOutcome::Mapped | FaultOutcome::Spurious) => Attempt::Done,
+            Ok(FaultOutcome::Retry) => Attempt::Retain,
+            Ok(FaultOutcome::Gone) => {
+                self.wake(fault.mm, fault.addr);
+                Attempt::Done
+            }
+            // Not yet a region (a REMAP still unread), or a source failure that may pass.
+            Err(engine::Error::OutsideRegions { .. } | engine::Error::Source(_)) => Attempt::Retain,
+            // The page was poisoned (and its waiter woken): the access fails loudly.
+            Err(_) => {
+                c.fault_errors.fetch_add(1, Relaxed);
+                self.wake(fault.mm, fault.addr);
+                Attempt::Done
+            }
+        }
+    }
+
+    fn event(&mut self, mm: MmId, event: Event) {
+        let control = self.control.clone();
+        let c = &control.counters;
+        let Some(source) = self.served(mm).map(|s| s.source.clone()) else { return };
+        let refused = match event {
+            Event::Fork { child } => {
+                c.forks.fetch_add(1, Relaxed);
+                self.fork(mm, child).is_err()
+            }
+            Event::Remap { from, to, len_bytes } => {
+                c.remaps.fetch_add(1, Relaxed);
+                source.remap_orphans(from as u64, to as u64, len_bytes as u64);
+                self.engine.remap(mm, from as u64, to as u64, len_bytes as u64).is_err()
+            }
+            Event::Remove { start, end } => {
+                c.removes.fetch_add(1, Relaxed);
+                let len = (end - start) as u64;
+                source.forget_orphans(start as u64, len);
+                self.engine.remove_in(mm, start as u64, len);
+                false
+            }
+            Event::Unmap { start, end } => {
+                c.unmaps.fetch_add(1, Relaxed);
+                let len = (end - start) as u64;
+                source.forget_orphans(start as u64, len);
+                self.engine.unmap_in(mm, start as u64, len);
+                false
+            }
+            Event::PageFault { .. } => false,
+            Event::Unknown { .. } => {
+                c.unknown_events.fetch_add(1, Relaxed);
+                false
+            }
+        };
+        if refused {
+            c.event_errors.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A child of address space `parent`: copy its page table, serve its uffd.
+    fn fork(&mut self, parent: MmId, child: Uffd) -> Result<(), engine::Error> {
+        let uffd = Arc::new(child);
+        let source = Arc::new(UffdSource::child(uffd.clone()));
+        let mm = self.engine.fork(parent, source.clone())?;
+        self.served.push(Served { mm, uffd, source });
+        self.pollfds_stale = true;
+        self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
+        Ok(())
+    }
+
+    /// Probes every child (module essay); releases those whose mm is gone.
+    fn probe_children(&mut self) {
+        self.last_probe = Instant::now();
+        let probe = self.probe.range();
+        let mut i = 1;
+        while i < self.served.len() {
+            let gone = matches!(
+                self.served[i].uffd.zeropage(probe, Wake::DontWake),
+                Err(Error::ProcessGone { .. })
+            );
+            if gone {
+                let served = self.served.remove(i);
+                self.engine.exit_mm(served.mm);
+                self.control.counters.children_exited.fetch_add(1, Relaxed);
+                self.pollfds_stale = true;
+            } else {
+                i += 1;
+            }
+        }
+        self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Fork hooks (process-wide)
+// ------------------------------------------------------------------------------------------
+
+/// Every live handler's control block, for the fork hooks.
+static CONTROLS: Mutex<Vec<Weak<Control>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The controls a fork in progress on this thread prepared (prepare and parent/child run
+    /// on the forking thread).
+    static FORKING: std::cell::RefCell<Vec<Arc<Control>>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+fn register_fork_hooks(control: &Arc<Control>) -> Result<(), Error> {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    static RESULT: AtomicU32 = AtomicU32::new(0);
+    ONCE.call_once(|| {
+        if let Err(errno) = process::atfork(atfork_prepare, atfork_parent, atfork_child) {
+            RESULT.store(errno.0 as u32, SeqCst);
+        }
+    });
+    match RESULT.load(SeqCst) {
+        0 => {}
+        errno => {
+            let errno = crate::sys::Errno(errno as i32);
+            return Err(Error::Os { op: crate::error::Op::Atfork, errno });
+        }
+    }
+    let mut controls = lock(&CONTROLS);
+    controls.retain(|weak| weak.strong_count() > 0);
+    controls.push(Arc::downgrade(control));
+    Ok(())
+}
+
+/// `pthread_atfork` prepare: every handler of this process goes read-only (module essay).
+/// Runs before glibc takes its malloc locks, so it may allocate.
+pub extern "C" fn atfork_prepare() {
+    let controls: Vec<Arc<Control>> = {
+        let all = lock(&CONTROLS);
+        all.iter().filter_map(Weak::upgrade).filter(|c| c.in_owner()).collect()
+    };
+    for control in &controls {
+        control.prepare();
+    }
+    FORKING.with(|f| f.borrow_mut().extend(controls));
+}
+
+/// `pthread_atfork` parent: every handler leaves read-only mode and processes the FORK.
+pub extern "C" fn atfork_parent() {
+    let controls = FORKING.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    for control in &controls {
+        control.parent();
+    }
+}
+
+/// `pthread_atfork` child: the child has no handler thread; its copies of the handlers'
+/// state are never used (every entry point checks the process id).
+pub extern "C" fn atfork_child() {
+    FORKING.with(|f| {
+        // The Arcs' counts are the parent's, copied: forget them rather than drop them.
+        let controls = std::mem::take(&mut *f.borrow_mut());
+        std::mem::forget(controls);
+    });
+}

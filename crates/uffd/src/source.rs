@@ -1,0 +1,768 @@
+//! [`UffdSource`]: the engine's [`PageSource`] over one process's memory, through its
+//! userfaultfd.
+//!
+//! ```text
+//!   take (page-out)                                   map / map_zero / poison (page-in)
+//!   region --UFFDIO_MOVE (event uffd)--> staging      UFFDIO_COPY / ZEROPAGE / POISON of the
+//!          copy staging -> engine's folio buffer      whole folio, continuing past pages
+//!   staging --UFFDIO_MOVE (quiet uffd)--> discard     that are present (EEXIST) or done
+//!          MADV_DONTNEED discard (no event)           (EAGAIN with progress)
+//! ```
+//!
+//! **Take.** A folio leaves the region in one `UFFDIO_MOVE` (with `ALLOW_SRC_HOLES`) into
+//! an empty run of a staging lane: atomic against the program's writers (docs/UFFD.md), and
+//! issued on the region's own uffd, so while the address space is changing (an unread fork,
+//! mremap, munmap or REMOVE event) it fails with EAGAIN having done nothing and the engine
+//! keeps the folio. The data is copied to the engine's buffer (a slot the move left empty, a
+//! source hole, reads as zeros and is reported in [`Taken::Partial`]). Then the staging run
+//! is emptied *without an event*: staging is registered with the event uffd (it must be, to
+//! be a MOVE destination there), where `MADV_DONTNEED` would send REMOVE and wait for the
+//! handler; so its pages move on, through a second uffd that has no events, into a discard
+//! area registered with that uffd, and are dropped there (tests/frontend_facts.rs).
+//!
+//! **Take refused.** MOVE stops at a page shared with a forked child, or pinned (EBUSY).
+//! The page is queued for a copy-on-write break (`MADV_POPULATE_WRITE`, by a thread that
+//! holds no engine lock: see [`UffdSource::break_cow_pending`]) and the take says `Retry`.
+//! Pages moved before the refusal are moved back at once ("undo"). If even that says EAGAIN
+//! (an event arrived in between, and the reader may be waiting for the region lock the
+//! caller holds, so spinning could deadlock), the pages stay in staging as **orphans**: the
+//! engine still counts them resident, [`UffdSource::take`] refuses their range, and the
+//! event reader restores them after it has read the pending events
+//! ([`UffdSource::restore_orphans`]), adjusting them first for REMOVE, UNMAP and REMAP.
+//!
+//! **Map.** One resolving ioctl covers the whole folio. The kernel stops early in three
+//! ways, each continued so that, seen from the engine, a map either installs every missing
+//! page or returns `Retry` leaving nothing to undo:
+//!
+//! | kernel says | meaning | what `map` does |
+//! |---|---|---|
+//! | EAGAIN, `done` > 0 | did `done` bytes, then met something | continue at `done` |
+//! | EEXIST at `done` | that page is present (newer data) | skip it, continue |
+//! | EAGAIN, `done` = 0 | an event is unread (`mmap_changing`) | `Retry` (see below) |
+//! | ENOENT, ESRCH | range unmapped / unregistered, process gone | `Gone` |
+//!
+//! A `Retry` after progress leaves nothing to undo: the pages installed hold the engine's
+//! data for them, and a later map of the folio skips them as present.
+//!
+//! If every page was present the answer is `AlreadyPresent` (nothing changed); skipped pages
+//! are woken explicitly, since a resolving ioctl wakes only what it filled.
+//!
+//! Context: every method may be called from any thread, concurrently; calls on one page are
+//! serialised by the engine (its page-table lock, held across `take` and `map`). Nothing
+//! here touches region memory from user space, so a page-source call never faults into the
+//! uffd it serves. Lock order: a lane's lock, then the orphan list's; `cow_breaking`, then
+//! the COW queue's, a leaf.
+//!
+//! Unsafe code: one call, the MOVE out of a region, whose soundness rests on the engine's
+//! transparency (its `SAFETY` comment); this module is a named leaf allowed to make it.
+
+#![allow(unsafe_code)]
+
+use crate::error::Error;
+use crate::mm::{Advice, Mapping};
+use crate::staging::{SlotIndex, SlotRun, Staging};
+use crate::types::{CopyMode, Features, MoveMode, Range, RegisterMode, Wake};
+use crate::uffd::Uffd;
+use crate::PAGE_SIZE;
+use engine::{Mapped, PageSource, SourceError, Taken};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+const PAGE: usize = PAGE_SIZE;
+
+/// Staging lanes: concurrent takes (background reclaim, a faulting thread's direct reclaim,
+/// `pageout` callers) each hold one. Four cover this machine's two vCPUs with room.
+const LANES: usize = 4;
+
+/// Pages a COW-break queue holds; beyond, refusals are counted and forgotten (reclaim will
+/// meet the page again and queue it again).
+const COW_QUEUE_MAX: usize = 1024;
+
+/// How many times an undo retries EAGAIN before the pages become orphans: a few yields give
+/// a reader that is reading the chance to read; a reader that waits for the caller's lock
+/// would never read, so the bound is small.
+const UNDO_TRIES: u32 = 8;
+
+/// Locks a std mutex, ignoring poisoning (a panic elsewhere already reported itself; the
+/// data here stays consistent per operation).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One staging lane: staging slots on the event uffd, the discard area on the quiet one.
+#[derive(Debug)]
+struct Lane {
+    staging: Staging,
+    discard: Mapping,
+}
+
+/// A page taken out of the region and not put back: it lives in staging until restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Orphan {
+    lane: usize,
+    slot: SlotIndex,
+    addr: u64,
+}
+
+/// Counters (a counter per refusal and fallback, STYLE.md 15).
+#[derive(Debug, Default)]
+struct Counters {
+    takes: AtomicU64,
+    take_pages: AtomicU64,
+    take_holes: AtomicU64,
+    take_busy: AtomicU64,
+    take_retry: AtomicU64,
+    take_gone: AtomicU64,
+    take_failed: AtomicU64,
+    undo_pages: AtomicU64,
+    orphaned_pages: AtomicU64,
+    orphans_restored: AtomicU64,
+    orphans_dropped: AtomicU64,
+    maps: AtomicU64,
+    map_pages: AtomicU64,
+    map_zero_pages: AtomicU64,
+    map_present_pages: AtomicU64,
+    map_retry: AtomicU64,
+    map_partial_retry: AtomicU64,
+    map_gone: AtomicU64,
+    poisoned_pages: AtomicU64,
+    cow_queued: AtomicU64,
+    cow_queue_full: AtomicU64,
+    cow_broken: AtomicU64,
+    drain_failed: AtomicU64,
+}
+
+/// A snapshot of a source's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// `take` calls.
+    pub takes: u64,
+    /// Pages taken out of the program (moved to staging and copied out).
+    pub take_pages: u64,
+    /// Of those, holes (not present; read as zeros).
+    pub take_holes: u64,
+    /// Takes refused because a page was shared after fork or pinned (EBUSY).
+    pub take_busy: u64,
+    /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
+    pub take_retry: u64,
+    /// Takes of a range that is no longer mapped or registered.
+    pub take_gone: u64,
+    /// Takes that failed otherwise.
+    pub take_failed: u64,
+    /// Pages moved back into the region after a refused take.
+    pub undo_pages: u64,
+    /// Pages that could not be moved back at once (orphans, restored later).
+    pub orphaned_pages: u64,
+    /// Orphan pages restored into the region.
+    pub orphans_restored: u64,
+    /// Orphan pages dropped because the program removed or unmapped them meanwhile.
+    pub orphans_dropped: u64,
+    /// `map`, `map_zero` and `poison` calls.
+    pub maps: u64,
+    /// Pages installed with data (`UFFDIO_COPY`).
+    pub map_pages: u64,
+    /// Pages installed as the zero page (`UFFDIO_ZEROPAGE`).
+    pub map_zero_pages: u64,
+    /// Pages a map found already present (EEXIST) and left alone.
+    pub map_present_pages: u64,
+    /// Maps answered `Retry` (EAGAIN with nothing done: an event unread).
+    pub map_retry: u64,
+    /// Of those, maps that had installed some pages first.
+    pub map_partial_retry: u64,
+    /// Maps of a range no longer managed.
+    pub map_gone: u64,
+    /// Pages poisoned (their data could not be read back).
+    pub poisoned_pages: u64,
+    /// Ranges queued for a copy-on-write break.
+    pub cow_queued: u64,
+    /// Refusals not queued because the queue was full.
+    pub cow_queue_full: u64,
+    /// Copy-on-write breaks done.
+    pub cow_broken: u64,
+    /// Staging runs that could not be emptied (the lane loses those slots).
+    pub drain_failed: u64,
+}
+
+/// The event-less half of the managed source: the quiet uffd and the lanes.
+#[derive(Debug)]
+struct Lanes {
+    quiet: Uffd,
+    lanes: Box<[Mutex<Lane>]>,
+    next: AtomicUsize,
+}
+
+/// A page source over one address space's userfaultfd (see the module essay).
+#[derive(Debug)]
+pub struct UffdSource {
+    uffd: Arc<Uffd>,
+    /// `None` for a forked child's address space, which the engine never evicts from.
+    lanes: Option<Lanes>,
+    /// Orphan pages (module essay); `orphan_count` mirrors its length for a lock-free check.
+    orphans: Mutex<Vec<Orphan>>,
+    orphan_count: AtomicUsize,
+    /// Ranges `(addr, len)` MOVE refused with EBUSY, for a copy-on-write break.
+    cow: Mutex<VecDeque<(u64, u64)>>,
+    cow_ready: Condvar,
+    /// Held while a queued range is being broken (see `break_cow_wait`). Lock order:
+    /// `cow_breaking`, then `cow`.
+    cow_breaking: Mutex<()>,
+    counters: Counters,
+    /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
+    inject_undo_again: AtomicU32,
+}
+
+impl UffdSource {
+    /// The source of the managed address space: `uffd` (which must have `MOVE`) plus
+    /// staging lanes of `2 * folio_pages` slots each, and the quiet uffd for their discard
+    /// areas.
+    ///
+    /// # Errors
+    /// Creating the quiet uffd, mapping or registering the lanes.
+    pub fn new(uffd: Arc<Uffd>, folio_pages: usize) -> Result<UffdSource, Error> {
+        // The same privilege as the event uffd: user-mode-only when that one is.
+        let quiet = Uffd::builder()
+            .user_mode_only(uffd.is_user_mode_only())
+            .require(Features::MOVE)
+            .open()?;
+        let slots = (2 * folio_pages).max(16);
+        let mut lanes = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let staging = Staging::new(&uffd, slots)?;
+            let discard = Mapping::anonymous(slots * PAGE)?;
+            discard.advise(0, discard.len_bytes(), Advice::NoHugePage)?;
+            discard.advise(0, discard.len_bytes(), Advice::DontFork)?;
+            quiet.register(discard.range(), RegisterMode::WP)?;
+            lanes.push(Mutex::new(Lane { staging, discard }));
+        }
+        let lanes = Lanes { quiet, lanes: lanes.into_boxed_slice(), next: AtomicUsize::new(0) };
+        Ok(UffdSource::with(uffd, Some(lanes)))
+    }
+
+    /// The source of a forked child's address space: maps only (the engine never takes
+    /// pages from a child).
+    pub fn child(uffd: Arc<Uffd>) -> UffdSource {
+        UffdSource::with(uffd, None)
+    }
+
+    fn with(uffd: Arc<Uffd>, lanes: Option<Lanes>) -> UffdSource {
+        UffdSource {
+            uffd,
+            lanes,
+            orphans: Mutex::new(Vec::new()),
+            orphan_count: AtomicUsize::new(0),
+            cow: Mutex::new(VecDeque::with_capacity(COW_QUEUE_MAX)),
+            cow_ready: Condvar::new(),
+            cow_breaking: Mutex::new(()),
+            counters: Counters::default(),
+            inject_undo_again: AtomicU32::new(0),
+        }
+    }
+
+    /// The uffd this source resolves through.
+    pub fn uffd(&self) -> &Arc<Uffd> {
+        &self.uffd
+    }
+
+    /// Asserts the source's invariants: every lane's staging is consistent, and every slot
+    /// is free and empty except an orphan's, which is allocated and holds its page.
+    ///
+    /// # Panics
+    /// On a violated invariant. Call it with no take in flight.
+    pub fn check_invariants(&self) {
+        let orphans = lock(&self.orphans);
+        assert_eq!(orphans.len(), self.orphan_count.load(Relaxed), "orphan count");
+        let Some(lanes) = &self.lanes else {
+            assert!(orphans.is_empty(), "orphans in a child's source");
+            return;
+        };
+        for (index, lane) in lanes.lanes.iter().enumerate() {
+            let lane = lock(lane);
+            lane.staging.check_invariants();
+            for slot in 0..lane.staging.capacity() {
+                let slot = SlotIndex(slot as u32);
+                let orphan = orphans.iter().any(|o| o.lane == index && o.slot == slot);
+                let allocated = lane.staging.is_allocated(slot);
+                assert_eq!(allocated, orphan, "lane {index} slot {slot:?}: allocated {allocated}");
+                assert_eq!(lane.staging.is_present(slot), orphan, "lane {index} slot {slot:?}");
+            }
+        }
+    }
+
+    /// Fault injection for tests: the next `n` undos of a refused take fail as if an event
+    /// had arrived (the pages become orphans).
+    pub fn inject_undo_failures(&self, n: u32) {
+        self.inject_undo_again.store(n, Relaxed);
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> SourceStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Relaxed);
+        SourceStats {
+            takes: get(&c.takes),
+            take_pages: get(&c.take_pages),
+            take_holes: get(&c.take_holes),
+            take_busy: get(&c.take_busy),
+            take_retry: get(&c.take_retry),
+            take_gone: get(&c.take_gone),
+            take_failed: get(&c.take_failed),
+            undo_pages: get(&c.undo_pages),
+            orphaned_pages: get(&c.orphaned_pages),
+            orphans_restored: get(&c.orphans_restored),
+            orphans_dropped: get(&c.orphans_dropped),
+            maps: get(&c.maps),
+            map_pages: get(&c.map_pages),
+            map_zero_pages: get(&c.map_zero_pages),
+            map_present_pages: get(&c.map_present_pages),
+            map_retry: get(&c.map_retry),
+            map_partial_retry: get(&c.map_partial_retry),
+            map_gone: get(&c.map_gone),
+            poisoned_pages: get(&c.poisoned_pages),
+            cow_queued: get(&c.cow_queued),
+            cow_queue_full: get(&c.cow_queue_full),
+            cow_broken: get(&c.cow_broken),
+            drain_failed: get(&c.drain_failed),
+        }
+    }
+
+    /// Locks a lane: the first free one from a rotating start, else waits for that one.
+    fn lock_lane(lanes: &Lanes) -> (usize, MutexGuard<'_, Lane>) {
+        let start = lanes.next.fetch_add(1, Relaxed) % lanes.lanes.len();
+        for i in 0..lanes.lanes.len() {
+            let index = (start + i) % lanes.lanes.len();
+            if let Ok(lane) = lanes.lanes[index].try_lock() {
+                return (index, lane);
+            }
+        }
+        (start, lock(&lanes.lanes[start]))
+    }
+
+    /// Empties a staging run into its lane's discard area and frees it; on failure the
+    /// slots stay allocated (lost to the lane, counted).
+    fn release(&self, lanes: &Lanes, lane: &mut Lane, run: SlotRun) {
+        let offset = run.first.0 as usize * PAGE;
+        match lane.staging.drain(&lanes.quiet, run, &lane.discard, offset) {
+            Ok(()) => lane.staging.free(run),
+            Err(_) => {
+                add(&self.counters.drain_failed, 1);
+            }
+        }
+    }
+
+    fn take_inner(&self, lanes: &Lanes, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+        let pages = dst.len() / PAGE;
+        let (lane_index, mut lane) = Self::lock_lane(lanes);
+        let Some(run) = lane.staging.alloc_empty(pages) else {
+            // Only after drain failures or orphans filled the lane.
+            add(&self.counters.take_retry, 1);
+            return Err(SourceError::Retry);
+        };
+        let error = match self.move_out(&mut lane, run, addr) {
+            Ok(_) => match lane.staging.copy_out(run, dst) {
+                Ok(holes) => {
+                    self.release(lanes, &mut lane, run);
+                    add(&self.counters.take_pages, pages as u64);
+                    add(&self.counters.take_holes, u64::from(holes));
+                    return Ok(if holes == 0 { Taken::All } else { Taken::Partial { holes } });
+                }
+                // Never drop data that was not copied: put it back, as for a refusal.
+                Err(error) => {
+                    add(&self.counters.take_failed, 1);
+                    self.undo(lane_index, &mut lane, run, addr, pages);
+                    return Err(SourceError::Failed(error.to_string()));
+                }
+            },
+            Err(error) => error,
+        };
+        let (error, done_pages) = error;
+        if let Error::Busy { .. } = error {
+            // The rest of the folio is likely shared too (a fork shares every page): break
+            // it all in one call rather than meet one refusal per page.
+            add(&self.counters.take_busy, 1);
+            let busy = (done_pages * PAGE) as u64;
+            self.queue_cow(addr + busy, dst.len() as u64 - busy);
+        }
+        self.undo(lane_index, &mut lane, run, addr, done_pages);
+        Err(self.classify_take_error(error))
+    }
+
+    /// Moves the pages of `addr..` into `run`, continuing past partial progress (the kernel
+    /// reports a move that stopped after some pages as EAGAIN with the bytes done; the
+    /// reason comes from the retry at that offset). On error, returns it with the pages
+    /// moved before it.
+    fn move_out(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), (Error, usize)> {
+        let mut done = 0u32;
+        while done < run.pages {
+            let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
+            let at = addr as usize + done as usize * PAGE;
+            // SAFETY: the source is a folio of a region this engine manages. The engine
+            // keeps a region's contents transparent: from now on an access there faults and
+            // is served the data copied out (the `PageSource` contract), so no borrow of
+            // region bytes ever observes the move (sys::process essay).
+            let moved = unsafe {
+                lane.staging.move_out_raw(&self.uffd, at, rest, MoveMode::ALLOW_SRC_HOLES)
+            };
+            match moved {
+                Ok(_) => return Ok(()),
+                Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => {
+                    done += (done_bytes / PAGE) as u32;
+                }
+                Err(error) => {
+                    let pages = done as usize + error.done_bytes() / PAGE;
+                    return Err((error, pages));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn classify_take_error(&self, error: Error) -> SourceError {
+        match error {
+            Error::Busy { .. } => SourceError::Retry,
+            Error::Again { .. } => {
+                add(&self.counters.take_retry, 1);
+                SourceError::Retry
+            }
+            Error::NoEntry { .. } | Error::ProcessGone { .. } => {
+                add(&self.counters.take_gone, 1);
+                SourceError::Gone
+            }
+            other => {
+                add(&self.counters.take_failed, 1);
+                SourceError::Failed(other.to_string())
+            }
+        }
+    }
+
+    /// Moves the first `done_pages` of a refused take back into the region; what cannot go
+    /// back now becomes orphans (module essay). Frees the rest of the run.
+    fn undo(&self, lane_index: usize, lane: &mut Lane, run: SlotRun, addr: u64, done_pages: usize) {
+        let done = done_pages as u32;
+        let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
+        if rest.pages > 0 {
+            lane.staging.free(rest);
+        }
+        if done == 0 {
+            return;
+        }
+        let moved = SlotRun { first: run.first, pages: done };
+        for _ in 0..UNDO_TRIES {
+            let injected =
+                self.inject_undo_again.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok();
+            if injected {
+                break;
+            }
+            match self.move_back(lane, moved, addr) {
+                Ok(()) => {
+                    lane.staging.free(moved);
+                    add(&self.counters.undo_pages, u64::from(done));
+                    return;
+                }
+                Err(Error::Again { .. }) => crate::sys::process::sched_yield(),
+                // Any other answer: the pages left in staging are orphans.
+                Err(_) => break,
+            }
+        }
+        self.orphan(lane_index, lane, moved, addr);
+    }
+
+    /// Moves the pages of `run` still in staging back to `addr..` (holes stay holes), one
+    /// page per call so that partial progress is never ambiguous; `Again` only when an event
+    /// is unread.
+    fn move_back(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), Error> {
+        for i in 0..run.pages {
+            let slot = SlotIndex(run.first.0 + i);
+            if !lane.staging.is_present(slot) {
+                continue; // moved back by an earlier, partial attempt
+            }
+            let one = SlotRun { first: slot, pages: 1 };
+            let at = addr as usize + i as usize * PAGE;
+            lane.staging.move_in(&self.uffd, one, at, MoveMode::ALLOW_SRC_HOLES)?;
+        }
+        Ok(())
+    }
+
+    /// Records the pages of `moved` still present in staging as orphans of `addr..`; frees
+    /// the slots a partial undo did empty.
+    fn orphan(&self, lane_index: usize, lane: &mut Lane, moved: SlotRun, addr: u64) {
+        let mut orphans = lock(&self.orphans);
+        for i in 0..moved.pages {
+            let slot = SlotIndex(moved.first.0 + i);
+            if lane.staging.is_present(slot) {
+                let addr = addr + u64::from(i) * PAGE as u64;
+                orphans.push(Orphan { lane: lane_index, slot, addr });
+                add(&self.counters.orphaned_pages, 1);
+            } else {
+                lane.staging.free(SlotRun { first: slot, pages: 1 });
+            }
+        }
+        self.orphan_count.store(orphans.len(), Relaxed);
+    }
+
+    /// Whether any orphan lies in `[addr, addr + len)`.
+    fn overlaps_orphan(&self, addr: u64, len: u64) -> bool {
+        if self.orphan_count.load(Relaxed) == 0 {
+            return false;
+        }
+        lock(&self.orphans).iter().any(|o| o.addr >= addr && o.addr < addr + len)
+    }
+
+    /// Whether orphans wait to be restored.
+    pub fn has_orphans(&self) -> bool {
+        self.orphan_count.load(Relaxed) > 0
+    }
+
+    /// Moves orphan pages back into the region (module essay). Call it after reading the
+    /// pending events, from the event reader (or a thread that holds no engine lock); an
+    /// orphan that still meets EAGAIN stays for the next call. Returns pages restored.
+    ///
+    /// Context: takes lane locks and the orphan list lock; one ioctl per page.
+    pub fn restore_orphans(&self) -> usize {
+        let Some(lanes) = &self.lanes else { return 0 };
+        if !self.has_orphans() {
+            return 0;
+        }
+        let mut restored = 0;
+        let pending: Vec<Orphan> = lock(&self.orphans).clone();
+        for orphan in pending {
+            let mut lane = lock(&lanes.lanes[orphan.lane]);
+            let run = SlotRun { first: orphan.slot, pages: 1 };
+            let back = lane.staging.move_in(&self.uffd, run, orphan.addr as usize, MoveMode::NONE);
+            let settled = match back {
+                Ok(_) => {
+                    restored += 1;
+                    add(&self.counters.orphans_restored, 1);
+                    lane.staging.free(run);
+                    true
+                }
+                Err(Error::Again { .. }) => false,
+                // Present (EEXIST: the page was filled meanwhile, keep it) or gone: drop ours.
+                Err(_) => {
+                    add(&self.counters.orphans_dropped, 1);
+                    self.release(lanes, &mut lane, run);
+                    true
+                }
+            };
+            if settled {
+                let mut orphans = lock(&self.orphans);
+                orphans.retain(|o| *o != orphan);
+                self.orphan_count.store(orphans.len(), Relaxed);
+            }
+        }
+        restored
+    }
+
+    /// The program dropped or unmapped `[addr, addr + len)` (REMOVE, UNMAP): orphans there
+    /// must never come back. Call before telling the engine.
+    pub fn forget_orphans(&self, addr: u64, len: u64) {
+        let Some(lanes) = &self.lanes else { return };
+        if !self.overlaps_orphan(addr, len) {
+            return;
+        }
+        let gone: Vec<Orphan> = {
+            let mut orphans = lock(&self.orphans);
+            let gone = orphans.iter().copied().filter(|o| o.addr >= addr && o.addr < addr + len);
+            let gone: Vec<Orphan> = gone.collect();
+            orphans.retain(|o| !(o.addr >= addr && o.addr < addr + len));
+            self.orphan_count.store(orphans.len(), Relaxed);
+            gone
+        };
+        for orphan in gone {
+            let mut lane = lock(&lanes.lanes[orphan.lane]);
+            self.release(lanes, &mut lane, SlotRun { first: orphan.slot, pages: 1 });
+            add(&self.counters.orphans_dropped, 1);
+        }
+    }
+
+    /// The program moved `[from, from + len)` to `to` (REMAP): orphans move with it.
+    pub fn remap_orphans(&self, from: u64, to: u64, len: u64) {
+        if !self.overlaps_orphan(from, len) {
+            return;
+        }
+        let mut orphans = lock(&self.orphans);
+        for orphan in orphans.iter_mut().filter(|o| o.addr >= from && o.addr < from + len) {
+            orphan.addr = orphan.addr - from + to;
+        }
+    }
+
+    /// Queues a range MOVE refused with EBUSY for a copy-on-write break.
+    fn queue_cow(&self, addr: u64, len: u64) {
+        let mut queue = lock(&self.cow);
+        if queue.contains(&(addr, len)) {
+            return;
+        }
+        if queue.len() >= COW_QUEUE_MAX {
+            add(&self.counters.cow_queue_full, 1);
+            return;
+        }
+        queue.push_back((addr, len));
+        add(&self.counters.cow_queued, 1);
+        self.cow_ready.notify_one();
+    }
+
+    /// Breaks the copy-on-write sharing of every queued range starting in `[addr, addr +
+    /// len)` (all queued ranges for `None`), after any break the breaker thread has in
+    /// flight, with `MADV_POPULATE_WRITE`: it takes the write
+    /// fault without writing, so the data is unchanged, and on a page that went missing
+    /// meanwhile it faults through the uffd like an access (so the reader must be running);
+    /// on an unmapped range it fails quietly (ENOMEM) where a user-space write would be
+    /// SIGSEGV. Returns ranges broken.
+    ///
+    /// Context: the caller holds no engine lock and is not the uffd's reader (a fault here
+    /// waits for the reader). May block on such a fault.
+    pub fn break_cow_pending(&self, range: Option<(u64, u64)>) -> usize {
+        let _breaking = lock(&self.cow_breaking);
+        let ranges: Vec<(u64, u64)> = {
+            let mut queue = lock(&self.cow);
+            let (addr, len) = range.unwrap_or((0, u64::MAX));
+            let end = addr.saturating_add(len);
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                queue.drain(..).partition(|(a, _)| *a >= addr && *a < end);
+            queue.extend(rest);
+            mine
+        };
+        for &(addr, len) in &ranges {
+            self.populate_write(addr, len);
+        }
+        ranges.len()
+    }
+
+    /// Waits up to `timeout` for queued COW breaks, then does them (the breaker thread's
+    /// loop body). Returns ranges broken.
+    pub fn break_cow_wait(&self, timeout: std::time::Duration) -> usize {
+        {
+            let queue = lock(&self.cow);
+            let _ready = self
+                .cow_ready
+                .wait_timeout_while(queue, timeout, |q| q.is_empty())
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        // Held from the pop to the end of the break: a `break_cow_pending` caller that finds
+        // the queue empty knows no break of its range is still in flight.
+        let _breaking = lock(&self.cow_breaking);
+        let range = lock(&self.cow).pop_front();
+        match range {
+            Some((addr, len)) => {
+                self.populate_write(addr, len);
+                1
+            }
+            None => 0,
+        }
+    }
+
+    /// Wakes a thread in [`UffdSource::break_cow_wait`] (to stop it).
+    pub fn wake_cow_breaker(&self) {
+        self.cow_ready.notify_all();
+    }
+
+    fn populate_write(&self, addr: u64, len: u64) {
+        let Ok(range) = Range::new(addr as usize, len as usize) else { return };
+        if crate::mm::populate_write(range).is_ok() {
+            add(&self.counters.cow_broken, range.page_count() as u64);
+        }
+    }
+
+    /// Runs one resolving ioctl over `len` bytes at `addr`, continuing past partial
+    /// progress and present pages (module essay's table). `op(addr, offset, len)`.
+    fn fill(
+        &self,
+        addr: u64,
+        len: usize,
+        filled: &AtomicU64,
+        mut op: impl FnMut(usize, usize, usize) -> Result<usize, Error>,
+    ) -> Result<Mapped, SourceError> {
+        add(&self.counters.maps, 1);
+        let (mut offset, mut present) = (0usize, 0usize);
+        while offset < len {
+            match op(addr as usize + offset, offset, len - offset) {
+                Ok(n) => offset += n,
+                Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => offset += done_bytes,
+                Err(Error::Exists { done_bytes, .. }) => {
+                    offset += done_bytes + PAGE;
+                    present += 1;
+                }
+                Err(Error::Again { .. }) => {
+                    add(&self.counters.map_retry, 1);
+                    add(&self.counters.map_partial_retry, u64::from(offset > 0));
+                    return Err(SourceError::Retry);
+                }
+                Err(Error::NoEntry { .. } | Error::ProcessGone { .. }) => {
+                    add(&self.counters.map_gone, 1);
+                    return Err(SourceError::Gone);
+                }
+                Err(other) => return Err(SourceError::Failed(other.to_string())),
+            }
+        }
+        let pages = len / PAGE;
+        add(filled, (pages - present) as u64);
+        if present > 0 {
+            add(&self.counters.map_present_pages, present as u64);
+            self.wake(addr, len as u64);
+        }
+        Ok(if present == pages { Mapped::AlreadyPresent } else { Mapped::Done })
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
+
+impl PageSource for UffdSource {
+    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+        add(&self.counters.takes, 1);
+        let Some(lanes) = &self.lanes else {
+            add(&self.counters.take_failed, 1);
+            return Err(SourceError::Failed("take from a forked child's address space".into()));
+        };
+        if self.overlaps_orphan(addr, dst.len() as u64) {
+            add(&self.counters.take_retry, 1);
+            return Err(SourceError::Retry);
+        }
+        self.take_inner(lanes, addr, dst)
+    }
+
+    fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
+        let uffd = &self.uffd;
+        self.fill(addr, data.len(), &self.counters.map_pages, |at, offset, len| {
+            uffd.copy(at, &data[offset..offset + len], CopyMode::NONE)
+        })
+    }
+
+    fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        let uffd = &self.uffd;
+        self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
+            let range = Range::new(at, len)?;
+            uffd.zeropage(range, Wake::Wake)
+        })
+    }
+
+    fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        let uffd = &self.uffd;
+        self.fill(addr, len as usize, &self.counters.poisoned_pages, |at, _, len| {
+            let range = Range::new(at, len)?;
+            uffd.poison(range, Wake::Wake)
+        })
+        .map(drop)
+    }
+
+    fn wake(&self, addr: u64, len: u64) {
+        if let Ok(range) = Range::new(addr as usize, len as usize) {
+            let _ = self.uffd.wake(range);
+        }
+    }
+}
+
+impl Drop for UffdSource {
+    /// Unregisters the lanes' staging from the event uffd before their mappings are
+    /// unmapped: munmap of a registered range sends UNMAP and waits for a reader that may
+    /// be gone by now (docs/UFFD.md).
+    fn drop(&mut self) {
+        if let Some(lanes) = &self.lanes {
+            for lane in lanes.lanes.iter() {
+                let lane = lock(lane);
+                let _ = self.uffd.unregister(lane.staging.range());
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Process-level calls for the frontend: fork hooks, the process id, yielding, and byte views
+//! of managed regions.
+//!
+//! Managed region memory may be lent out as a Rust slice, unlike staging or test mappings
+//! (see `crate::mm`): the engine keeps a region's contents transparent. A page it takes out
+//! of the region comes back with the same bytes on the next access (the `PageSource`
+//! contract), so, seen from the program, the bytes under a borrow never change except
+//! through that borrow. What no safe code may do to a region is discard its pages
+//! (`MADV_DONTNEED`) or unmap it while such a borrow lives.
+
+use super::{check, Errno};
+
+/// `pthread_atfork(prepare, parent, child)`.
+///
+/// The handlers run on the forking thread: `prepare` before glibc takes its malloc locks,
+/// `parent` and `child` after fork returns (in the child, only the forking thread exists).
+pub fn atfork(
+    prepare: extern "C" fn(),
+    parent: extern "C" fn(),
+    child: extern "C" fn(),
+) -> Result<(), Errno> {
+    // SAFETY: the three handlers are plain `extern "C" fn()`s with static lifetime, which
+    // is what pthread_atfork stores.
+    let ret = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Errno(ret))
+    }
+}
+
+/// `getpid(2)` (async-signal-safe).
+pub fn getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// `sched_yield(2)` (async-signal-safe).
+pub fn sched_yield() {
+    // SAFETY: sched_yield has no preconditions.
+    let _ = check(libc::c_long::from(unsafe { libc::sched_yield() }));
+}
+
+/// `malloc_trim(0)`: returns the allocator's free memory to the kernel (every arena's
+/// free pages, not only the heap's top), so freed folio buffers and pool pages stop
+/// counting in the resident set.
+///
+/// Context: takes each arena's lock in turn; never call it while a fork holds them (the
+/// handler's read-only mode).
+pub fn malloc_trim() {
+    // SAFETY: malloc_trim takes an integer and touches only the allocator's own state.
+    let _ = unsafe { libc::malloc_trim(0) };
+}
+
+/// The bytes of a managed region.
+///
+/// # Safety
+/// `[addr, addr + len)` is a region managed by a live engine (its contents are kept
+/// transparent: module essay) that stays mapped, and is not discarded, for `'a`; no mutable
+/// borrow of it exists for `'a`.
+pub unsafe fn region_bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+    // SAFETY: the caller's contract; a region is page-aligned and non-empty.
+    unsafe { core::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// The bytes of a managed region, mutably.
+///
+/// # Safety
+/// As [`region_bytes`], and no other borrow of the range exists for `'a`.
+pub unsafe fn region_bytes_mut<'a>(addr: usize, len: usize) -> &'a mut [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}

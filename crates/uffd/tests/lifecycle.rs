@@ -1,0 +1,381 @@
+//! What programs do to managed memory: fork (the child reads its parent's evicted pages),
+//! fork in a loop while faults are served (no deadlock against glibc's malloc locks),
+//! `MADV_DONTNEED` (zero on next touch), mremap (the data follows), and a refused page-out
+//! whose undo fails (orphans, restored later, never lost).
+//!
+//! The child of a fork() in a multi-threaded test process may only do async-signal-safe
+//! things: it reads memory through raw pointers, sums words, and `_exit`s with a code.
+//!
+//! The tests run one at a time ([`serial`]): a fork in one test sends a FORK event to every
+//! live swap of the process, and the counters checked here would see it.
+
+mod common;
+
+use common::{fill_page, page_is, settle_resident, swap_or_skip};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uffd::{Uswap, PAGE_SIZE};
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn builder() -> uffd::Builder {
+    Uswap::builder().budget_bytes(16 << 20).swap_size_bytes(64 << 20)
+}
+
+/// The sum of a page's words (what a child can compute without allocating).
+fn page_sum(addr: usize) -> u64 {
+    let mut sum = 0u64;
+    for w in 0..PAGE_SIZE / 8 {
+        // SAFETY: `addr` is a page of a live managed region (the caller's); a volatile
+        // read faults through userfaultfd if the page is not resident.
+        let word = unsafe { std::ptr::read_volatile((addr + w * 8) as *const u64) };
+        sum = sum.wrapping_mul(31).wrapping_add(word);
+    }
+    sum
+}
+
+/// fork(); the child runs `child` and `_exit`s with its code; the parent gets the pid.
+fn fork_child(child: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the child runs only `child`, async-signal-safe by this file's rule, and leaves
+    // with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = child();
+        // SAFETY: `_exit` is async-signal-safe.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+fn exit_code(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    // SAFETY: `status` is a live int; `pid` is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally: status {status:#x}");
+    libc::WEXITSTATUS(status)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_child_reads_its_parents_evicted_pages() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    const PAGES: usize = 64;
+    let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 7);
+    }
+    settle_resident(&swap, PAGES as u64);
+    assert_eq!(region.pageout(0, region.len()).unwrap(), PAGES as u64);
+    let sums: Vec<u64> = (0..PAGES).map(|i| page_sum(region.addr() + i * PAGE_SIZE)).collect();
+    // The sums read every page back: evict again so the child meets swapped pages.
+    assert_eq!(region.pageout(0, region.len()).unwrap(), PAGES as u64);
+    let inuse_before = swap.stats().unwrap().engine.gauges.swap_inuse_pages;
+    let base = region.addr();
+    let pid = fork_child(|| {
+        let same = (0..PAGES).all(|i| page_sum(base + i * PAGE_SIZE) == sums[i]);
+        if same {
+            0
+        } else {
+            1
+        }
+    });
+    assert_eq!(exit_code(pid), 0, "the child read every evicted page correctly");
+    let stats = swap.stats().unwrap();
+    assert_eq!(stats.handler.forks, 1);
+    assert!(stats.engine.counters.fork_dup >= PAGES as u64, "the child shared the entries");
+    // The child is gone: its references go, and the parent's data is intact.
+    wait_until("the child's exit is seen", || swap.stats().unwrap().handler.children_exited == 1);
+    let stats = swap.stats().unwrap();
+    assert_eq!(stats.handler.children_live, 0);
+    assert_eq!(stats.engine.gauges.swap_inuse_pages, inuse_before);
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page_is(page, i as u64, 7), "parent page {i} intact");
+    }
+    swap.engine().unwrap().check_invariants();
+}
+
+#[test]
+fn a_child_writes_its_own_copy_and_the_parent_keeps_its_data() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    let mut region = swap.map(8 * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 3);
+    }
+    settle_resident(&swap, 8);
+    region.pageout(0, 4 * PAGE_SIZE).unwrap();
+    let base = region.addr();
+    let pid = fork_child(|| {
+        // Write an evicted page, a resident one, then read them back.
+        for page in [1usize, 6] {
+            let addr = base + page * PAGE_SIZE;
+            // SAFETY: a page of the child's copy of the region.
+            unsafe { std::ptr::write_volatile(addr as *mut u64, 0xdead_beef) };
+            // SAFETY: as above.
+            if unsafe { std::ptr::read_volatile(addr as *const u64) } != 0xdead_beef {
+                return 1;
+            }
+        }
+        0
+    });
+    assert_eq!(exit_code(pid), 0);
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page_is(page, i as u64, 3), "parent page {i} untouched by the child's writes");
+    }
+}
+
+/// The fork deadlock of docs/UFFD.md, provoked: worker threads fault continuously (the
+/// handler allocates for every fault it serves), a pager evicts, and the main thread forks
+/// in a loop; each child reads evicted pages that never change and checks them. A handler
+/// that allocated while a fork waits for its FORK event would hang here.
+#[test]
+fn forking_in_a_loop_while_faults_are_served_never_hangs() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder().budget_bytes(2 << 20).folio_order(2)) else {
+        return;
+    };
+    const STATIC_PAGES: usize = 32;
+    const BUSY_PAGES: usize = 1024; // 4 MiB: twice the budget, so faults never stop
+    let mut region = swap.map((STATIC_PAGES + BUSY_PAGES) * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).take(STATIC_PAGES).enumerate() {
+        fill_page(page, i as u64, 11);
+    }
+    let sums: Vec<u64> =
+        (0..STATIC_PAGES).map(|i| page_sum(region.addr() + i * PAGE_SIZE)).collect();
+    let base = region.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let touched = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let (stop, touched) = (stop.clone(), touched.clone());
+            std::thread::spawn(move || {
+                let mut x = 0x1234_5678_u64 + t;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let page = STATIC_PAGES + (x as usize % BUSY_PAGES);
+                    let addr = base + page * PAGE_SIZE + (t as usize) * 8;
+                    // SAFETY: a word of a page of the live region; each worker its own word.
+                    unsafe { std::ptr::write_volatile(addr as *mut u64, x) };
+                    touched.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let pager = {
+        let (stop, swap) = (stop.clone(), swap.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = swap.pageout(base, STATIC_PAGES * PAGE_SIZE);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let forks = if std::env::var_os("USWAP_LONG").is_some() { 2000 } else { 200 };
+    let started = Instant::now();
+    for round in 0..forks {
+        let pid = fork_child(|| {
+            let same = (0..STATIC_PAGES).all(|i| page_sum(base + i * PAGE_SIZE) == sums[i]);
+            if same {
+                0
+            } else {
+                1
+            }
+        });
+        assert_eq!(exit_code(pid), 0, "child {round} read the parent's pages");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    pager.join().unwrap();
+    let stats = swap.stats().unwrap();
+    eprintln!(
+        "{forks} forks in {:.1?} with {} worker touches, {} faults served, {} evictions",
+        started.elapsed(),
+        touched.load(Ordering::Relaxed),
+        stats.handler.faults,
+        stats.source.take_pages
+    );
+    assert_eq!(stats.handler.forks, forks);
+    assert!(stats.handler.readonly_episodes >= forks, "every fork went through read-only");
+    assert!(stats.handler.faults > forks, "faults were served throughout");
+    wait_until("every child's exit is seen", || {
+        swap.stats().unwrap().handler.children_exited == forks
+    });
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).take(STATIC_PAGES).enumerate() {
+        assert!(page_is(page, i as u64, 11), "static page {i} intact");
+    }
+    drop(region);
+    swap.engine().unwrap().check_invariants();
+    swap.source().unwrap().check_invariants();
+}
+
+#[test]
+fn madv_dontneed_drops_swapped_and_resident_pages_to_zero() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    let mut region = swap.map(16 * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 5);
+    }
+    settle_resident(&swap, 16);
+    // Pages 0..8 swapped, 8..16 resident.
+    region.pageout(0, 8 * PAGE_SIZE).unwrap();
+    // The program frees pages 4..12 (half swapped, half resident), as free() trimming does.
+    let at = (region.addr() + 4 * PAGE_SIZE) as *mut libc::c_void;
+    // SAFETY: pages of our own region; no borrow of them is live.
+    let ret = unsafe { libc::madvise(at, 8 * PAGE_SIZE, libc::MADV_DONTNEED) };
+    assert_eq!(ret, 0, "MADV_DONTNEED");
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        let version = if (4..12).contains(&i) { 0 } else { 5 };
+        assert!(page_is(page, i as u64, version), "page {i}: expected version {version}");
+    }
+    let stats = swap.stats().unwrap();
+    assert_eq!(stats.handler.removes, 1);
+    assert!(stats.engine.counters.pages_removed >= 8);
+    swap.engine().unwrap().check_invariants();
+    swap.source().unwrap().check_invariants();
+}
+
+#[test]
+fn mremap_moves_the_data_and_its_swap_entries() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    let mut region = swap.map(16 * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 9);
+    }
+    settle_resident(&swap, 16);
+    region.pageout(0, 8 * PAGE_SIZE).unwrap();
+    let target = uffd::Mapping::reserve(16 * PAGE_SIZE).unwrap();
+    let to = target.addr();
+    std::mem::forget(target); // mremap replaces it
+    let (from, len) = (region.addr(), region.len());
+    // The Region object would unmap the old range: the test owns the memory from here.
+    std::mem::forget(region);
+    // SAFETY: we own both ranges; MREMAP_FIXED replaces the reservation at `to`.
+    let moved = unsafe {
+        libc::mremap(from as *mut _, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to)
+    };
+    assert_eq!(moved as usize, to, "mremap");
+    for i in 0..16 {
+        // SAFETY: pages of the moved region, read through a fresh slice per page.
+        let page = unsafe { std::slice::from_raw_parts((to + i * PAGE_SIZE) as *const u8, 4096) };
+        assert!(page_is(page, i as u64, 9), "page {i} after mremap");
+    }
+    let stats = swap.stats().unwrap();
+    assert_eq!(stats.handler.remaps, 1);
+    assert_eq!(stats.handler.event_errors, 0);
+    // SAFETY: the moved range is ours; munmap sends UNMAP, which the handler reads.
+    assert_eq!(unsafe { libc::munmap(to as *mut _, len) }, 0);
+    wait_until("the unmap is seen", || swap.stats().unwrap().engine.gauges.resident_pages == 0);
+}
+
+/// A page-out refused half-way (a folio whose second page is shared with a child) moves
+/// its first page back; the page-out succeeds once the copy-on-write sharing is broken.
+#[test]
+fn a_refused_page_out_moves_its_pages_back() {
+    refused_page_out(false);
+}
+
+/// As above, but the undo also fails (injected: as if an event had arrived): the first page
+/// stays in staging, an orphan; the handler restores it, and the data is intact.
+#[test]
+fn a_failed_undo_leaves_orphans_that_are_restored() {
+    refused_page_out(true);
+}
+
+fn refused_page_out(orphan: bool) {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder().folio_order(4)) else { return };
+    let mut region = swap.map(16 * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 2);
+    }
+    settle_resident(&swap, 16);
+    let mut pipe = [0i32; 2];
+    // SAFETY: two live ints for the descriptors.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let pid = fork_child(|| {
+        let mut byte = 0u8;
+        // SAFETY: close our copy of the write end, wait for EOF: async-signal-safe.
+        unsafe {
+            libc::close(pipe[1]);
+            libc::read(pipe[0], (&raw mut byte).cast(), 1);
+        }
+        0
+    });
+    // Page 0 written after the fork is the parent's own again; pages 1.. stay shared.
+    fill_page(&mut region.as_mut_slice()[..PAGE_SIZE], 0, 4);
+    let source = swap.source().unwrap().clone();
+    let engine = swap.engine().unwrap().clone();
+    let undo_fails = orphan;
+    if undo_fails {
+        source.inject_undo_failures(1);
+    }
+    // Refused at page 1: page 0 is moved back at once, or (injected) left an orphan.
+    assert_eq!(engine.pageout(region.addr() as u64, PAGE_SIZE as u64).unwrap(), 0);
+    let stats = swap.stats().unwrap().source;
+    let expected = if undo_fails { (1, 0, 1) } else { (1, 1, 0) };
+    let got = (stats.take_busy, stats.undo_pages, stats.orphaned_pages);
+    assert_eq!(got, expected, "{stats:?}");
+    wait_until("the orphan is restored", || !source.has_orphans());
+    assert_eq!(swap.stats().unwrap().source.orphans_restored, u64::from(undo_fails));
+    assert!(page_is(&region.as_slice()[..PAGE_SIZE], 0, 4), "page 0 came back intact");
+    // The queued copy-on-write break makes the folio movable.
+    assert_eq!(region.pageout(0, region.len()).unwrap(), 16);
+    // SAFETY: close the pipe ends we own; the child sees EOF and exits.
+    unsafe {
+        libc::close(pipe[1]);
+        libc::close(pipe[0]);
+    }
+    assert_eq!(exit_code(pid), 0);
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page_is(page, i as u64, if i == 0 { 4 } else { 2 }), "page {i}");
+    }
+    source.check_invariants();
+}
+
+/// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,
+/// never a silent zero (the mode for processes without CAP_SYS_PTRACE).
+#[test]
+fn excluded_regions_are_absent_in_a_child() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder().exclude_from_fork(true)) else { return };
+    let mut region = swap.map(4 * PAGE_SIZE).unwrap();
+    fill_page(&mut region.as_mut_slice()[..PAGE_SIZE], 0, 1);
+    settle_resident(&swap, 1);
+    region.pageout(0, PAGE_SIZE).unwrap();
+    let addr = region.addr();
+    // SAFETY: the child only reads one word and `_exit`s; async-signal-safe.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: in the child the range is unmapped (MADV_DONTFORK): this read faults.
+        let word = unsafe { std::ptr::read_volatile(addr as *const u64) };
+        // SAFETY: `_exit` is async-signal-safe.
+        unsafe { libc::_exit(if word == 0 { 1 } else { 2 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` is a live int; `pid` is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFSIGNALED(status), "status {status:#x}: the child did not fault");
+    assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+    assert_eq!(swap.stats().unwrap().handler.forks, 0, "no FORK event");
+    assert!(page_is(&region.as_slice()[..PAGE_SIZE], 0, 1));
+}
