@@ -9,6 +9,7 @@
 
 mod bench;
 mod report;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -28,12 +29,16 @@ struct Cli {
 enum Command {
     /// Run a benchmark: prints a table, or one JSON object with --json.
     Bench(bench::BenchArgs),
+    /// Run the engine in the deterministic simulator: find bugs from seeds, replay one,
+    /// sweep parameters, compare cluster policies.
+    Sim(Box<sim::SimArgs>),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Sim(args) => sim::run(*args),
     };
     if let Err(error) = result {
         eprintln!("uswap: {error:#}");

@@ -1,0 +1,217 @@
+//! The simulated page source: the program's memory, as a sparse map from page address to
+//! page, with the [`PageSource`] contract the engine relies on.
+//!
+//! A page is absent (an access faults into the engine), the shared zero page, data, or
+//! poisoned (an access fails, as SIGBUS would). One lock covers the whole map: only the
+//! thread holding the scheduler's baton runs, so the lock is never contended, and a take
+//! or a map of several pages is trivially atomic with respect to the program's accesses
+//! (the contract's point 1). The lock is a leaf: no engine call is made while it is held,
+//! and nothing here yields (page-source calls run under the region's page-table lock).
+//!
+//! The "program" calls [`SimSource::access`]: if the page is present it reads or writes it
+//! at once; if not, it faults into the engine and tries again, as a real access would.
+//!
+//! A poisoned page stays poisoned until the program drops it: a map over it finds it
+//! present (`AlreadyPresent`), a take leaves it in place and reports a hole, as the
+//! kernel's poison marker behaves under `UFFDIO_COPY` and `UFFDIO_MOVE`.
+//!
+//! Fault sites: `take_retry` and `map_retry` make a take or a map return
+//! [`SourceError::Retry`], as userfaultfd does with EAGAIN while the address space changes.
+
+use crate::buggify::Site;
+use crate::world::World;
+use engine::region::MmId;
+use engine::{Engine, Error, FaultOutcome, Mapped, PageSource, SourceError, Taken, PAGE_SIZE};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Most fault-and-retry rounds for one access; a correct engine needs one or two (more
+/// under map_retry faults, each firing at most 25% of the time).
+const ACCESS_ROUNDS_MAX: u32 = 200;
+
+/// A present page.
+#[derive(Debug, Clone)]
+pub enum Page {
+    /// The shared zero page.
+    Zero,
+    /// Private data.
+    Data(Box<[u8; PAGE_SIZE]>),
+    /// The data could not be read back: accesses fail.
+    Poisoned,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    page: Page,
+    referenced: bool,
+}
+
+/// Why an access failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessError {
+    /// The page is poisoned: the engine could not read it back (lost loudly).
+    Poisoned,
+    /// The address is in no managed region (or the region went away).
+    Outside,
+    /// The engine refused the fault.
+    Engine(String),
+    /// The access kept faulting without the page appearing.
+    Livelock,
+}
+
+/// Simulated memory of one address space (see the module documentation).
+#[derive(Debug)]
+pub struct SimSource {
+    pages: Mutex<BTreeMap<u64, Slot>>,
+    world: Arc<World>,
+}
+
+impl SimSource {
+    /// Empty memory: every access faults.
+    pub fn new(world: Arc<World>) -> SimSource {
+        SimSource { pages: Mutex::new(BTreeMap::new()), world }
+    }
+
+    /// Accesses the page at `addr` in address space `mm`, faulting into `engine` until it
+    /// is present, then runs `f` on it (under the source's lock: `f` must not call the
+    /// engine).
+    ///
+    /// # Errors
+    /// [`AccessError`]: a poisoned page, an address outside the regions, an engine error,
+    /// or an access that never completes.
+    ///
+    /// Context: may yield inside the engine (backend I/O, folio waits).
+    pub fn access<R>(
+        &self,
+        engine: &Engine,
+        mm: MmId,
+        addr: u64,
+        write: bool,
+        mut f: impl FnMut(&mut Page) -> R,
+    ) -> Result<R, AccessError> {
+        debug_assert_eq!(addr % PAGE, 0);
+        for _ in 0..ACCESS_ROUNDS_MAX {
+            {
+                let mut pages = self.pages.lock();
+                if let Some(slot) = pages.get_mut(&addr) {
+                    if matches!(slot.page, Page::Poisoned) {
+                        return Err(AccessError::Poisoned);
+                    }
+                    slot.referenced = true;
+                    return Ok(f(&mut slot.page));
+                }
+            }
+            match engine.handle_fault_in(mm, addr, write) {
+                Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Retry) => {}
+                Ok(FaultOutcome::Gone) | Err(Error::OutsideRegions { .. }) => {
+                    return Err(AccessError::Outside)
+                }
+                // The page is poisoned now; the next round reports it.
+                Err(Error::SwapIn { .. }) => {}
+                Err(error) => return Err(AccessError::Engine(error.to_string())),
+            }
+        }
+        Err(AccessError::Livelock)
+    }
+
+    /// Drops `[addr, addr + len)` as `MADV_DONTNEED` does: the pages become absent (the
+    /// caller tells the engine, as the REMOVE event does).
+    pub fn drop_range(&self, addr: u64, len: u64) {
+        let mut pages = self.pages.lock();
+        let doomed: Vec<u64> = pages.range(addr..addr + len).map(|(a, _)| *a).collect();
+        for a in doomed {
+            pages.remove(&a);
+        }
+    }
+
+    /// A forked child's memory: present pages copied (copy-on-write, to the program), the
+    /// rest absent or poisoned as here.
+    pub fn fork(&self) -> SimSource {
+        SimSource { pages: Mutex::new(self.pages.lock().clone()), world: self.world.clone() }
+    }
+
+    /// Pages present (data or the zero page).
+    pub fn present_pages(&self) -> u64 {
+        self.pages.lock().len() as u64
+    }
+
+    /// Installs pages made by `make` over `[addr, addr + len)` unless one is present.
+    fn install(&self, addr: u64, len: u64, mut make: impl FnMut(usize) -> Page) -> Mapped {
+        let mut pages = self.pages.lock();
+        if pages.range(addr..addr + len).next().is_some() {
+            return Mapped::AlreadyPresent;
+        }
+        for i in 0..(len / PAGE) as usize {
+            pages.insert(addr + i as u64 * PAGE, Slot { page: make(i), referenced: false });
+        }
+        Mapped::Done
+    }
+}
+
+impl PageSource for SimSource {
+    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+        if self.world.fires(Site::TakeRetry) {
+            return Err(SourceError::Retry);
+        }
+        let mut pages = self.pages.lock();
+        let mut holes = 0;
+        for (i, out) in dst.chunks_mut(PAGE_SIZE).enumerate() {
+            let at = addr + i as u64 * PAGE;
+            match pages.get(&at).map(|s| &s.page) {
+                Some(Page::Data(data)) => out.copy_from_slice(&data[..]),
+                Some(Page::Zero) => out.fill(0),
+                // A poisoned page stays poisoned (the kernel's marker does not move): taking
+                // it as zeros would turn a loud loss into silent zeros at the next fault.
+                Some(Page::Poisoned) | None => {
+                    out.fill(0);
+                    holes += 1;
+                    continue;
+                }
+            }
+            pages.remove(&at);
+        }
+        Ok(if holes == 0 { Taken::All } else { Taken::Partial { holes } })
+    }
+
+    fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
+        if self.world.fires(Site::MapRetry) {
+            return Err(SourceError::Retry);
+        }
+        Ok(self.install(addr, data.len() as u64, |i| {
+            let mut page = Box::new([0u8; PAGE_SIZE]);
+            page.copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+            Page::Data(page)
+        }))
+    }
+
+    fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        if self.world.fires(Site::MapRetry) {
+            return Err(SourceError::Retry);
+        }
+        Ok(self.install(addr, len, |_| Page::Zero))
+    }
+
+    fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        let mut pages = self.pages.lock();
+        for i in 0..len / PAGE {
+            pages
+                .entry(addr + i * PAGE)
+                .or_insert(Slot { page: Page::Poisoned, referenced: false });
+        }
+        Ok(())
+    }
+
+    fn wake(&self, _addr: u64, _len: u64) {}
+
+    fn test_and_clear_referenced(&self, addr: u64, len: u64) -> Option<bool> {
+        let mut pages = self.pages.lock();
+        let mut any = false;
+        for (_, slot) in pages.range_mut(addr..addr + len) {
+            any |= std::mem::replace(&mut slot.referenced, false);
+        }
+        Some(any)
+    }
+}

@@ -1,0 +1,395 @@
+//! The trace format: what a program did to its memory, as `uswap run --record` writes it
+//! and `uswap sim --trace FILE` replays it.
+//!
+//! A trace is a 32-byte header followed by 32-byte records, all little-endian:
+//!
+//! ```text
+//!   header (32 bytes)
+//!   offset  size  field
+//!    0       8    magic "USWPTRC\0"
+//!    8       2    version (1)
+//!   10       2    record size in bytes (32)
+//!   12       4    page size in bytes (4096)
+//!   16       8    start time, ns since the Unix epoch (informational; 0 if unknown)
+//!   24       8    reserved, 0
+//!
+//!   record (32 bytes)
+//!   offset  size  field
+//!    0       8    time_ns: since the start of the recording
+//!    8       1    kind: 0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork
+//!    9       3    reserved, 0
+//!   12       4    thread: the recording's thread number (dense, from 0)
+//!   16       8    addr: first byte (page aligned)
+//!   24       8    len: bytes (a multiple of the page size; one page for faults; 0 for fork)
+//! ```
+//!
+//! Kinds: a *fault* is the program touching a page the engine had to serve (read or write
+//! access); *evict* is the engine paging a range out (or the program asking it to,
+//! `MADV_PAGEOUT`); *remove* is the program dropping pages (`MADV_DONTNEED`, the
+//! userfaultfd REMOVE event); *unmap* is `munmap` (UNMAP); *fork* is the process forking
+//! (FORK). Records are in time order per thread; threads interleave in the file.
+//!
+//! Fixed-size records keep the recorder cheap (one 32-byte write per event, no encoding)
+//! and let a reader seek, count or split a trace without parsing it. A reader refuses an
+//! unknown magic, version, record size or kind, and a file that ends inside a record; a
+//! newer minor format must bump the version. Reading is bounded by [`RECORDS_MAX`].
+
+use std::io::{Read, Write};
+
+/// The first 8 bytes of every trace.
+pub const MAGIC: [u8; 8] = *b"USWPTRC\0";
+/// The format version this code writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes in the header.
+pub const HEADER_BYTES: usize = 32;
+/// Bytes in one record.
+pub const RECORD_BYTES: usize = 32;
+/// Most records a reader accepts (32 MiB of trace): a bound on the simulator's memory.
+pub const RECORDS_MAX: u64 = 1 << 20;
+
+/// What a record says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// The program read a page that faulted.
+    FaultRead,
+    /// The program wrote a page that faulted.
+    FaultWrite,
+    /// A range was paged out.
+    Evict,
+    /// The program dropped a range (MADV_DONTNEED).
+    Remove,
+    /// The program unmapped a range.
+    Unmap,
+    /// The process forked.
+    Fork,
+}
+
+impl RecordKind {
+    fn code(self) -> u8 {
+        match self {
+            RecordKind::FaultRead => 0,
+            RecordKind::FaultWrite => 1,
+            RecordKind::Evict => 2,
+            RecordKind::Remove => 3,
+            RecordKind::Unmap => 4,
+            RecordKind::Fork => 5,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<RecordKind> {
+        Some(match code {
+            0 => RecordKind::FaultRead,
+            1 => RecordKind::FaultWrite,
+            2 => RecordKind::Evict,
+            3 => RecordKind::Remove,
+            4 => RecordKind::Unmap,
+            5 => RecordKind::Fork,
+            _ => return None,
+        })
+    }
+}
+
+/// One event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// Nanoseconds since the recording started.
+    pub time_ns: u64,
+    /// What happened.
+    pub kind: RecordKind,
+    /// The recording's thread number.
+    pub thread: u32,
+    /// First byte of the range.
+    pub addr: u64,
+    /// Bytes in the range.
+    pub len: u64,
+}
+
+/// The header's fields that carry information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Page size of the recording machine.
+    pub page_size: u32,
+    /// Wall-clock start, ns since the Unix epoch (0 if unknown).
+    pub start_ns: u64,
+}
+
+/// Why a trace could not be read or written.
+#[derive(Debug)]
+pub enum TraceError {
+    /// The underlying reader or writer failed.
+    Io(std::io::Error),
+    /// Not a trace, or a format this code does not know.
+    BadHeader {
+        /// What is wrong.
+        why: String,
+    },
+    /// A record that cannot be decoded.
+    BadRecord {
+        /// Its index.
+        index: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// More than [`RECORDS_MAX`] records.
+    TooLong,
+}
+
+impl std::fmt::Display for TraceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TraceError::Io(e) => write!(f, "trace I/O: {e}"),
+            TraceError::BadHeader { why } => write!(f, "not a uswap trace: {why}"),
+            TraceError::BadRecord { index, why } => write!(f, "trace record {index}: {why}"),
+            TraceError::TooLong => write!(f, "trace longer than {RECORDS_MAX} records"),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+impl From<std::io::Error> for TraceError {
+    fn from(e: std::io::Error) -> Self {
+        TraceError::Io(e)
+    }
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Writes a trace: the header at creation, then one record per call.
+#[derive(Debug)]
+pub struct TraceWriter<W: Write> {
+    out: W,
+    records: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header to `out`.
+    ///
+    /// # Errors
+    /// [`TraceError::Io`].
+    pub fn new(mut out: W, header: Header) -> Result<Self, TraceError> {
+        let mut bytes = [0u8; HEADER_BYTES];
+        bytes[..8].copy_from_slice(&MAGIC);
+        bytes[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        bytes[10..12].copy_from_slice(&(RECORD_BYTES as u16).to_le_bytes());
+        bytes[12..16].copy_from_slice(&header.page_size.to_le_bytes());
+        bytes[16..24].copy_from_slice(&header.start_ns.to_le_bytes());
+        out.write_all(&bytes)?;
+        Ok(TraceWriter { out, records: 0 })
+    }
+
+    /// Appends one record.
+    ///
+    /// # Errors
+    /// [`TraceError::Io`].
+    pub fn record(&mut self, r: &Record) -> Result<(), TraceError> {
+        let mut bytes = [0u8; RECORD_BYTES];
+        bytes[..8].copy_from_slice(&r.time_ns.to_le_bytes());
+        bytes[8] = r.kind.code();
+        bytes[12..16].copy_from_slice(&r.thread.to_le_bytes());
+        bytes[16..24].copy_from_slice(&r.addr.to_le_bytes());
+        bytes[24..32].copy_from_slice(&r.len.to_le_bytes());
+        self.out.write_all(&bytes)?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Flushes buffered records to the underlying writer.
+    ///
+    /// # Errors
+    /// [`TraceError::Io`].
+    pub fn flush(&mut self) -> Result<(), TraceError> {
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Flushes and returns the writer.
+    ///
+    /// # Errors
+    /// [`TraceError::Io`].
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Reads a trace: the header at creation, then records as an iterator.
+#[derive(Debug)]
+pub struct TraceReader<R: Read> {
+    input: R,
+    header: Header,
+    index: u64,
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads and checks the header.
+    ///
+    /// # Errors
+    /// [`TraceError::BadHeader`] for a wrong magic, version or record size;
+    /// [`TraceError::Io`].
+    pub fn new(mut input: R) -> Result<Self, TraceError> {
+        let mut bytes = [0u8; HEADER_BYTES];
+        input.read_exact(&mut bytes).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                TraceError::BadHeader { why: "shorter than a header".into() }
+            }
+            _ => TraceError::Io(e),
+        })?;
+        if bytes[..8] != MAGIC {
+            return Err(TraceError::BadHeader { why: format!("magic {:?}", &bytes[..8]) });
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        let record = u16::from_le_bytes([bytes[10], bytes[11]]);
+        if version != VERSION || usize::from(record) != RECORD_BYTES {
+            return Err(TraceError::BadHeader {
+                why: format!(
+                    "version {version} with {record}-byte records (expected {VERSION}, 32)"
+                ),
+            });
+        }
+        let page_size = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+        let header = Header { page_size, start_ns: word(&bytes, 16) };
+        Ok(TraceReader { input, header, index: 0 })
+    }
+
+    /// The header.
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// The next record; `Ok(None)` at a clean end of file.
+    ///
+    /// # Errors
+    /// [`TraceError::BadRecord`] for an unknown kind or a file ending inside a record;
+    /// [`TraceError::TooLong`]; [`TraceError::Io`].
+    pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
+        let mut bytes = [0u8; RECORD_BYTES];
+        let mut filled = 0;
+        while filled < RECORD_BYTES {
+            match self.input.read(&mut bytes[filled..]) {
+                Ok(0) if filled == 0 => return Ok(None),
+                Ok(0) => {
+                    let why = format!("file ends {filled} bytes into the record");
+                    return Err(TraceError::BadRecord { index: self.index, why });
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(TraceError::Io(e)),
+            }
+        }
+        if self.index >= RECORDS_MAX {
+            return Err(TraceError::TooLong);
+        }
+        let kind = RecordKind::from_code(bytes[8]).ok_or_else(|| TraceError::BadRecord {
+            index: self.index,
+            why: format!("unknown kind {}", bytes[8]),
+        })?;
+        self.index += 1;
+        Ok(Some(Record {
+            time_ns: word(&bytes, 0),
+            kind,
+            thread: u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
+            addr: word(&bytes, 16),
+            len: word(&bytes, 24),
+        }))
+    }
+
+    /// Every remaining record.
+    ///
+    /// # Errors
+    /// As [`TraceReader::next_record`].
+    pub fn read_all(mut self) -> Result<Vec<Record>, TraceError> {
+        let mut records = Vec::new();
+        while let Some(r) = self.next_record()? {
+            records.push(r);
+        }
+        Ok(records)
+    }
+}
+
+/// Reads a whole trace file.
+///
+/// # Errors
+/// As [`TraceReader`].
+pub fn read_file(path: &std::path::Path) -> Result<(Header, Vec<Record>), TraceError> {
+    let file = std::fs::File::open(path)?;
+    let reader = TraceReader::new(std::io::BufReader::new(file))?;
+    let header = reader.header();
+    Ok((header, reader.read_all()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record> {
+        let kinds = [
+            RecordKind::FaultRead,
+            RecordKind::FaultWrite,
+            RecordKind::Evict,
+            RecordKind::Remove,
+            RecordKind::Unmap,
+            RecordKind::Fork,
+        ];
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| Record {
+                time_ns: 1000 * i as u64 + u64::MAX / 2,
+                kind,
+                thread: i as u32 * 7,
+                addr: 0x7f00_0000_0000 + 4096 * i as u64,
+                len: 4096 * (i as u64 + 1),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let header = Header { page_size: 4096, start_ns: 42 };
+        let mut w = TraceWriter::new(Vec::new(), header).unwrap();
+        for r in sample() {
+            w.record(&r).unwrap();
+        }
+        assert_eq!(w.records(), 6);
+        let bytes = w.finish().unwrap();
+        assert_eq!(bytes.len(), HEADER_BYTES + 6 * RECORD_BYTES);
+        let reader = TraceReader::new(bytes.as_slice()).unwrap();
+        assert_eq!(reader.header(), header);
+        assert_eq!(reader.read_all().unwrap(), sample());
+    }
+
+    #[test]
+    fn bad_traces_are_refused_with_a_reason() {
+        assert!(matches!(TraceReader::new(&b"short"[..]), Err(TraceError::BadHeader { .. })));
+        let mut bytes = TraceWriter::new(Vec::new(), Header { page_size: 4096, start_ns: 0 })
+            .unwrap()
+            .finish()
+            .unwrap();
+        let mut wrong = bytes.clone();
+        wrong[0] = b'X';
+        assert!(TraceReader::new(wrong.as_slice()).unwrap_err().to_string().contains("magic"));
+        let mut newer = bytes.clone();
+        newer[8] = 2;
+        assert!(TraceReader::new(newer.as_slice()).unwrap_err().to_string().contains("version"));
+        // A record cut short, and a record of an unknown kind.
+        bytes.extend_from_slice(&[0u8; 10]);
+        let error = TraceReader::new(bytes.as_slice()).unwrap().read_all().unwrap_err();
+        assert!(error.to_string().contains("ends 10 bytes"), "{error}");
+        bytes.truncate(HEADER_BYTES);
+        let mut record = [0u8; RECORD_BYTES];
+        record[8] = 9;
+        bytes.extend_from_slice(&record);
+        let error = TraceReader::new(bytes.as_slice()).unwrap().read_all().unwrap_err();
+        assert!(error.to_string().contains("unknown kind 9"), "{error}");
+    }
+}
