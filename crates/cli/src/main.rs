@@ -9,6 +9,8 @@
 
 mod bench;
 mod report;
+mod run;
+mod stat;
 
 use clap::{Parser, Subcommand};
 
@@ -28,12 +30,22 @@ struct Cli {
 enum Command {
     /// Run a benchmark: prints a table, or one JSON object with --json.
     Bench(bench::BenchArgs),
+    /// Run a program with its anonymous memory managed by uswap under a budget:
+    /// uswap run [--budget SIZE] ... -- CMD ARGS...
+    Run(run::RunArgs),
+    /// Show the live counters of a program running under `uswap run`.
+    Stat(stat::StatArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Run(args) => match run::run(args) {
+            Ok(status) => std::process::exit(status),
+            Err(error) => Err(error),
+        },
+        Command::Stat(args) => stat::run(args),
     };
     if let Err(error) = result {
         eprintln!("uswap: {error:#}");

@@ -327,6 +327,20 @@ impl Engine {
         runs
     }
 
+    /// The regions of address space `mm`, as `(start, end)` in address order: what the
+    /// engine manages now (the LD_PRELOAD shim compares it with /proc/self/maps to find
+    /// mappings to adopt).
+    ///
+    /// Context: takes the regions lock (read); allocates.
+    pub fn region_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        let regions = self.core.regions.read();
+        regions
+            .mms
+            .get(&mm)
+            .map(|s| s.by_start.values().map(|r| (r.start(), r.end())).collect())
+            .unwrap_or_default()
+    }
+
     /// Handles a fault at `addr` in the engine's own address space (see
     /// [`Core::handle_fault`]).
     ///
@@ -412,7 +426,28 @@ impl Engine {
     /// [`Error::BadRegion`] if the source is not inside one region, or the destination
     /// overlaps another region.
     pub fn remap(&self, mm: MmId, from: u64, to: u64, len: u64) -> Result<(), Error> {
-        self.core.remap(mm, from, to, len)
+        let end = from.checked_add(len).ok_or(Error::OutsideRegions { addr: from })?;
+        let pieces: Vec<(u64, u64)> = {
+            let regions = self.core.regions.read();
+            let Some(space) = regions.mms.get(&mm) else {
+                return Err(Error::NoSuchMm { mm: mm.0 });
+            };
+            space
+                .intersecting(from, end)
+                .iter()
+                .map(|r| (r.start().max(from), r.end().min(end)))
+                .filter(|(s, e)| s < e)
+                .collect()
+        };
+        if pieces.len() <= 1 {
+            return self.core.remap(mm, from, to, len);
+        }
+        // A mapping that grew in place is several adjacent regions (the LD_PRELOAD shim
+        // adopts the growth as one): each moves by the same distance.
+        for (start, piece_end) in pieces {
+            self.core.remap(mm, start, to + (start - from), piece_end - start)?;
+        }
+        Ok(())
     }
 
     /// Makes the swap device forget every thread's cluster hint, so the next allocation

@@ -368,6 +368,9 @@ fn present_pages_are_adopted_into_an_existing_region() {
     engine.pageout(addr(0), len).unwrap();
     let mm = engine::region::MmId::DEFAULT;
     assert_eq!(engine.swapped_ranges(mm), vec![(addr(3), 1), (addr(8), 4)]);
+    let end = engine.region_ranges(mm)[0].1;
+    assert_eq!(engine.region_ranges(mm), vec![(addr(0), end)]);
+    assert!(engine.region_ranges(engine::region::MmId(7)).is_empty());
     let mut buf = vec![0u8; PAGE];
     for page in 0..16 {
         source.read(&engine, addr(page), &mut buf).unwrap();
@@ -377,6 +380,36 @@ fn present_pages_are_adopted_into_an_existing_region() {
             _ => 0,
         };
         assert!(buf == content(page, version), "page {page}");
+    }
+    engine.check_invariants();
+}
+
+/// A mapping that grew in place is two adjacent regions; mremap moves it whole, and the
+/// REMAP spans both.
+// postmortem: `uswap run` of a Python program that built a 1M-element list segfaulted: the
+// list's pointer array (a malloc'd mmap chunk) grew in place (the shim adopted the growth
+// as a second region), then moved; the REMAP was refused ("source spans regions") and the
+// moved swapped pages read as zeros at their new address.
+#[test]
+fn remap_spanning_adjacent_regions_moves_both() {
+    let (engine, source) = setup(config(64), 256);
+    engine.unmap(addr(0), 256 * PAGE as u64); // forgets the region
+    engine.add_region(addr(0), 16 * PAGE as u64).unwrap();
+    engine.add_region(addr(16), 16 * PAGE as u64).unwrap();
+    assert_eq!(engine.region_ranges(engine::region::MmId::DEFAULT).len(), 2);
+    for page in 0..32 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    engine.pageout(addr(0), 32 * PAGE as u64).unwrap();
+    let (from, to, len) = (addr(8), addr(100), 16 * PAGE as u64);
+    source.remap(from, to, len);
+    let mm = engine::region::MmId::DEFAULT;
+    engine.remap(mm, from, to, len).unwrap();
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(100 + page), &mut buf).unwrap();
+        assert!(buf == content(8 + page, 1), "moved page {page}");
     }
     engine.check_invariants();
 }

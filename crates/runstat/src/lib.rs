@@ -16,7 +16,7 @@
 //!
 //! Modules: [`env`] (the environment protocol), [`size`] (sizes as users write them),
 //! [`hist`] (the fault-latency histogram), [`stats`] (the stats file, its parser and the
-//! summary figures).
+//! summary figures), [`trace`] (the simulator's trace format, written by `--record`).
 
 #![deny(unsafe_code)]
 
@@ -24,6 +24,7 @@ pub mod env;
 pub mod hist;
 pub mod size;
 pub mod stats;
+pub mod trace;
 
 pub use env::RunConfig;
 pub use hist::{AtomicHistogram, Histogram};

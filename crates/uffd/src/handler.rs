@@ -378,11 +378,12 @@ pub trait Hooks: Send + Sync + std::fmt::Debug {
     }
 
     /// A turn on the handler thread after each processed batch; `children` are the forked
-    /// address spaces served now. Returns whether more work is pending (the handler then
-    /// polls with a short timeout instead of sleeping).
-    fn work(&self, engine: &Engine, children: &[MmId]) -> bool {
+    /// address spaces served now. Returns the longest the handler may wait for messages
+    /// before the next turn (`None`: no deadline; the handler still turns at least every
+    /// 100 ms).
+    fn work(&self, engine: &Engine, children: &[MmId]) -> Option<Duration> {
         let _ = (engine, children);
-        false
+        None
     }
 }
 
@@ -454,8 +455,8 @@ struct Reader {
     hooks: Option<Arc<dyn Hooks>>,
     /// The children's address spaces (for [`Hooks::work`]), kept with `served`.
     children: Vec<MmId>,
-    /// The hooks said more work is pending.
-    work_pending: bool,
+    /// The longest the hooks let the handler wait for the next turn.
+    work_wait: Option<Duration>,
 }
 
 /// The handler thread and its control block.
@@ -514,7 +515,7 @@ impl Handler {
             pagemap,
             hooks: options.hooks,
             children: Vec::with_capacity(16),
-            work_pending: false,
+            work_wait: None,
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
         reader.rebuild_pollfds();
@@ -561,9 +562,8 @@ impl Reader {
                 self.readonly();
                 continue;
             }
-            let busy = self.work_pending
-                || !self.retained.is_empty()
-                || self.served.iter().any(|s| s.source.has_orphans());
+            let busy =
+                !self.retained.is_empty() || self.served.iter().any(|s| s.source.has_orphans());
             // Messages buffered in read-only mode are processed without waiting.
             let timeout = if !self.pending.is_empty() {
                 Duration::ZERO
@@ -572,6 +572,7 @@ impl Reader {
             } else {
                 IDLE_POLL
             };
+            let timeout = self.work_wait.map_or(timeout, |wait| wait.min(timeout));
             self.poll(timeout);
             self.read_all();
             self.process();
@@ -579,7 +580,7 @@ impl Reader {
                 self.probe_children();
             }
             if let Some(hooks) = &self.hooks {
-                self.work_pending = hooks.work(&self.engine, &self.children);
+                self.work_wait = hooks.work(&self.engine, &self.children);
             }
             if let Some(trimmer) = &mut self.trimmer {
                 if trimmer.tick(&self.engine) {
