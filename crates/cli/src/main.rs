@@ -10,6 +10,8 @@
 mod bench;
 mod report;
 mod sim;
+mod run;
+mod stat;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +34,11 @@ enum Command {
     /// Run the engine in the deterministic simulator: find bugs from seeds, replay one,
     /// sweep parameters, compare cluster policies.
     Sim(Box<sim::SimArgs>),
+    /// Run a program with its anonymous memory managed by uswap under a budget:
+    /// uswap run [--budget SIZE] ... -- CMD ARGS...
+    Run(run::RunArgs),
+    /// Show the live counters of a program running under `uswap run`.
+    Stat(stat::StatArgs),
 }
 
 fn main() {
@@ -39,6 +46,11 @@ fn main() {
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Sim(args) => sim::run(*args),
+        Command::Run(args) => match run::run(args) {
+            Ok(status) => std::process::exit(status),
+            Err(error) => Err(error),
+        },
+        Command::Stat(args) => stat::run(args),
     };
     if let Err(error) = result {
         eprintln!("uswap: {error:#}");

@@ -263,8 +263,82 @@ impl Engine {
             return Err(Error::BadRegion { start, len, why: "a present run outside the region" });
         }
         let id = self.core.add_region(MmId::DEFAULT, start, len)?;
-        self.core.adopt_present(id, present);
+        let _adopted = self.core.adopt_present(id, present);
         Ok(id)
+    }
+
+    /// Adopts pages already mapped in `[start, start + len)`, a range inside one existing
+    /// region of the engine's own address space (a region wider than the mappings it holds,
+    /// as the LD_PRELOAD shim lays them out): `present` lists runs `(first page index from
+    /// start, pages)`. Listed pages with no page-table entry become resident order-0
+    /// folios, charged and on the inactive list; pages the engine already tracks are left
+    /// alone. The same contract as [`Engine::add_region_populated`]: register the range
+    /// for faults before listing its pages, and keep the program from dropping a listed
+    /// page unseen. Returns pages adopted.
+    ///
+    /// # Errors
+    /// [`Error::OutsideRegions`] if no region holds the whole range; [`Error::BadRegion`]
+    /// for a run outside it (nothing is adopted then).
+    ///
+    /// Context: takes the regions lock (read), then the region's page-table lock;
+    /// allocates; may wake the background reclaimer.
+    pub fn adopt_populated(
+        &self,
+        start: u64,
+        len: u64,
+        present: &[(u64, u64)],
+    ) -> Result<u64, Error> {
+        let region = self.core.region_of(MmId::DEFAULT, start)?;
+        let end = start.checked_add(len).ok_or(Error::OutsideRegions { addr: start })?;
+        if end > region.end() || !start.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(Error::OutsideRegions { addr: end.saturating_sub(1) });
+        }
+        let pages = len / PAGE_SIZE as u64;
+        if present.iter().any(|&(first, n)| first.checked_add(n).is_none_or(|end| end > pages)) {
+            return Err(Error::BadRegion { start, len, why: "a present run outside the range" });
+        }
+        let base = region.index_of(start);
+        let runs: Vec<(u64, u64)> = present.iter().map(|&(first, n)| (base + first, n)).collect();
+        Ok(self.core.adopt_present(region.id(), &runs))
+    }
+
+    /// The swapped pages of address space `mm`, as runs `(address, pages)` in address
+    /// order: what a forked child would read from this engine's swap (the LD_PRELOAD shim
+    /// maps them into a child whose parent is about to exit).
+    ///
+    /// Context: takes the regions lock (read), then each region's page-table lock in turn;
+    /// allocates.
+    pub fn swapped_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        let regions: Vec<Arc<Region>> = {
+            let regions = self.core.regions.read();
+            regions.mms.get(&mm).map(|s| s.by_start.values().cloned().collect()).unwrap_or_default()
+        };
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for region in regions {
+            let found = region.lock().entries(0, region.nr_pages() - 1);
+            for f in found.into_iter().filter(|f| matches!(f.pte, Pte::Swap(_))) {
+                let (addr, pages) = (region.addr_of(f.first), 1u64 << f.order);
+                match runs.last_mut() {
+                    Some((a, n)) if *a + *n * PAGE_SIZE as u64 == addr => *n += pages,
+                    _ => runs.push((addr, pages)),
+                }
+            }
+        }
+        runs
+    }
+
+    /// The regions of address space `mm`, as `(start, end)` in address order: what the
+    /// engine manages now (the LD_PRELOAD shim compares it with /proc/self/maps to find
+    /// mappings to adopt).
+    ///
+    /// Context: takes the regions lock (read); allocates.
+    pub fn region_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        let regions = self.core.regions.read();
+        regions
+            .mms
+            .get(&mm)
+            .map(|s| s.by_start.values().map(|r| (r.start(), r.end())).collect())
+            .unwrap_or_default()
     }
 
     /// Handles a fault at `addr` in the engine's own address space (see
@@ -345,13 +419,35 @@ impl Engine {
     }
 
     /// `[from, from + len)` moved to `[to, to + len)` (mremap, UFFD_EVENT_REMAP): the pages'
-    /// bookkeeping moves with them; the destination becomes (part of) a managed region.
+    /// bookkeeping moves with them; the destination becomes (part of) a managed region. The
+    /// destination may lie in the source's own region (disjoint from the source range).
     ///
     /// # Errors
     /// [`Error::BadRegion`] if the source is not inside one region, or the destination
     /// overlaps another region.
     pub fn remap(&self, mm: MmId, from: u64, to: u64, len: u64) -> Result<(), Error> {
-        self.core.remap(mm, from, to, len)
+        let end = from.checked_add(len).ok_or(Error::OutsideRegions { addr: from })?;
+        let pieces: Vec<(u64, u64)> = {
+            let regions = self.core.regions.read();
+            let Some(space) = regions.mms.get(&mm) else {
+                return Err(Error::NoSuchMm { mm: mm.0 });
+            };
+            space
+                .intersecting(from, end)
+                .iter()
+                .map(|r| (r.start().max(from), r.end().min(end)))
+                .filter(|(s, e)| s < e)
+                .collect()
+        };
+        if pieces.len() <= 1 {
+            return self.core.remap(mm, from, to, len);
+        }
+        // A mapping that grew in place is several adjacent regions (the LD_PRELOAD shim
+        // adopts the growth as one): each moves by the same distance.
+        for (start, piece_end) in pieces {
+            self.core.remap(mm, start, to + (start - from), piece_end - start)?;
+        }
+        Ok(())
     }
 
     /// Makes the swap device forget every thread's cluster hint, so the next allocation
@@ -433,8 +529,8 @@ impl Core {
 
     /// Makes the pages of `present` in region `id` resident order-0 folios (see
     /// [`Engine::add_region_populated`]).
-    pub(crate) fn adopt_present(&self, id: RegionId, present: &[(u64, u64)]) {
-        let Some(region) = self.region_by_id(id) else { return };
+    pub(crate) fn adopt_present(&self, id: RegionId, present: &[(u64, u64)]) -> u64 {
+        let Some(region) = self.region_by_id(id) else { return 0 };
         let mut adopted = 0;
         {
             let mut pt = region.lock();
@@ -452,6 +548,7 @@ impl Core {
         if self.budget.pressure(self.pool_bytes(), 0) >= Pressure::BelowLow {
             self.wake_kswapd();
         }
+        adopted
     }
 
     /// The region with id `id`, if still managed.

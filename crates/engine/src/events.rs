@@ -187,7 +187,7 @@ impl Core {
             return Err(Error::BadRegion { start: from, len, why: "remap source spans regions" });
         }
         let dest = match self.region_of(mm, to) {
-            Ok(region) if to + len <= region.end() && !Arc::ptr_eq(&region, &source) => region,
+            Ok(region) if to.checked_add(len).is_some_and(|end| end <= region.end()) => region,
             Ok(_) => {
                 return Err(Error::BadRegion { start: to, len, why: "remap destination overlaps" })
             }
@@ -198,6 +198,16 @@ impl Core {
         };
         let (first, last) = (source.index_of(from), source.index_of(from + len - 1));
         let shift = dest.index_of(to);
+        if Arc::ptr_eq(&source, &dest) {
+            // Within one region (a region wider than the mapping moved: the LD_PRELOAD
+            // shim's address windows). mremap never moves a range onto itself.
+            if shift <= last && first <= shift + (last - first) {
+                return Err(Error::BadRegion { start: to, len, why: "remap onto itself" });
+            }
+            let mut pt = source.lock();
+            self.move_entries(&mut pt, None, first, last, shift, dest.id());
+            return Ok(());
+        }
         // Lock order between two regions: by id (both are only ever taken together here).
         let (mut src_pt, mut dst_pt) = if source.id() < dest.id() {
             let s = source.lock();
@@ -206,27 +216,50 @@ impl Core {
             let d = dest.lock();
             (source.lock(), d)
         };
-        self.split_edges(&mut src_pt, first, last);
-        for found in src_pt.entries(first, last) {
-            let at = found.first - first + shift;
-            if at % (1 << found.order) != 0 {
-                self.split_entry(&mut src_pt, &found);
-            }
-        }
-        for found in src_pt.entries(first, last) {
-            src_pt.erase(found.first);
-            let at = found.first - first + shift;
-            if let Pte::Resident(id) = found.pte {
-                let owner = FolioOwner { region: dest.id(), index: at, order: found.order };
-                assert!(self.lru.set_owner(id, owner), "a resident entry has a live record");
-            }
-            dst_pt.set(at, found.order, found.pte);
-        }
+        self.move_entries(&mut src_pt, Some(&mut dst_pt), first, last, shift, dest.id());
         drop((src_pt, dst_pt));
         let whole = from == source.start() && from + len == source.end();
         if whole {
             self.forget_regions_within(mm, from, len);
         }
         Ok(())
+    }
+
+    /// Moves the entries of pages `first..=last` of `src` to start at page `shift` of
+    /// `dst` (region `dst_id`; `None`: the same page table, the ranges disjoint), splitting
+    /// folios the move would cut or misalign. Caller holds both PTLs.
+    fn move_entries(
+        &self,
+        src: &mut PageTable<'_>,
+        mut dst: Option<&mut PageTable<'_>>,
+        first: u64,
+        last: u64,
+        shift: u64,
+        dst_id: crate::lru::RegionId,
+    ) {
+        self.split_edges(src, first, last);
+        for found in src.entries(first, last) {
+            let at = found.first - first + shift;
+            if !at.is_multiple_of(1 << found.order) {
+                self.split_entry(src, &found);
+            }
+        }
+        // Every entry leaves before any arrives: within one table the ranges are disjoint,
+        // but erasing first keeps that from mattering.
+        let moved = src.entries(first, last);
+        for found in &moved {
+            src.erase(found.first);
+        }
+        for found in moved {
+            let at = found.first - first + shift;
+            if let Pte::Resident(id) = found.pte {
+                let owner = FolioOwner { region: dst_id, index: at, order: found.order };
+                assert!(self.lru.set_owner(id, owner), "a resident entry has a live record");
+            }
+            match dst.as_deref_mut() {
+                Some(dst) => dst.set(at, found.order, found.pte),
+                None => src.set(at, found.order, found.pte),
+            }
+        }
     }
 }

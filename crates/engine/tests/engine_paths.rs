@@ -314,3 +314,102 @@ fn a_region_adopted_with_present_pages_pages_them_out_and_back() {
     }
     engine.check_invariants();
 }
+
+/// mremap inside one region (the LD_PRELOAD shim manages address windows far wider than
+/// the mappings in them): data and swap entries move, the source reads as untouched, and a
+/// move onto itself is refused.
+#[test]
+fn remap_within_one_region_moves_pages() {
+    let config = EngineConfig { folio_order: 2, ..config(64) };
+    let (engine, source) = setup(config, 1024);
+    for page in 0..400 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let mm = engine::region::MmId::DEFAULT;
+    let e = engine.remap(mm, addr(10), addr(20), 100 * PAGE as u64).unwrap_err();
+    assert!(matches!(e, Error::BadRegion { .. }), "{e}");
+    // Pages 101..301 to 601..801, one page off folio alignment.
+    let (from, to, len) = (addr(101), addr(601), 200 * PAGE as u64);
+    source.remap(from, to, len);
+    engine.remap(mm, from, to, len).unwrap();
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..200 {
+        source.read(&engine, addr(601 + page), &mut buf).unwrap();
+        assert!(buf == content(101 + page, 1), "moved page {page}");
+    }
+    for page in (0..101).chain(301..400) {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert!(buf == content(page, 1), "page {page} stayed");
+    }
+    source.read(&engine, addr(150), &mut buf).unwrap();
+    assert!(buf == content(150, 0), "the old range reads as untouched");
+    engine.check_invariants();
+}
+
+/// Pages mapped before a range of an existing region was managed are adopted in place;
+/// pages the engine already tracks are left alone; `swapped_ranges` lists what went out.
+#[test]
+fn present_pages_are_adopted_into_an_existing_region() {
+    use engine::PageSource;
+    let (engine, source) = setup(config(64), 64);
+    source.write(&engine, addr(3), &content(3, 2)).unwrap(); // tracked by the engine
+    for page in 8..12 {
+        source.map(addr(page), &content(page, 3)).unwrap(); // mapped behind its back
+    }
+    let len = 16 * PAGE as u64;
+    let e = engine.adopt_populated(addr(0), len, &[(14, 4)]).unwrap_err();
+    assert!(matches!(e, Error::BadRegion { .. }), "{e}");
+    let e = engine.adopt_populated(addr(60), len, &[]).unwrap_err();
+    assert!(matches!(e, Error::OutsideRegions { .. }), "{e}");
+    assert_eq!(engine.adopt_populated(addr(0), len, &[(3, 1), (8, 4)]).unwrap(), 4);
+    assert_eq!(engine.stats().gauges.resident_pages, 5);
+    engine.check_invariants();
+    engine.pageout(addr(0), len).unwrap();
+    let mm = engine::region::MmId::DEFAULT;
+    assert_eq!(engine.swapped_ranges(mm), vec![(addr(3), 1), (addr(8), 4)]);
+    let end = engine.region_ranges(mm)[0].1;
+    assert_eq!(engine.region_ranges(mm), vec![(addr(0), end)]);
+    assert!(engine.region_ranges(engine::region::MmId(7)).is_empty());
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        let version = match page {
+            3 => 2,
+            8..12 => 3,
+            _ => 0,
+        };
+        assert!(buf == content(page, version), "page {page}");
+    }
+    engine.check_invariants();
+}
+
+/// A mapping that grew in place is two adjacent regions; mremap moves it whole, and the
+/// REMAP spans both.
+// postmortem: `uswap run` of a Python program that built a 1M-element list segfaulted: the
+// list's pointer array (a malloc'd mmap chunk) grew in place (the shim adopted the growth
+// as a second region), then moved; the REMAP was refused ("source spans regions") and the
+// moved swapped pages read as zeros at their new address.
+#[test]
+fn remap_spanning_adjacent_regions_moves_both() {
+    let (engine, source) = setup(config(64), 256);
+    engine.unmap(addr(0), 256 * PAGE as u64); // forgets the region
+    engine.add_region(addr(0), 16 * PAGE as u64).unwrap();
+    engine.add_region(addr(16), 16 * PAGE as u64).unwrap();
+    assert_eq!(engine.region_ranges(engine::region::MmId::DEFAULT).len(), 2);
+    for page in 0..32 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    engine.pageout(addr(0), 32 * PAGE as u64).unwrap();
+    let (from, to, len) = (addr(8), addr(100), 16 * PAGE as u64);
+    source.remap(from, to, len);
+    let mm = engine::region::MmId::DEFAULT;
+    engine.remap(mm, from, to, len).unwrap();
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(100 + page), &mut buf).unwrap();
+        assert!(buf == content(8 + page, 1), "moved page {page}");
+    }
+    engine.check_invariants();
+}

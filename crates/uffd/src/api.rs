@@ -34,7 +34,7 @@
 
 use crate::delivery::{Delivery, SigbusMode, SigbusStats};
 use crate::error::Error;
-use crate::handler::{Handler, HandlerStats};
+use crate::handler::{Control, Handler, HandlerOptions, HandlerStats};
 use crate::mm::{Advice, Mapping};
 use crate::probe::Probe;
 use crate::source::{SourceStats, UffdSource};
@@ -87,6 +87,8 @@ pub struct Builder {
     exclude_from_fork: bool,
     /// The compressed pool, `None` for none.
     pool: Option<ZswapSettings>,
+    /// How the handler thread runs (hooks of an embedding program, trimming).
+    handler: HandlerOptions,
 }
 
 impl Default for Builder {
@@ -102,6 +104,7 @@ impl Default for Builder {
             require_kernel_faults: None,
             exclude_from_fork: false,
             pool: Some(ZswapSettings::default()),
+            handler: HandlerOptions::default(),
         }
     }
 }
@@ -211,6 +214,14 @@ impl Builder {
         self
     }
 
+    /// How the handler thread runs: an embedding program's [`crate::Hooks`], whether it
+    /// trims glibc's heap (off where the engine does not allocate from it: the LD_PRELOAD
+    /// shim). Default: [`HandlerOptions::default`].
+    pub fn handler_options(mut self, options: HandlerOptions) -> Self {
+        self.handler = options;
+        self
+    }
+
     /// The uffd features this configuration needs.
     fn features(&self) -> Features {
         let mut features = REQUIRED_FEATURES;
@@ -267,7 +278,8 @@ impl Builder {
         let source = Arc::new(UffdSource::new(uffd.clone(), folio_pages)?);
         let engine = Engine::new(config, source.clone()).map_err(Error::Engine)?;
         let engine = Arc::new(engine);
-        let handler = Handler::spawn(engine.clone(), uffd.clone(), source.clone())?;
+        let handler =
+            Handler::spawn_with(engine.clone(), uffd.clone(), source.clone(), self.handler)?;
         let sigbus = match self.delivery {
             Delivery::Sigbus => {
                 Some(SigbusMode::arm(engine.clone(), source.clone(), handler.control().clone())?)
@@ -537,6 +549,23 @@ impl Uswap {
     /// [`Error::ForkedChild`].
     pub fn source(&self) -> Result<&Arc<UffdSource>, Error> {
         Ok(&self.inner.owner()?.source)
+    }
+
+    /// The uffd that manages this process's memory: an embedding program registers ranges
+    /// it adopts with it ([`Engine::add_region_populated`]), on the handler thread.
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    pub fn uffd(&self) -> Result<&Arc<Uffd>, Error> {
+        Ok(&self.inner.owner()?.uffd)
+    }
+
+    /// The handler thread's control block ([`Control::wake`], counters).
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    pub fn control(&self) -> Result<&Arc<Control>, Error> {
+        Ok(self.inner.owner()?.handler.control())
     }
 
     /// The largest folio order the engine accepts.

@@ -48,12 +48,28 @@
 //! swap-in frees the slot the child still needs). They pass [`Gate::enter`], which waits
 //! while a fork is in progress; `atfork_prepare` closes the gate and waits for those inside.
 //!
+//! **Stale resident pages.** A program that drops a page (`MADV_DONTNEED`) right as the
+//! engine learns of it (the zap follows the REMOVE's *reading*, not its processing; or a
+//! range adopted with `adopt_populated` while the program drops a listed page) leaves the
+//! engine counting a missing page as resident, and every fault on it is answered
+//! "spurious": the thread would fault forever. So a spurious fault in the managed address
+//! space is checked against the kernel (PAGEMAP_SCAN: neither present nor swapped) and
+//! against the orphans (a page in staging is missing on purpose); a page missing for good
+//! is dropped from the engine (`remove_in`: it reads as zero, as the program's drop says)
+//! and the fault handled again, counted in `faults_resynced`.
+//!
+//! **Hooks.** A program that embeds the handler (the LD_PRELOAD shim) passes [`Hooks`]: told
+//! of every fault with the time it waited in the handler, and of every event; and given a
+//! turn on this thread after each processed batch, where changes to the managed set are
+//! ordered with the events (registering a range there cannot race an UNMAP of it).
+//!
 //! Bounds: [`PENDING_MAX`] buffered messages (each unread message holds one thread of the
 //! program, so a few hundred cover any program), [`RETAIN_MAX`] retained faults.
 
 use crate::error::Error;
 use crate::event::Event;
 use crate::mm::{Advice, Mapping};
+use crate::pagemap::{Categories, PageMap, ScanArgs};
 use crate::source::{lock, UffdSource};
 use crate::sys::{call, process};
 use crate::types::{Range, Wake};
@@ -100,6 +116,7 @@ struct Counters {
     pending_full: AtomicU64,
     trims: AtomicU64,
     trim_ns: AtomicU64,
+    faults_resynced: AtomicU64,
 }
 
 /// A snapshot of the handler's counters.
@@ -139,6 +156,9 @@ pub struct HandlerStats {
     pub trims: u64,
     /// Time spent trimming, in nanoseconds.
     pub trim_ns: u64,
+    /// Spurious faults on a page the engine counted resident but the kernel had not: the
+    /// page was dropped from the engine and the fault handled again (module essay).
+    pub faults_resynced: u64,
     /// Children served now.
     pub children_live: u64,
 }
@@ -235,6 +255,12 @@ impl Control {
         call::eventfd_signal(self.wake.as_fd());
     }
 
+    /// Wakes the handler thread (to give [`Hooks::work`] a turn). Async-signal-safe: one
+    /// eventfd write.
+    pub fn wake(&self) {
+        self.signal();
+    }
+
     /// Whether this is the process that made the handler (not a forked child's copy).
     pub fn in_owner(&self) -> bool {
         process::getpid() == self.pid
@@ -262,6 +288,7 @@ impl Control {
             pending_full: get(&c.pending_full),
             trims: get(&c.trims),
             trim_ns: get(&c.trim_ns),
+            faults_resynced: get(&c.faults_resynced),
             children_live: get(&self.children_live),
         }
     }
@@ -300,6 +327,86 @@ impl Control {
     }
 }
 
+/// An event as [`Hooks::event`] sees it, after the engine has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noted {
+    /// The address space forked; `child` is the child's address space in the engine.
+    Fork {
+        /// The child's address space (`None` if the engine refused it).
+        child: Option<MmId>,
+    },
+    /// mremap moved `[from, from + len_bytes)` to `to`.
+    Remap {
+        /// Old start.
+        from: usize,
+        /// New start.
+        to: usize,
+        /// Length moved.
+        len_bytes: usize,
+    },
+    /// `[start, end)` was dropped (MADV_DONTNEED).
+    Remove {
+        /// First byte.
+        start: usize,
+        /// One past the last byte.
+        end: usize,
+    },
+    /// `[start, end)` was unmapped.
+    Unmap {
+        /// First byte.
+        start: usize,
+        /// One past the last byte.
+        end: usize,
+    },
+}
+
+/// What the handler reports to, and asks of, the program that runs it (module essay).
+///
+/// Context: every method runs on the handler thread, in normal mode (never while a fork is
+/// pending). An implementation must not touch managed memory, nor wait for a lock that a
+/// thread faulting on managed memory may hold: either would wait for this very thread.
+pub trait Hooks: Send + Sync + std::fmt::Debug {
+    /// A fault of `thread_id` (0 without `UFFD_FEATURE_THREAD_ID`) at `addr` was handled,
+    /// `wait_ns` after its message was read.
+    fn fault(&self, mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
+        let _ = (mm, addr, write, thread_id, wait_ns);
+    }
+
+    /// An event of address space `mm` was processed.
+    fn event(&self, mm: MmId, event: Noted) {
+        let _ = (mm, event);
+    }
+
+    /// A turn on the handler thread after each processed batch; `children` are the forked
+    /// address spaces served now. Returns the longest the handler may wait for messages
+    /// before the next turn (`None`: no deadline; the handler still turns at least every
+    /// 100 ms).
+    fn work(&self, engine: &Engine, children: &[MmId]) -> Option<Duration> {
+        let _ = (engine, children);
+        None
+    }
+}
+
+/// How a handler runs.
+#[derive(Debug, Clone)]
+pub struct HandlerOptions {
+    /// Give freed glibc heap back when it inflates the resident set ([`crate::trim`]).
+    /// Off where the engine does not allocate from glibc's heap (the LD_PRELOAD shim, whose
+    /// heap is the program's: a trim there would walk managed memory from this thread).
+    pub trim: bool,
+    /// Check spurious faults against the kernel and drop stale resident pages (module
+    /// essay). Default on.
+    pub resync: bool,
+    /// The embedding program's hooks.
+    pub hooks: Option<Arc<dyn Hooks>>,
+}
+
+impl Default for HandlerOptions {
+    fn default() -> Self {
+        HandlerOptions { trim: true, resync: true, hooks: None }
+    }
+}
+
 /// One address space the handler serves.
 #[derive(Debug)]
 struct Served {
@@ -314,7 +421,10 @@ struct Retained {
     mm: MmId,
     addr: usize,
     write: bool,
+    thread_id: u32,
     rounds: u32,
+    /// When its message was read.
+    read_at: Instant,
 }
 
 /// What one fault attempt came to.
@@ -332,13 +442,21 @@ struct Reader {
     pollfds: Vec<libc::pollfd>,
     pollfds_stale: bool,
     batch: Vec<Event>,
-    pending: Vec<(MmId, Event)>,
+    /// Read messages with the time they were read.
+    pending: Vec<(MmId, Event, Instant)>,
     faults: Vec<Retained>,
     retained: Vec<Retained>,
     /// A page no child has (`MADV_DONTFORK`): the exit probe's target.
     probe: Mapping,
     last_probe: Instant,
-    trimmer: crate::trim::Trimmer,
+    trimmer: Option<crate::trim::Trimmer>,
+    /// The managed address space's pagemap, for the stale-page check (`None`: off).
+    pagemap: Option<PageMap>,
+    hooks: Option<Arc<dyn Hooks>>,
+    /// The children's address spaces (for [`Hooks::work`]), kept with `served`.
+    children: Vec<MmId>,
+    /// The longest the hooks let the handler wait for the next turn.
+    work_wait: Option<Duration>,
 }
 
 /// The handler thread and its control block.
@@ -361,10 +479,26 @@ impl Handler {
         uffd: Arc<Uffd>,
         source: Arc<UffdSource>,
     ) -> Result<Handler, Error> {
+        Handler::spawn_with(engine, uffd, source, HandlerOptions::default())
+    }
+
+    /// As [`Handler::spawn`], with `options`.
+    ///
+    /// # Errors
+    /// As [`Handler::spawn`] (when /proc/self/pagemap cannot be opened, `resync` is off).
+    pub fn spawn_with(
+        engine: Arc<Engine>,
+        uffd: Arc<Uffd>,
+        source: Arc<UffdSource>,
+        options: HandlerOptions,
+    ) -> Result<Handler, Error> {
         let control = Arc::new(Control::new()?);
         let probe = Mapping::anonymous(PAGE_SIZE)?;
         probe.advise(0, PAGE_SIZE, Advice::DontFork)?;
         let budget_bytes = engine.config().budget_bytes;
+        // A process that changed its uid is not dumpable and may not open its own pagemap
+        // (EACCES): it runs without the check rather than not at all.
+        let pagemap = if options.resync { PageMap::open_self().ok() } else { None };
         let mut reader = Reader {
             engine,
             control: control.clone(),
@@ -377,7 +511,11 @@ impl Handler {
             retained: Vec::with_capacity(RETAIN_MAX),
             probe,
             last_probe: Instant::now(),
-            trimmer: crate::trim::Trimmer::new(budget_bytes),
+            trimmer: options.trim.then(|| crate::trim::Trimmer::new(budget_bytes)),
+            pagemap,
+            hooks: options.hooks,
+            children: Vec::with_capacity(16),
+            work_wait: None,
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
         reader.rebuild_pollfds();
@@ -434,16 +572,22 @@ impl Reader {
             } else {
                 IDLE_POLL
             };
+            let timeout = self.work_wait.map_or(timeout, |wait| wait.min(timeout));
             self.poll(timeout);
             self.read_all();
             self.process();
             if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {
                 self.probe_children();
             }
-            if self.trimmer.tick(&self.engine) {
-                let c = &self.control.counters;
-                c.trims.store(self.trimmer.trims, Relaxed);
-                c.trim_ns.store(self.trimmer.trim_ns, Relaxed);
+            if let Some(hooks) = &self.hooks {
+                self.work_wait = hooks.work(&self.engine, &self.children);
+            }
+            if let Some(trimmer) = &mut self.trimmer {
+                if trimmer.tick(&self.engine) {
+                    let c = &self.control.counters;
+                    c.trims.store(trimmer.trims, Relaxed);
+                    c.trim_ns.store(trimmer.trim_ns, Relaxed);
+                }
             }
             let mut state = lock(&self.control.state);
             state.epoch += 1;
@@ -539,9 +683,9 @@ impl Reader {
                 c.reads.fetch_add(1, Relaxed);
                 c.messages.fetch_add(n as u64, Relaxed);
             }
-            let mm = served.mm;
+            let (mm, now) = (served.mm, Instant::now());
             for event in self.batch.drain(..) {
-                self.pending.push((mm, event));
+                self.pending.push((mm, event, now));
             }
         }
     }
@@ -552,10 +696,10 @@ impl Reader {
         let mut pending = pending;
         self.faults.clear();
         self.faults.append(&mut self.retained);
-        for (mm, event) in pending.drain(..) {
+        for (mm, event, read_at) in pending.drain(..) {
             match event {
-                Event::PageFault { addr, write, .. } => {
-                    self.faults.push(Retained { mm, addr, write, rounds: 0 });
+                Event::PageFault { addr, write, thread_id, .. } => {
+                    self.faults.push(Retained { mm, addr, write, thread_id, rounds: 0, read_at });
                 }
                 other => self.event(mm, other),
             }
@@ -595,8 +739,21 @@ impl Reader {
 
     fn fault(&self, fault: Retained) -> Attempt {
         self.control.counters.faults.fetch_add(1, Relaxed);
+        let attempt = self.attempt(fault);
+        if let (Attempt::Done, Some(hooks)) = (&attempt, &self.hooks) {
+            let wait_ns = fault.read_at.elapsed().as_nanos() as u64;
+            hooks.fault(fault.mm, fault.addr, fault.write, fault.thread_id, wait_ns);
+        }
+        attempt
+    }
+
+    fn attempt(&self, fault: Retained) -> Attempt {
         let c = &self.control.counters;
-        match self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write) {
+        let mut outcome = self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write);
+        if matches!(outcome, Ok(FaultOutcome::Spurious)) && self.resync(fault) {
+            outcome = self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write);
+        }
+        match outcome {
             Ok(FaultOutcome::Mapped | FaultOutcome::Spurious) => Attempt::Done,
             Ok(FaultOutcome::Retry) => Attempt::Retain,
             Ok(FaultOutcome::Gone) => {
@@ -614,54 +771,87 @@ impl Reader {
         }
     }
 
+    /// After a spurious answer in the managed address space: if the kernel has the page
+    /// neither present nor swapped and it is no orphan, the engine's resident entry is
+    /// stale (module essay): drop it and say so. One PAGEMAP_SCAN of one page.
+    fn resync(&self, fault: Retained) -> bool {
+        let (Some(pagemap), Some(managed)) = (&self.pagemap, self.served.first()) else {
+            return false;
+        };
+        let page = fault.addr & !(PAGE_SIZE - 1);
+        if fault.mm != managed.mm || managed.source.overlaps_orphan(page as u64, PAGE_SIZE as u64) {
+            return false;
+        }
+        let args = ScanArgs {
+            anyof: Categories::PRESENT | Categories::SWAPPED,
+            report: Categories::PRESENT | Categories::SWAPPED,
+            ..ScanArgs::default()
+        };
+        let mut found = Vec::new();
+        let Ok(range) = Range::new(page, PAGE_SIZE) else { return false };
+        match pagemap.scan(range, &args, &mut found) {
+            Ok(result) if result.regions == 0 => {}
+            _ => return false,
+        }
+        self.engine.remove_in(fault.mm, page as u64, PAGE_SIZE as u64);
+        self.control.counters.faults_resynced.fetch_add(1, Relaxed);
+        true
+    }
+
     fn event(&mut self, mm: MmId, event: Event) {
         let control = self.control.clone();
         let c = &control.counters;
         let Some(source) = self.served(mm).map(|s| s.source.clone()) else { return };
-        let refused = match event {
+        let (refused, noted) = match event {
             Event::Fork { child } => {
                 c.forks.fetch_add(1, Relaxed);
-                self.fork(mm, child).is_err()
+                let child = self.fork(mm, child);
+                (child.is_err(), Some(Noted::Fork { child: child.ok() }))
             }
             Event::Remap { from, to, len_bytes } => {
                 c.remaps.fetch_add(1, Relaxed);
                 source.remap_orphans(from as u64, to as u64, len_bytes as u64);
-                self.engine.remap(mm, from as u64, to as u64, len_bytes as u64).is_err()
+                let refused = self.engine.remap(mm, from as u64, to as u64, len_bytes as u64);
+                (refused.is_err(), Some(Noted::Remap { from, to, len_bytes }))
             }
             Event::Remove { start, end } => {
                 c.removes.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
                 source.forget_orphans(start as u64, len);
                 self.engine.remove_in(mm, start as u64, len);
-                false
+                (false, Some(Noted::Remove { start, end }))
             }
             Event::Unmap { start, end } => {
                 c.unmaps.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
                 source.forget_orphans(start as u64, len);
                 self.engine.unmap_in(mm, start as u64, len);
-                false
+                (false, Some(Noted::Unmap { start, end }))
             }
-            Event::PageFault { .. } => false,
+            Event::PageFault { .. } => (false, None),
             Event::Unknown { .. } => {
                 c.unknown_events.fetch_add(1, Relaxed);
-                false
+                (false, None)
             }
         };
         if refused {
             c.event_errors.fetch_add(1, Relaxed);
         }
+        if let (Some(hooks), Some(noted)) = (&self.hooks, noted) {
+            hooks.event(mm, noted);
+        }
     }
 
     /// A child of address space `parent`: copy its page table, serve its uffd.
-    fn fork(&mut self, parent: MmId, child: Uffd) -> Result<(), engine::Error> {
+    fn fork(&mut self, parent: MmId, child: Uffd) -> Result<MmId, engine::Error> {
         let uffd = Arc::new(child);
         let source = Arc::new(UffdSource::child(uffd.clone()));
         let mm = self.engine.fork(parent, source.clone())?;
         self.served.push(Served { mm, uffd, source });
+        self.children.push(mm);
         self.pollfds_stale = true;
         self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
-        Ok(())
+        Ok(mm)
     }
 
     /// Probes every child (module essay); releases those whose mm is gone.
@@ -676,6 +866,7 @@ impl Reader {
             );
             if gone {
                 let served = self.served.remove(i);
+                self.children.retain(|&mm| mm != served.mm);
                 self.engine.exit_mm(served.mm);
                 self.control.counters.children_exited.fetch_add(1, Relaxed);
                 self.pollfds_stale = true;

@@ -69,7 +69,7 @@ pub use api::{
 pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};
 pub use event::Event;
-pub use handler::HandlerStats;
+pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
 pub use probe::{probe, Probe};

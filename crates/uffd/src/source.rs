@@ -501,7 +501,7 @@ impl UffdSource {
     }
 
     /// Whether any orphan lies in `[addr, addr + len)`.
-    fn overlaps_orphan(&self, addr: u64, len: u64) -> bool {
+    pub(crate) fn overlaps_orphan(&self, addr: u64, len: u64) -> bool {
         if self.orphan_count.load(Relaxed) == 0 {
             return false;
         }

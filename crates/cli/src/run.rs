@@ -1,0 +1,449 @@
+//! `uswap run [FLAGS] -- CMD ARGS...`: run an unmodified program with its private
+//! anonymous memory managed by uswap under a budget (docs/RUN.md).
+//!
+//! ```text
+//!   check everything (sizes, budget, CMD exists and is dynamically linked, swap file
+//!   path writable, userfaultfd with kernel-mode faults and EVENT_FORK, the shim built)
+//!     -> one line on stderr and exit 1 on the first problem, before CMD starts
+//!   private run directory (0700, in $TMPDIR)  ->  CMD with LD_PRELOAD=libuswap_preload.so
+//!   and runstat's USWAP_* variables; wait4 (ru_maxrss); forward SIGINT/TERM/HUP/QUIT
+//!   summary from the shim's stats files; remove the run directory; exit as CMD did
+//!   (its code, or 128 + the signal that killed it, as shells do)
+//! ```
+
+use anyhow::{anyhow, bail, Context, Result};
+use runstat::env::RunConfig;
+use runstat::{format_size, parse_size, StatsFile, Summary};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The smallest budget: one folio of the default order (4 KiB).
+const MIN_BUDGET_BYTES: u64 = 4096;
+/// The default budget's share of MemAvailable, percent.
+const DEFAULT_BUDGET_PERCENT: u64 = 50;
+/// The default swap device size (a sparse file).
+const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
+
+/// Flags of `uswap run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Memory the program's managed pages may occupy (resident + compressed pool), e.g.
+    /// 256M, 1.5G. Default: half of MemAvailable.
+    #[arg(long)]
+    budget: Option<String>,
+    /// The compressed pool: lz4, zstd or off.
+    #[arg(long, default_value = "lz4")]
+    zswap: String,
+    /// The pool's share of the budget, percent.
+    #[arg(long, default_value_t = 20)]
+    pool_percent: u32,
+    /// The swap file (must not exist; removed at exit). Default: a file in a private
+    /// temporary directory.
+    #[arg(long)]
+    swap_file: Option<PathBuf>,
+    /// The swap device's size, e.g. 8G (a sparse file).
+    #[arg(long)]
+    swap_size: Option<String>,
+    /// Print the live figures every SECS seconds (to stderr, or --stats-file).
+    #[arg(long, value_name = "SECS")]
+    stats_every: Option<f64>,
+    /// Where --stats-every writes (appends) instead of stderr.
+    #[arg(long)]
+    stats_file: Option<PathBuf>,
+    /// Write a trace of faults and events (the simulator's format) to FILE.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    cmd: Vec<String>,
+}
+
+/// Runs `uswap run`; returns the exit status to end with.
+///
+/// # Errors
+/// Bad input or an environment that cannot run the shim: one line, before CMD starts.
+pub fn run(args: RunArgs) -> Result<i32> {
+    let plan = plan(&args)?;
+    let dir = RunDir::create()?;
+    let mut config = plan.config.clone();
+    config.run_dir = dir.path.display().to_string();
+    let started = Instant::now();
+    let outcome = sys::spawn_and_wait(&plan.program, &plan.cmd[1..], &plan.cmd[0], &config, &args)?;
+    let mut total = collect(&dir.path);
+    let hwm = total.get("vm_hwm_bytes").max(outcome.maxrss_bytes);
+    total.set("vm_hwm_bytes", hwm);
+    total.set("budget_bytes", config.budget_bytes);
+    eprintln!(
+        "uswap: {} exited with status {} after {:.2} s",
+        plan.cmd[0],
+        outcome.status,
+        started.elapsed().as_secs_f64()
+    );
+    for line in Summary::of(&total).to_lines("uswap: ") {
+        eprintln!("{line}");
+    }
+    if total.get("shim_scans") == 0 {
+        eprintln!(
+            "uswap: note: the program wrote no stats (it exited before the shim's first scan)"
+        );
+    }
+    Ok(outcome.status)
+}
+
+/// Everything checked, ready to spawn.
+#[derive(Debug)]
+struct Plan {
+    program: PathBuf,
+    cmd: Vec<String>,
+    config: RunConfig,
+}
+
+fn plan(args: &RunArgs) -> Result<Plan> {
+    let cmd = args.cmd.clone();
+    let Some(name) = cmd.first() else {
+        bail!("no program to run: uswap run [FLAGS] -- CMD ARGS...");
+    };
+    let budget_bytes = match &args.budget {
+        Some(text) => parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?,
+        None => mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100,
+    };
+    if budget_bytes < MIN_BUDGET_BYTES {
+        bail!(
+            "--budget {} is smaller than one folio ({MIN_BUDGET_BYTES} bytes)",
+            format_size(budget_bytes)
+        );
+    }
+    let swap_size_bytes = match &args.swap_size {
+        Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
+        None => DEFAULT_SWAP_BYTES,
+    };
+    if !matches!(args.zswap.as_str(), "lz4" | "zstd" | "off") {
+        bail!("--zswap {}: use lz4, zstd or off", args.zswap);
+    }
+    if args.pool_percent == 0 || args.pool_percent > 100 {
+        bail!("--pool-percent {}: use 1..=100", args.pool_percent);
+    }
+    let program = find_program(name)?;
+    check_dynamic(&program)?;
+    if let Some(path) = &args.swap_file {
+        check_swap_file(path)?;
+    }
+    check_userfaultfd()?;
+    let preload = find_shim()?;
+    let config = RunConfig {
+        run_dir: String::new(),
+        parent_pid: std::process::id(),
+        budget_bytes,
+        zswap: args.zswap.clone(),
+        pool_percent: args.pool_percent,
+        swap_file: args.swap_file.as_ref().map(|p| absolute(p).display().to_string()),
+        swap_size_bytes,
+        record: args.record.as_ref().map(|p| absolute(p).display().to_string()),
+        stats_interval_ms: 1000,
+        preload_path: preload.display().to_string(),
+    };
+    Ok(Plan { program, cmd, config })
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn mem_available_bytes() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    let kib = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or_else(|| anyhow!("no MemAvailable in /proc/meminfo: give --budget"))?;
+    Ok(kib * 1024)
+}
+
+/// `name` as execvp would find it.
+fn find_program(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        return if path.is_file() { Ok(path) } else { Err(anyhow!("{name}: no such file")) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("{name}: command not found in PATH"))
+}
+
+/// Refuses a statically linked ELF (no PT_INTERP: the dynamic loader, which loads the shim,
+/// never runs). Scripts (`#!`) pass: their interpreter is checked by the kernel and loads
+/// the shim itself.
+fn check_dynamic(program: &Path) -> Result<()> {
+    let bytes = std::fs::read(program).with_context(|| format!("reading {}", program.display()))?;
+    if bytes.starts_with(b"#!") {
+        return Ok(());
+    }
+    match elf_interp(&bytes) {
+        Some(true) => Ok(()),
+        Some(false) => bail!(
+            "{} is statically linked: the uswap shim is loaded by the dynamic loader \
+             (LD_PRELOAD) and cannot run in it",
+            program.display()
+        ),
+        None => bail!("{} is not an ELF program or a script", program.display()),
+    }
+}
+
+/// Whether a 64-bit little-endian ELF has a PT_INTERP header (`None`: not such an ELF).
+pub fn elf_interp(bytes: &[u8]) -> Option<bool> {
+    if bytes.get(..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)? as usize, u16_at(0x38)?);
+    const PT_INTERP: u32 = 3;
+    for i in 0..phnum as usize {
+        let at = phoff.checked_add(i * phentsize)?;
+        let kind = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
+        if kind == PT_INTERP {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+fn check_swap_file(path: &Path) -> Result<()> {
+    if path.exists() {
+        bail!(
+            "--swap-file {}: already exists (uswap creates it, and removes it at exit)",
+            path.display()
+        );
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| anyhow!("--swap-file {}: cannot create it: {e}", path.display()))?;
+    std::fs::remove_file(path).map_err(|e| anyhow!("--swap-file {}: {e}", path.display()))
+}
+
+/// The uffd crate's probe, with what `uswap run` needs: kernel-mode faults (a program's
+/// `read(2)` into an evicted buffer) and EVENT_FORK (children).
+fn check_userfaultfd() -> Result<()> {
+    let probe = uffd::probe().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    probe.require(uffd::REQUIRED_FEATURES).map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    probe.require_kernel_faults().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    probe.require_event_fork().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    probe.require_pagemap_scan().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    Ok(())
+}
+
+/// The shim: $USWAP_PRELOAD, or libuswap_preload.so beside this program (or its parent
+/// directory: test binaries live in target/<profile>/deps).
+fn find_shim() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("USWAP_PRELOAD") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(absolute(&path))
+        } else {
+            Err(anyhow!("USWAP_PRELOAD={}: no such file", path.display()))
+        };
+    }
+    let exe = std::env::current_exe().context("locating uswap")?;
+    let dir = exe.parent().ok_or_else(|| anyhow!("uswap has no directory"))?;
+    [dir.join("libuswap_preload.so"), dir.join("../libuswap_preload.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow!(
+                "libuswap_preload.so not found beside {}: build it (cargo build -p preload)",
+                exe.display()
+            )
+        })
+}
+
+/// The private run directory, removed on drop.
+#[derive(Debug)]
+struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    fn create() -> Result<RunDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let path = base.join(format!("uswap-run-{}-{nanos:x}-{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(RunDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => bail!("cannot create a run directory in {}: {e}", base.display()),
+            }
+        }
+        bail!("cannot create a run directory in {}", base.display())
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Every image's stats in a run directory, added up (final files, and live files of
+/// images that ended without writing one: killed, or `_exit`).
+pub fn collect(dir: &Path) -> StatsFile {
+    let mut total = StatsFile::default();
+    let Ok(entries) = std::fs::read_dir(dir) else { return total };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !(name.starts_with("final-") || name.starts_with("live-")) {
+            continue;
+        }
+        if let Ok(file) = std::fs::read_to_string(entry.path())
+            .map_err(|e| e.to_string())
+            .and_then(|t| StatsFile::parse(&t))
+        {
+            total.absorb(&file);
+        }
+    }
+    total
+}
+
+/// Prints the live figures every `every` until `done` (the --stats-every thread).
+fn report_live(
+    dir: PathBuf,
+    every: Duration,
+    to: Option<PathBuf>,
+    done: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::Write as _;
+    let mut next = Instant::now() + every;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() < next {
+            continue;
+        }
+        next += every;
+        let summary = Summary::of(&collect(&dir));
+        let lines = summary.to_lines("uswap live: ").join("\n") + "\n";
+        match &to {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+                if let Ok(mut file) = file {
+                    let _ = file.write_all(lines.as_bytes());
+                }
+            }
+            None => eprint!("{lines}"),
+        }
+    }
+}
+
+/// Spawning and waiting: the one place `uswap run` needs `unsafe` (signal handlers,
+/// wait4 for ru_maxrss).
+#[allow(unsafe_code)]
+mod sys {
+    use super::*;
+    use std::process::Command;
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
+
+    /// How the program ended.
+    #[derive(Debug)]
+    pub struct Outcome {
+        /// Its exit code, or 128 + the signal.
+        pub status: i32,
+        /// Its peak resident set (ru_maxrss).
+        pub maxrss_bytes: u64,
+    }
+
+    static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn note_signal(signal: libc::c_int) {
+        SIGNALLED.store(signal, SeqCst);
+    }
+
+    const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+    /// Spawns the program with the shim, forwards signals to it, waits.
+    pub fn spawn_and_wait(
+        program: &Path,
+        args: &[String],
+        argv0: &str,
+        config: &RunConfig,
+        run: &RunArgs,
+    ) -> Result<Outcome> {
+        let preload = match std::env::var("LD_PRELOAD") {
+            Ok(old) if !old.is_empty() => format!("{}:{old}", config.preload_path),
+            _ => config.preload_path.clone(),
+        };
+        let mut command = Command::new(program);
+        std::os::unix::process::CommandExt::arg0(&mut command, argv0);
+        command.args(args).env("LD_PRELOAD", preload).envs(config.to_env());
+        for signal in FORWARDED {
+            // SAFETY: installs a handler that only stores to an atomic (async-signal-safe),
+            // without SA_RESTART so wait4 returns EINTR and the signal is forwarded.
+            // Handlers (unlike SIG_IGN) are reset by exec: the program gets the defaults.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = note_signal as *const () as libc::sighandler_t;
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+        let child =
+            command.spawn().with_context(|| format!("cannot start {}", program.display()))?;
+        let pid = child.id() as libc::pid_t;
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let reporter = run.stats_every.filter(|s| *s > 0.0).map(|secs| {
+            let (dir, to, done) =
+                (PathBuf::from(&config.run_dir), run.stats_file.clone(), done.clone());
+            std::thread::spawn(move || report_live(dir, Duration::from_secs_f64(secs), to, &done))
+        });
+        let outcome = wait(pid);
+        done.store(true, SeqCst);
+        if let Some(reporter) = reporter {
+            let _ = reporter.join();
+        }
+        outcome
+    }
+
+    fn wait(pid: libc::pid_t) -> Result<Outcome> {
+        loop {
+            let mut status = 0;
+            // SAFETY: rusage is plain data, filled by the kernel.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: waits for our own child with valid out-pointers.
+            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+            if r == pid {
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                };
+                return Ok(Outcome { status: code, maxrss_bytes: usage.ru_maxrss as u64 * 1024 });
+            }
+            let errno = std::io::Error::last_os_error();
+            if errno.raw_os_error() != Some(libc::EINTR) {
+                bail!("waiting for the program: {errno}");
+            }
+            let signal = SIGNALLED.swap(0, SeqCst);
+            if signal != 0 {
+                // SAFETY: signals our own child.
+                unsafe { libc::kill(pid, signal) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elf_headers_say_dynamic_or_static() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(elf_interp(&me), Some(true), "test binaries are dynamically linked");
+        assert_eq!(elf_interp(b"#!/bin/sh\n"), None);
+        assert_eq!(elf_interp(b"\x7fELF"), None, "truncated");
+    }
+}

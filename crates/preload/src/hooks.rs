@@ -1,0 +1,385 @@
+//! The shim's [`Hooks`]: what it does on the handler thread.
+//!
+//! - `fault`: the latency histogram (lock-free) and the trace;
+//! - `event`: the trace;
+//! - `work`: discovery (a scan of /proc/self/maps every [`SCAN_PERIOD`], or at once when the
+//!   interposed mmap asked; at most one per [`SCAN_GAP`]) and the live stats file.
+//!
+//! Adopting a range, in this order, all on the handler thread: `MADV_NOHUGEPAGE` (the
+//! engine's folios are its own), register it with the uffd for missing faults, list its
+//! present pages (PAGEMAP_SCAN), `add_region_populated`. Registering first means a page
+//! the program drops after the listing sends a REMOVE, read after the region exists; a
+//! fault in the range waits for this thread, so none is served before the engine knows the
+//! range. A range that cannot be registered (unmapped meanwhile, or a mapping the kernel
+//! refuses) is skipped and counted.
+//!
+//! Context: everything here runs on the handler thread (and `finish` on the exiting thread
+//! once): no glibc allocation (module essay of the crate), no lock a faulting program
+//! thread could hold.
+
+use crate::interpose::SCAN_REQUESTED;
+use crate::maps::{self, Candidate, Exclusions};
+use crate::SCAN_PERIOD;
+use engine::region::MmId;
+use engine::Engine;
+use runstat::trace::{Record, RecordKind, TraceWriter};
+use runstat::{AtomicHistogram, RunConfig, StatsFile};
+use std::io::BufWriter;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use uffd::handler::Control;
+use uffd::{Categories, Noted, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd};
+
+/// The least time between two scans (a burst of mmaps asks for many).
+pub const SCAN_GAP: Duration = Duration::from_millis(2);
+const PAGE: usize = 4096;
+
+/// What the hooks need once the engine runs.
+#[derive(Debug)]
+pub struct Started {
+    /// The managed uffd.
+    pub uffd: Arc<Uffd>,
+    /// The handler's control block (its counters).
+    pub control: Arc<Control>,
+    /// Never managed.
+    pub exclusions: Exclusions,
+    /// This process's pagemap.
+    pub pagemap: PageMap,
+    /// The process that runs the engine.
+    pub pid: i32,
+}
+
+/// Buffers and clocks of the scans (handler thread only).
+#[derive(Debug)]
+struct Scanner {
+    text: Vec<u8>,
+    candidates: Vec<Candidate>,
+    pieces: Vec<(usize, usize)>,
+    gaps: Vec<(usize, usize)>,
+    regions: Vec<(usize, usize)>,
+    found: Vec<PageRegion>,
+    present: Vec<(u64, u64)>,
+    last_scan: Option<Instant>,
+    last_stats: Option<Instant>,
+}
+
+/// The trace being written.
+#[derive(Debug)]
+struct Trace {
+    writer: TraceWriter<BufWriter<std::fs::File>>,
+    /// Thread ids seen, by recording number (bounded: later threads share the last).
+    threads: Vec<u32>,
+}
+
+/// Counters of the shim itself (in the stats file).
+#[derive(Debug, Default)]
+struct Counters {
+    scans: AtomicU64,
+    scan_ns: AtomicU64,
+    regions_added: AtomicU64,
+    pages_adopted: AtomicU64,
+    register_failed: AtomicU64,
+    trace_errors: AtomicU64,
+}
+
+/// The shim's hooks (module essay).
+#[derive(Debug)]
+pub struct ShimHooks {
+    config: RunConfig,
+    started: OnceLock<Started>,
+    scanner: Mutex<Scanner>,
+    fault_ns: AtomicHistogram,
+    children: Mutex<Vec<MmId>>,
+    trace: Option<Mutex<Trace>>,
+    counters: Counters,
+    t0: Instant,
+}
+
+const THREADS_MAX: usize = 4096;
+
+impl ShimHooks {
+    /// Hooks for `config`; opens the trace file if one is asked for.
+    ///
+    /// # Errors
+    /// A message if the trace file cannot be created.
+    pub fn new(config: RunConfig) -> Result<ShimHooks, String> {
+        let trace = match &config.record {
+            None => None,
+            Some(path) => {
+                let file = std::fs::File::create(path)
+                    .map_err(|e| format!("cannot create the trace file {path}: {e}"))?;
+                let start_ns = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                let writer = TraceWriter::new(
+                    BufWriter::with_capacity(1 << 16, file),
+                    PAGE as u32,
+                    start_ns,
+                )
+                .map_err(|e| format!("cannot write the trace file {path}: {e}"))?;
+                Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64) }))
+            }
+        };
+        let scanner = Scanner {
+            text: Vec::with_capacity(1 << 20),
+            candidates: Vec::with_capacity(4096),
+            pieces: Vec::with_capacity(64),
+            gaps: Vec::with_capacity(64),
+            regions: Vec::with_capacity(4096),
+            found: Vec::with_capacity(uffd::pagemap::SCAN_BATCH),
+            present: Vec::with_capacity(1024),
+            last_scan: None,
+            last_stats: None,
+        };
+        Ok(ShimHooks {
+            config,
+            started: OnceLock::new(),
+            scanner: Mutex::new(scanner),
+            fault_ns: AtomicHistogram::new(),
+            children: Mutex::new(Vec::new()),
+            trace,
+            counters: Counters::default(),
+            t0: Instant::now(),
+        })
+    }
+
+    /// The engine runs: discovery may begin.
+    pub fn start(&self, started: Started) {
+        let _ = self.started.set(started);
+    }
+
+    fn record(&self, kind: RecordKind, thread_id: u32, addr: usize, len: usize) {
+        let Some(trace) = &self.trace else { return };
+        let mut trace = lock(trace);
+        let thread = match trace.threads.iter().position(|&t| t == thread_id) {
+            Some(i) => i,
+            None if trace.threads.len() < THREADS_MAX => {
+                trace.threads.push(thread_id);
+                trace.threads.len() - 1
+            }
+            None => THREADS_MAX - 1,
+        };
+        let time_ns = self.t0.elapsed().as_nanos() as u64;
+        let r = Record { time_ns, kind, thread: thread as u32, addr: addr as u64, len: len as u64 };
+        if trace.writer.record(&r).is_err() {
+            self.counters.trace_errors.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// One scan: every managed candidate not yet a region is adopted.
+    fn scan(&self, started: &Started, engine: &Engine, sc: &mut Scanner) {
+        let t = Instant::now();
+        if maps::read(&mut sc.text).is_err() {
+            return;
+        }
+        let Scanner { text, candidates, pieces, gaps, regions, found, present, .. } = sc;
+        maps::candidates(text, candidates);
+        regions.clear();
+        let ranges = engine.region_ranges(MmId::DEFAULT);
+        regions.extend(ranges.iter().map(|&(s, e)| (s as usize, e as usize)));
+        for c in candidates.iter() {
+            pieces.clear();
+            started.exclusions.subtract(c.start, c.end, pieces);
+            for &(start, end) in pieces.iter() {
+                gaps.clear();
+                maps::subtract(regions, start, end, gaps);
+                for &(s, e) in gaps.iter() {
+                    self.adopt(started, engine, s, e, found, present);
+                }
+            }
+        }
+        self.counters.scans.fetch_add(1, Relaxed);
+        self.counters.scan_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    /// Adopts `[start, end)` (module essay).
+    fn adopt(
+        &self,
+        started: &Started,
+        engine: &Engine,
+        start: usize,
+        end: usize,
+        found: &mut Vec<PageRegion>,
+        present: &mut Vec<(u64, u64)>,
+    ) {
+        let Ok(range) = Range::new(start, end - start) else { return };
+        crate::shim::no_huge_pages(start, end - start);
+        if started.uffd.register(range, RegisterMode::MISSING).is_err() {
+            self.counters.register_failed.fetch_add(1, Relaxed);
+            return;
+        }
+        present.clear();
+        let args = ScanArgs {
+            anyof: Categories::PRESENT,
+            report: Categories::PRESENT,
+            ..ScanArgs::default()
+        };
+        let mut at = start;
+        while at < end {
+            found.clear();
+            let Ok(walk) = Range::new(at, end - at) else { break };
+            let Ok(result) = started.pagemap.scan(walk, &args, found) else { break };
+            for r in found.iter() {
+                present
+                    .push((((r.start - start) / PAGE) as u64, ((r.end - r.start) / PAGE) as u64));
+            }
+            if result.walk_end <= at {
+                break;
+            }
+            at = result.walk_end;
+        }
+        let pages: u64 = present.iter().map(|r| r.1).sum();
+        match engine.add_region_populated(start as u64, (end - start) as u64, present) {
+            Ok(_) => {
+                self.counters.regions_added.fetch_add(1, Relaxed);
+                self.counters.pages_adopted.fetch_add(pages, Relaxed);
+            }
+            Err(_) => {
+                let _ = started.uffd.unregister(range);
+                self.counters.register_failed.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// The stats file's contents now.
+    pub fn stats(&self, engine: &Engine, final_: bool) -> StatsFile {
+        let mut file = StatsFile::default();
+        for line in engine.stats().to_vmstat().lines() {
+            if let Some((name, value)) = line.split_once(' ') {
+                if let Ok(value) = value.parse() {
+                    file.set(name, value);
+                }
+            }
+        }
+        if let Some(started) = self.started.get() {
+            let h = started.control.stats();
+            for (name, value) in [
+                ("handler_faults_retained", h.faults_retained),
+                ("handler_faults_abandoned", h.faults_abandoned),
+                ("handler_fault_errors", h.fault_errors),
+                ("handler_remaps", h.remaps),
+                ("handler_removes", h.removes),
+                ("handler_unmaps", h.unmaps),
+                ("handler_event_errors", h.event_errors),
+                ("faults_resynced", h.faults_resynced),
+                ("children_live", h.children_live),
+                ("forks", h.forks),
+            ] {
+                file.set(name, value);
+            }
+            file.set("pid", started.pid as u64);
+        }
+        if let Ok(mem) = uffd::MemStatus::read() {
+            file.set("vm_rss_bytes", mem.rss_bytes);
+            file.set("vm_hwm_bytes", mem.hwm_bytes);
+        }
+        let c = &self.counters;
+        for (name, value) in [
+            ("shim_scans", &c.scans),
+            ("shim_scan_ns", &c.scan_ns),
+            ("shim_regions_added", &c.regions_added),
+            ("shim_pages_adopted", &c.pages_adopted),
+            ("shim_register_failed", &c.register_failed),
+            ("shim_trace_errors", &c.trace_errors),
+        ] {
+            file.set(name, value.load(Relaxed));
+        }
+        file.set("final", u64::from(final_));
+        file.set("uptime_ms", self.t0.elapsed().as_millis() as u64);
+        file.fault_ns = self.fault_ns.snapshot();
+        file
+    }
+
+    /// Writes the live stats file (or the final one) and flushes the trace.
+    pub fn write_stats(&self, engine: &Engine, final_: bool) {
+        let Some(started) = self.started.get() else { return };
+        let dir = std::path::Path::new(&self.config.run_dir);
+        let text = self.stats(engine, final_).to_text();
+        let live = dir.join(format!("live-{}", started.pid));
+        let tmp = dir.join(format!(".live-{}", started.pid));
+        if final_ {
+            let name = format!("final-{}-{}", started.pid, unique_ns());
+            if std::fs::write(dir.join(&tmp), &text).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(name));
+                let _ = std::fs::remove_file(&live);
+            }
+        } else if std::fs::write(&tmp, &text).is_ok() {
+            let _ = std::fs::rename(&tmp, &live);
+        }
+        if let Some(trace) = &self.trace {
+            let _ = lock(trace).writer.flush();
+        }
+    }
+
+    /// At exit: every forked child still served gets its swapped pages mapped (its uffd
+    /// dies with this process), then the final stats file.
+    pub fn finish(&self, engine: &Engine) {
+        let children: Vec<MmId> = lock(&self.children).clone();
+        for child in children {
+            for (addr, pages) in engine.swapped_ranges(child) {
+                for page in 0..pages {
+                    let _ = engine.handle_fault_in(child, addr + page * PAGE as u64, false);
+                }
+            }
+        }
+        self.write_stats(engine, true);
+    }
+}
+
+impl uffd::Hooks for ShimHooks {
+    fn fault(&self, _mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
+        self.fault_ns.record(wait_ns);
+        let kind = if write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
+        self.record(kind, thread_id, addr & !(PAGE - 1), PAGE);
+    }
+
+    fn event(&self, _mm: MmId, event: Noted) {
+        match event {
+            Noted::Fork { .. } => self.record(RecordKind::Fork, 0, 0, 0),
+            Noted::Remove { start, end } => self.record(RecordKind::Remove, 0, start, end - start),
+            Noted::Unmap { start, end } => self.record(RecordKind::Unmap, 0, start, end - start),
+            Noted::Remap { .. } => {}
+        }
+    }
+
+    fn work(&self, engine: &Engine, children: &[MmId]) -> Option<Duration> {
+        let started = self.started.get()?;
+        {
+            let mut known = lock(&self.children);
+            if known.as_slice() != children {
+                known.clear();
+                known.extend_from_slice(children);
+            }
+        }
+        let mut sc = lock(&self.scanner);
+        let now = Instant::now();
+        let since_scan = sc.last_scan.map_or(Duration::MAX, |t| now - t);
+        let asked = SCAN_REQUESTED.load(SeqCst);
+        let mut wait = SCAN_PERIOD.saturating_sub(since_scan);
+        if (asked || since_scan >= SCAN_PERIOD) && since_scan >= SCAN_GAP {
+            SCAN_REQUESTED.store(false, SeqCst);
+            self.scan(started, engine, &mut sc);
+            sc.last_scan = Some(Instant::now());
+            wait = SCAN_PERIOD;
+        } else if asked {
+            wait = SCAN_GAP.saturating_sub(since_scan);
+        }
+        let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));
+        if sc.last_stats.is_none_or(|t| now - t >= interval) {
+            sc.last_stats = Some(now);
+            drop(sc);
+            self.write_stats(engine, false);
+        }
+        Some(wait.max(Duration::from_millis(1)))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A number that orders final files of one pid (exec'd images): ns since the epoch.
+pub fn unique_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}

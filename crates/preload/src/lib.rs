@@ -1,0 +1,64 @@
+//! `libuswap_preload.so`: the LD_PRELOAD shim that `uswap run` loads into a program, so
+//! that the program's private anonymous memory (heap, mmaps, allocator arenas, thread
+//! stacks) is managed by uswap under a budget, with no change to the program.
+//!
+//! ```text
+//!   program start (ld.so runs .init_array)        the handler thread ("uswap-uffd")
+//!   --------------------------------------        ---------------------------------
+//!   start: read runstat's USWAP_* variables       reads faults and events, serves them
+//!     not uswap run's own child? -> leave,        Hooks::fault: latency histogram, trace
+//!       taking the shim out of LD_PRELOAD         Hooks::event: trace
+//!     snapshot /proc/self/maps                    Hooks::work, every 15 ms or when woken:
+//!     Uswap::builder()...build()  (engine,          scan /proc/self/maps; every managed
+//!       handler with the shim's hooks, threads)     candidate not yet a region: register
+//!     snapshot again: what appeared is the          it (MISSING), list its present pages
+//!       engine's; exclude it, the arena and         (PAGEMAP_SCAN), add_region_populated;
+//!       the heap below today's break                rewrite the live stats file
+//!     wake the handler: first scan                the program's mmap/mremap (interposed)
+//!   program runs                                    wake it at once
+//!   exit (.fini_array): serve forked children's
+//!     swapped pages into them; final stats file
+//! ```
+//!
+//! **Why the shim never uses glibc's malloc.** The program's heap is managed memory. The
+//! handler thread is the only one that can bring an evicted page back: if it called
+//! `malloc` and malloc touched an evicted chunk header, it would fault on itself; if it
+//! waited for an arena lock held by a program thread that is faulting, it would wait for
+//! itself. Either hangs the process. So the shim's Rust code allocates from its own arena
+//! ([`arena`], the `#[global_allocator]` of this shared object, which applies to the engine
+//! and std inside it), its /proc reads are plain `read(2)` into its own buffers, and its
+//! threads are all started before the first range is managed (a thread's stack and TLS are
+//! set up by glibc with malloc).
+//!
+//! **Discovery and events.** glibc's malloc calls mmap and brk internally (no PLT, so no
+//! interposition can see them): the handler rescans /proc/self/maps every [`SCAN_PERIOD`]
+//! and at once when the program's own `mmap`/`mremap` calls (interposed) wake it. Managing
+//! a range is done on the handler thread, so it is ordered with the kernel's events: an
+//! UNMAP of the range is read after the range is a region. The kernel's UNMAP, REMOVE and
+//! REMAP events (the handler already serves them) keep the managed set right when the
+//! program or glibc unmaps, drops (`MADV_DONTNEED`: malloc trimming) or moves memory;
+//! `mmap(MAP_FIXED)` over a managed range is an UNMAP then a new mapping, found by the
+//! next scan.
+//!
+//! **Processes.** fork: the parent's handler serves the child through EVENT_FORK (the uffd
+//! crate's pthread_atfork hooks make that safe); the child has no engine of its own and
+//! its shim does nothing. At the parent's exit, the swapped pages of children still alive
+//! are mapped into them first (a child's uffd dies with the parent, and its evicted pages
+//! would read as zeros). exec: the image is gone with its engine; the new image runs the
+//! constructor again and starts a fresh engine if the process is still `uswap run`'s child
+//! (runstat's env protocol); a grandchild that execs runs unmanaged, the shim removed.
+
+#![deny(unsafe_code)]
+
+pub mod arena;
+mod hooks;
+mod interpose;
+pub mod maps;
+mod shim;
+
+/// Every Rust allocation of the shim (module essay).
+#[global_allocator]
+static ARENA: arena::Arena = arena::Arena::new();
+
+/// How often the handler rescans /proc/self/maps when nothing wakes it.
+pub const SCAN_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);

@@ -1,0 +1,133 @@
+//! The process's mappings as /proc/self/maps lists them, and which of them the shim may
+//! manage.
+//!
+//! Managed: private, anonymous, read-write (`rw-p`, no file) mappings: the brk heap above
+//! the break the shim found at start, malloc's mmap'd chunks and arenas, the program's own
+//! anonymous mmaps, its threads' stacks. Never managed: file mappings, shared mappings,
+//! executable or read-only ones, `[stack]` (the main thread's), `[vvar]`, `[vdso]`, and the
+//! engine's own memory: the shim's arena and every mapping that appeared while the engine
+//! was being set up (its threads' stacks, the staging and discard areas, malloc arenas its
+//! threads made), named `[anon:uswap...]` where the kernel supports names, and recorded in
+//! [`Exclusions`] by address in any case.
+//!
+//! Reading: one `read` loop into a buffer kept across scans (the shim's allocator, never
+//! glibc's: this runs on the handler thread). A line the parser does not understand is
+//! skipped, never managed.
+
+#![allow(unsafe_code)]
+
+use std::io::Read;
+
+/// One mapping that may be managed (the parser keeps no others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+    /// The brk heap.
+    pub heap: bool,
+}
+
+/// Ranges the shim never manages (module essay), sorted and disjoint.
+#[derive(Debug, Clone, Default)]
+pub struct Exclusions {
+    ranges: Vec<(usize, usize)>,
+}
+
+impl Exclusions {
+    /// Adds `[start, end)`.
+    pub fn add(&mut self, start: usize, end: usize) {
+        if start < end {
+            self.ranges.push((start, end));
+            self.ranges.sort_unstable();
+        }
+    }
+
+    /// The parts of `[start, end)` outside every exclusion.
+    pub fn subtract(&self, start: usize, end: usize, out: &mut Vec<(usize, usize)>) {
+        subtract(&self.ranges, start, end, out);
+    }
+}
+
+/// The parts of `[start, end)` outside the sorted ranges `holes` (appended to `out`).
+pub fn subtract(holes: &[(usize, usize)], start: usize, end: usize, out: &mut Vec<(usize, usize)>) {
+    let mut at = start;
+    for &(s, e) in holes {
+        if e <= at {
+            continue;
+        }
+        if s >= end {
+            break;
+        }
+        if s > at {
+            out.push((at, s));
+        }
+        at = at.max(e);
+        if at >= end {
+            return;
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+}
+
+/// Reads /proc/self/maps into `buf` (cleared first).
+///
+/// # Errors
+/// The read's I/O error.
+pub fn read(buf: &mut Vec<u8>) -> std::io::Result<()> {
+    buf.clear();
+    std::fs::File::open("/proc/self/maps")?.read_to_end(buf)?;
+    Ok(())
+}
+
+/// The candidates of a maps text, in address order.
+pub fn candidates(text: &[u8], out: &mut Vec<Candidate>) {
+    out.clear();
+    for line in text.split(|&b| b == b'\n') {
+        if let Some(candidate) = parse_line(line) {
+            out.push(candidate);
+        }
+    }
+}
+
+/// The `[start, end)` of every mapping in a maps text (for the set-up snapshot).
+pub fn all_ranges(text: &[u8]) -> Vec<(usize, usize)> {
+    text.split(|&b| b == b'\n')
+        .filter_map(|line| range_of(line.split(|&b| b == b' ').next()?))
+        .collect()
+}
+
+fn range_of(field: &[u8]) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(field).ok()?;
+    let (start, end) = text.split_once('-')?;
+    Some((usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?))
+}
+
+/// One line: `start-end perms offset dev inode [name]`.
+fn parse_line(line: &[u8]) -> Option<Candidate> {
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let (start, end) = range_of(fields.next()?)?;
+    if fields.next()? != b"rw-p" {
+        return None;
+    }
+    let (_offset, _dev, inode) = (fields.next()?, fields.next()?, fields.next()?);
+    if inode != b"0" {
+        return None;
+    }
+    let name: &[u8] = fields.next().unwrap_or(b"");
+    let heap = name == b"[heap]";
+    let named_anon = name.starts_with(b"[anon:") && !name.starts_with(b"[anon:uswap");
+    (name.is_empty() || heap || named_anon).then_some(Candidate { start, end, heap })
+}
+
+/// Names an anonymous mapping (`[anon:NAME]` in /proc/self/maps); a kernel without
+/// CONFIG_ANON_VMA_NAME says EINVAL, which is fine: the exclusions hold it by address too.
+pub fn name_mapping(addr: usize, len: usize, name: &std::ffi::CStr) {
+    const PR_SET_VMA: libc::c_int = 0x5356_4d41;
+    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    // SAFETY: prctl reads the NUL-terminated name; the range is ours.
+    unsafe { libc::prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len, name.as_ptr()) };
+}

@@ -1,0 +1,194 @@
+//! The constructor and destructor (`.init_array`, `.fini_array`) and the start-up order of
+//! the crate essay.
+//!
+//! A shim that cannot start in a process `uswap run` asked it to manage says why on
+//! stderr, in one line, and ends the process with status 125 before the program's `main`:
+//! a program silently running unmanaged would break the budget it was given.
+
+#![allow(unsafe_code)]
+
+use crate::hooks::{ShimHooks, Started};
+use crate::maps::{self, Exclusions};
+use runstat::env::{self, RunConfig};
+use std::sync::{Arc, OnceLock};
+use uffd::{CompressorKind, HandlerOptions, PageMap, Uswap};
+
+/// The exit status of a process whose shim could not start.
+pub const START_FAILED: i32 = 125;
+
+/// The running shim of this process.
+#[derive(Debug)]
+struct State {
+    swap: Uswap,
+    hooks: Arc<ShimHooks>,
+    pid: i32,
+}
+
+static STATE: OnceLock<State> = OnceLock::new();
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
+
+extern "C" fn init() {
+    if let Err(message) = start() {
+        eprintln!("uswap: {message}");
+        // SAFETY: ends the process at once; nothing of the program has run.
+        unsafe { libc::_exit(START_FAILED) };
+    }
+}
+
+extern "C" fn fini() {
+    let Some(state) = STATE.get() else { return };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != state.pid {
+        return; // a forked child: the engine is the parent's
+    }
+    if let Ok(engine) = state.swap.engine() {
+        state.hooks.finish(engine);
+    }
+}
+
+/// Sets `MADV_NOHUGEPAGE` on a range about to be managed (raw: may run anywhere).
+pub fn no_huge_pages(start: usize, len: usize) {
+    // SAFETY: advice only; an unmapped range is ENOMEM, ignored.
+    unsafe { libc::syscall(libc::SYS_madvise, start, len, libc::MADV_NOHUGEPAGE) };
+}
+
+fn start() -> Result<(), String> {
+    if std::env::var_os(env::RUN_DIR).is_none() {
+        return Ok(()); // loaded by hand, not by uswap run: do nothing
+    }
+    let config = RunConfig::from_env(|name| std::env::var(name).ok())?;
+    // SAFETY: getppid/getpid have no preconditions.
+    let (ppid, pid) = unsafe { (libc::getppid(), libc::getpid()) };
+    if ppid as u32 != config.parent_pid {
+        leave(&config);
+        return Ok(());
+    }
+    retire_previous_image(&config, pid);
+    let hooks = Arc::new(ShimHooks::new(config.clone())?);
+    let swap = build(&config, hooks.clone())?;
+    let text = settled_maps()?;
+    let exclusions = exclusions(&text);
+    // glibc grows the brk heap by its internal sbrk, which only the periodic scan sees;
+    // pages touched in a growth before that scan are adopted late, over the budget. Grown
+    // 32 MiB at a time, the heap is registered ahead of the program's touches.
+    // SAFETY: mallopt only sets a malloc parameter (this is the program's thread, before
+    // its main, where malloc may be used). Set after the exclusions are taken: the
+    // engine's own start-up allocations must not pad the heap it leaves unmanaged.
+    unsafe { libc::mallopt(libc::M_TOP_PAD, HEAP_TOP_PAD_BYTES) };
+    let pagemap = PageMap::open_self().map_err(|e| format!("cannot open the pagemap: {e}"))?;
+    let uffd = swap.uffd().map_err(|e| e.to_string())?.clone();
+    let control = swap.control().map_err(|e| e.to_string())?.clone();
+    hooks.start(Started { uffd, control: control.clone(), exclusions, pagemap, pid });
+    let _ = STATE.set(State { swap, hooks, pid });
+    crate::interpose::install(control, pid);
+    crate::interpose::request_scan();
+    Ok(())
+}
+
+/// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
+fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
+    let options = HandlerOptions { trim: false, resync: true, hooks: Some(hooks) };
+    // The budget is the program's: what is resident before it starts (the loader, the
+    // libraries, this shim) is charged to it first, the engine manages the rest (never
+    // less than half).
+    let baseline = uffd::MemStatus::read().map_or(0, |m| m.rss_bytes);
+    let engine_budget = config.budget_bytes.saturating_sub(baseline).max(config.budget_bytes / 2);
+    let mut builder = Uswap::builder()
+        .budget_bytes(engine_budget)
+        .swap_size_bytes(config.swap_size_bytes)
+        .require_kernel_faults(true)
+        .handler_options(options);
+    builder = match &config.swap_file {
+        Some(path) => builder.swap_file(path, config.swap_size_bytes),
+        None => builder.swap_dir(&config.run_dir),
+    };
+    builder = match config.zswap.as_str() {
+        "off" => builder.no_pool(),
+        kind => {
+            let kind: CompressorKind = kind.parse().map_err(|e| format!("--zswap {kind}: {e}"))?;
+            builder.compressor(kind).pool_percent(config.pool_percent)
+        }
+    };
+    let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
+    if let Some(path) = &config.swap_file {
+        // The backend holds the file open: its name is not needed, and gone now it cannot
+        // outlive the program (nor collide with an exec'd image's own).
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(swap)
+}
+
+/// /proc/self/maps once the engine's threads have started: unchanged for [`SETTLE`]
+/// (a thread's first steps may allocate: its TLS destructor list, a malloc arena of its
+/// own), at most [`SETTLE_MAX`].
+fn settled_maps() -> Result<Vec<u8>, String> {
+    let begin = std::time::Instant::now();
+    let (mut text, mut last) = (Vec::with_capacity(1 << 16), Vec::with_capacity(1 << 16));
+    let mut stable_since = std::time::Instant::now();
+    loop {
+        maps::read(&mut text).map_err(|e| format!("cannot read /proc/self/maps: {e}"))?;
+        if text != last {
+            stable_since = std::time::Instant::now();
+            std::mem::swap(&mut text, &mut last);
+        } else if stable_since.elapsed() >= SETTLE || begin.elapsed() >= SETTLE_MAX {
+            return Ok(text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// How much glibc grows the brk heap by beyond a request (see `start`).
+const HEAP_TOP_PAD_BYTES: libc::c_int = 32 << 20;
+
+/// How long the mappings must stay unchanged after set-up.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(10);
+/// The longest the shim waits for that.
+const SETTLE_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Every mapping that exists once the engine runs: what the loader, libc and other
+/// libraries' constructors made (libc's and ld.so's own state: malloc's main arena, the
+/// TLS generation every TLS access of the shim reads), the heap up to today's break (it
+/// holds the engine threads' TLS vectors, which glibc allocates with malloc), and all the
+/// engine made (its threads' stacks and malloc arenas, staging, the shim's arena). The
+/// program has not run yet: what it maps from now on is managed.
+fn exclusions(after: &[u8]) -> Exclusions {
+    let mut exclusions = Exclusions::default();
+    for (start, end) in maps::all_ranges(after) {
+        exclusions.add(start, end);
+    }
+    if let Some((start, end)) = crate::ARENA.range() {
+        exclusions.add(start, end);
+    }
+    exclusions
+}
+
+/// An image that exec'd left its live stats file: it is final now.
+fn retire_previous_image(config: &RunConfig, pid: i32) {
+    let dir = std::path::Path::new(&config.run_dir);
+    let live = dir.join(format!("live-{pid}"));
+    if live.exists() {
+        let _ =
+            std::fs::rename(&live, dir.join(format!("final-{pid}-{}", crate::hooks::unique_ns())));
+    }
+}
+
+/// Not `uswap run`'s own child (a grandchild that exec'd): run unmanaged, and take the
+/// shim and the protocol out of the environment, so nothing below is managed either.
+fn leave(config: &RunConfig) {
+    if let Some(preload) = std::env::var_os("LD_PRELOAD") {
+        match env::preload_without(&preload.to_string_lossy(), &config.preload_path) {
+            Some(rest) => std::env::set_var("LD_PRELOAD", rest),
+            None => std::env::remove_var("LD_PRELOAD"),
+        }
+    }
+    for name in env::ALL {
+        std::env::remove_var(name);
+    }
+}

@@ -1,0 +1,161 @@
+//! The environment protocol between `uswap run` and the shim.
+//!
+//! `uswap run` checks every flag, then hands the shim a [`RunConfig`] as `USWAP_*`
+//! variables next to `LD_PRELOAD`. The shim manages a process only if it is `uswap run`'s
+//! own child: `getppid()` equals [`PARENT_PID`]. That child keeps its pid across `execve`,
+//! so every image it execs is managed in turn (one at a time: "the new image starts
+//! clean"), while anything it forks and that then execs sees another parent and runs
+//! unmanaged, with the shim and these variables removed from its environment: a budget is
+//! never multiplied by the number of processes.
+
+/// The run directory (private, 0700): stats files, the default swap file.
+pub const RUN_DIR: &str = "USWAP_RUN_DIR";
+/// `uswap run`'s pid: the shim manages the process whose parent this is.
+pub const PARENT_PID: &str = "USWAP_PARENT_PID";
+/// The budget in bytes.
+pub const BUDGET: &str = "USWAP_BUDGET";
+/// The compressed pool: `lz4`, `zstd` or `off`.
+pub const ZSWAP: &str = "USWAP_ZSWAP";
+/// The pool's share of the budget, percent.
+pub const POOL_PERCENT: &str = "USWAP_POOL_PERCENT";
+/// An explicit swap file path (else a private file in the run directory).
+pub const SWAP_FILE: &str = "USWAP_SWAP_FILE";
+/// The swap device's size in bytes.
+pub const SWAP_SIZE: &str = "USWAP_SWAP_SIZE";
+/// Where to write the fault/eviction trace.
+pub const RECORD: &str = "USWAP_RECORD";
+/// How often the shim rewrites its live stats file, in milliseconds.
+pub const STATS_INTERVAL_MS: &str = "USWAP_STATS_INTERVAL_MS";
+/// The shim's own path, to take it out of `LD_PRELOAD` in unmanaged processes.
+pub const PRELOAD_PATH: &str = "USWAP_PRELOAD_PATH";
+
+/// Every variable of the protocol (the shim removes them all in unmanaged processes).
+pub const ALL: [&str; 10] = [
+    RUN_DIR,
+    PARENT_PID,
+    BUDGET,
+    ZSWAP,
+    POOL_PERCENT,
+    SWAP_FILE,
+    SWAP_SIZE,
+    RECORD,
+    STATS_INTERVAL_MS,
+    PRELOAD_PATH,
+];
+
+/// What the shim needs to manage a program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    /// The private run directory.
+    pub run_dir: String,
+    /// `uswap run`'s pid.
+    pub parent_pid: u32,
+    /// The budget in bytes.
+    pub budget_bytes: u64,
+    /// `lz4`, `zstd` or `off`.
+    pub zswap: String,
+    /// The pool's share of the budget.
+    pub pool_percent: u32,
+    /// An explicit swap file (created by the shim, removed by `uswap run`).
+    pub swap_file: Option<String>,
+    /// The swap device's size.
+    pub swap_size_bytes: u64,
+    /// The trace to write, if any.
+    pub record: Option<String>,
+    /// The live stats file's period.
+    pub stats_interval_ms: u64,
+    /// The shim's path.
+    pub preload_path: String,
+}
+
+impl RunConfig {
+    /// The variables to set.
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![
+            (RUN_DIR, self.run_dir.clone()),
+            (PARENT_PID, self.parent_pid.to_string()),
+            (BUDGET, self.budget_bytes.to_string()),
+            (ZSWAP, self.zswap.clone()),
+            (POOL_PERCENT, self.pool_percent.to_string()),
+            (SWAP_SIZE, self.swap_size_bytes.to_string()),
+            (STATS_INTERVAL_MS, self.stats_interval_ms.to_string()),
+            (PRELOAD_PATH, self.preload_path.clone()),
+        ];
+        if let Some(path) = &self.swap_file {
+            vars.push((SWAP_FILE, path.clone()));
+        }
+        if let Some(path) = &self.record {
+            vars.push((RECORD, path.clone()));
+        }
+        vars
+    }
+
+    /// Reads the variables through `get`.
+    ///
+    /// # Errors
+    /// A message naming a missing or malformed variable.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<RunConfig, String> {
+        let need = |name: &str| get(name).ok_or_else(|| format!("{name} is not set"));
+        let number = |name: &str| -> Result<u64, String> {
+            need(name)?.parse().map_err(|_| format!("{name} is not a number"))
+        };
+        Ok(RunConfig {
+            run_dir: need(RUN_DIR)?,
+            parent_pid: number(PARENT_PID)? as u32,
+            budget_bytes: number(BUDGET)?,
+            zswap: need(ZSWAP)?,
+            pool_percent: number(POOL_PERCENT)? as u32,
+            swap_file: get(SWAP_FILE),
+            swap_size_bytes: number(SWAP_SIZE)?,
+            record: get(RECORD),
+            stats_interval_ms: number(STATS_INTERVAL_MS)?,
+            preload_path: need(PRELOAD_PATH)?,
+        })
+    }
+}
+
+/// `LD_PRELOAD` without `path` (entries are separated by spaces or colons); `None` when
+/// nothing is left.
+pub fn preload_without(preload: &str, path: &str) -> Option<String> {
+    let rest: Vec<&str> =
+        preload.split([':', ' ']).filter(|entry| !entry.is_empty() && *entry != path).collect();
+    (!rest.is_empty()).then(|| rest.join(":"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn config_round_trips_through_the_environment() {
+        let config = RunConfig {
+            run_dir: "/tmp/uswap-x".into(),
+            parent_pid: 42,
+            budget_bytes: 256 << 20,
+            zswap: "lz4".into(),
+            pool_percent: 20,
+            swap_file: None,
+            swap_size_bytes: 4 << 30,
+            record: Some("/tmp/t".into()),
+            stats_interval_ms: 1000,
+            preload_path: "/x/libuswap_preload.so".into(),
+        };
+        let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
+        assert!(vars.keys().all(|k| ALL.contains(k)));
+        let back = RunConfig::from_env(|k| vars.get(k).cloned()).unwrap();
+        assert_eq!(back, config);
+        let e = RunConfig::from_env(|k| (k != BUDGET).then(|| vars.get(k).cloned()).flatten());
+        assert_eq!(e.unwrap_err(), "USWAP_BUDGET is not set");
+    }
+
+    #[test]
+    fn the_shim_leaves_ld_preload() {
+        let me = "/a/libuswap_preload.so";
+        assert_eq!(preload_without(me, me), None);
+        assert_eq!(
+            preload_without(&format!("/b/x.so:{me} /c/y.so"), me).unwrap(),
+            "/b/x.so:/c/y.so"
+        );
+    }
+}

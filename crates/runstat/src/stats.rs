@@ -1,0 +1,260 @@
+//! The stats file: what the shim writes about a managed program, and the summary
+//! `uswap run` and `uswap stat` print from it.
+//!
+//! ```text
+//!   # uswap stats v1                 first line, fixed
+//!   pid 4242                         then `name value` lines, any order:
+//!   final 0                            the shim's own (pid, final, uptime_ms, vm_rss_bytes,
+//!   uptime_ms 1834                     vm_hwm_bytes, faults_resynced, regions, ...)
+//!   vm_hwm_bytes 276824064             the engine's vmstat names (pswpout, zswpout, ...)
+//!   pswpout 1200                       and gauges (used_bytes_peak, pool_total_size, ...)
+//!   ...
+//!   fault_ns 160:3 176:12 ...        the fault-latency histogram ([`Histogram::to_text`])
+//! ```
+//!
+//! One file per managed image: `live-<pid>` is rewritten (write to a temporary name, then
+//! rename, so a reader never sees half a file) every `USWAP_STATS_INTERVAL_MS`;
+//! `final-<pid>-<n>` is written once when the image exits or execs. Unknown names are kept
+//! (a newer shim may add some) and a missing name reads as zero.
+
+use crate::hist::Histogram;
+use crate::size::format_size;
+use std::collections::BTreeMap;
+
+/// The first line of every stats file.
+pub const MAGIC: &str = "# uswap stats v1";
+/// The name of the histogram line.
+pub const FAULT_NS: &str = "fault_ns";
+
+/// A parsed (or to-be-written) stats file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsFile {
+    /// Every `name value` pair.
+    pub values: BTreeMap<String, u64>,
+    /// Fault latency, nanoseconds from the handler's read of the message to the resolve.
+    pub fault_ns: Histogram,
+}
+
+impl StatsFile {
+    /// The value of `name`, zero when absent.
+    pub fn get(&self, name: &str) -> u64 {
+        self.values.get(name).copied().unwrap_or(0)
+    }
+
+    /// Sets `name`.
+    pub fn set(&mut self, name: &str, value: u64) {
+        self.values.insert(name.to_string(), value);
+    }
+
+    /// The text form (module essay).
+    pub fn to_text(&self) -> String {
+        let mut out = String::with_capacity(64 * self.values.len() + 256);
+        out.push_str(MAGIC);
+        out.push('\n');
+        for (name, value) in &self.values {
+            out.push_str(name);
+            out.push(' ');
+            out.push_str(&value.to_string());
+            out.push('\n');
+        }
+        out.push_str(FAULT_NS);
+        out.push(' ');
+        out.push_str(&self.fault_ns.to_text());
+        out.push('\n');
+        out
+    }
+
+    /// Parses [`StatsFile::to_text`].
+    ///
+    /// # Errors
+    /// A message naming the first bad line (a missing magic line, a value that is not a
+    /// number, a malformed histogram).
+    pub fn parse(text: &str) -> Result<StatsFile, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some(MAGIC) {
+            return Err(format!("not a uswap stats file (no {MAGIC:?} line)"));
+        }
+        let mut file = StatsFile::default();
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            let (name, value) = line.split_once(' ').unwrap_or((line, ""));
+            if name == FAULT_NS {
+                file.fault_ns = Histogram::from_text(value)
+                    .ok_or_else(|| format!("bad histogram line {line:?}"))?;
+                continue;
+            }
+            let value = value.trim().parse().map_err(|_| format!("bad stats line {line:?}"))?;
+            file.values.insert(name.to_string(), value);
+        }
+        Ok(file)
+    }
+
+    /// Adds another image's final counters (an exec'd program's images): counters and
+    /// histograms add; peaks take the maximum.
+    pub fn absorb(&mut self, other: &StatsFile) {
+        for (name, &value) in &other.values {
+            let slot = self.values.entry(name.clone()).or_insert(0);
+            if PEAKS.contains(&name.as_str()) {
+                *slot = (*slot).max(value);
+            } else {
+                *slot += value;
+            }
+        }
+        self.fault_ns.add(&other.fault_ns);
+    }
+}
+
+/// Names that are maxima, not counts ([`StatsFile::absorb`]).
+const PEAKS: [&str; 4] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pid"];
+
+/// The figures `uswap run` prints at exit (and `uswap stat` live).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// The budget.
+    pub budget_bytes: u64,
+    /// Peak resident set of the program (VmHWM, or the child's ru_maxrss).
+    pub peak_rss_bytes: u64,
+    /// Peak charged bytes (resident + swap cache + pool).
+    pub charged_peak_bytes: u64,
+    /// Pages out by tier: zero map, pool, swap file.
+    pub out_zero: u64,
+    /// Pages stored in the pool.
+    pub out_pool: u64,
+    /// Pages written to the swap file.
+    pub out_file: u64,
+    /// Pages in from the zero map.
+    pub in_zero: u64,
+    /// Pages loaded from the pool.
+    pub in_pool: u64,
+    /// Pages read from the swap file.
+    pub in_file: u64,
+    /// Pool pages written back to the file.
+    pub writeback: u64,
+    /// Uncompressed over compressed size of what the pool holds (0: empty).
+    pub compression_ratio: f64,
+    /// Faults handled.
+    pub faults: u64,
+    /// Fault latency quantiles, nanoseconds.
+    pub fault_ns_p50: u64,
+    /// The 99th percentile.
+    pub fault_ns_p99: u64,
+}
+
+impl Summary {
+    /// The figures of `file`.
+    pub fn of(file: &StatsFile) -> Summary {
+        let pool_bytes = file.get("pool_total_size");
+        let stored = file.get("stored_pages") * 4096;
+        Summary {
+            budget_bytes: file.get("budget_bytes"),
+            peak_rss_bytes: file.get("vm_hwm_bytes"),
+            charged_peak_bytes: file.get("used_bytes_peak"),
+            out_zero: file.get("swpout_zero"),
+            out_pool: file.get("zswpout"),
+            out_file: file.get("pswpout"),
+            in_zero: file.get("swpin_zero"),
+            in_pool: file.get("zswpin"),
+            in_file: file.get("pswpin"),
+            writeback: file.get("zswpwb"),
+            compression_ratio: if pool_bytes == 0 {
+                0.0
+            } else {
+                stored as f64 / pool_bytes as f64
+            },
+            faults: file.fault_ns.total(),
+            fault_ns_p50: file.fault_ns.quantile(0.5).unwrap_or(0),
+            fault_ns_p99: file.fault_ns.quantile(0.99).unwrap_or(0),
+        }
+    }
+
+    /// Lines for people, each starting with `prefix`.
+    pub fn to_lines(&self, prefix: &str) -> Vec<String> {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        vec![
+            format!(
+                "{prefix}budget {}, peak resident {}, peak charged {}",
+                format_size(self.budget_bytes),
+                format_size(self.peak_rss_bytes),
+                format_size(self.charged_peak_bytes)
+            ),
+            format!(
+                "{prefix}pages out: zero {}, pool {}, file {} (written back {}); \
+                 pages in: zero {}, pool {}, file {}",
+                self.out_zero,
+                self.out_pool,
+                self.out_file,
+                self.writeback,
+                self.in_zero,
+                self.in_pool,
+                self.in_file
+            ),
+            format!(
+                "{prefix}compression ratio {:.2}, faults {}, latency p50 {:.1} us, p99 {:.1} us",
+                self.compression_ratio,
+                self.faults,
+                us(self.fault_ns_p50),
+                us(self.fault_ns_p99)
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StatsFile {
+        let mut file = StatsFile::default();
+        for (name, value) in [
+            ("pid", 42),
+            ("budget_bytes", 256 << 20),
+            ("vm_hwm_bytes", 270 << 20),
+            ("zswpout", 1000),
+            ("pswpout", 10),
+            ("pool_total_size", 1 << 20),
+            ("stored_pages", 512),
+        ] {
+            file.set(name, value);
+        }
+        for ns in [10_000, 12_000, 100_000] {
+            file.fault_ns.record(ns);
+        }
+        file
+    }
+
+    #[test]
+    fn stats_files_round_trip_and_summarise() {
+        let file = sample();
+        let back = StatsFile::parse(&file.to_text()).unwrap();
+        assert_eq!(back, file);
+        let summary = Summary::of(&back);
+        assert_eq!(summary.out_pool, 1000);
+        assert_eq!(summary.faults, 3);
+        assert!((summary.compression_ratio - 2.0).abs() < 1e-9);
+        let p50 = summary.fault_ns_p50 as f64;
+        assert!((p50 - 12_000.0).abs() / 12_000.0 <= 1.0 / 16.0, "{p50}");
+        let lines = summary.to_lines("uswap: ");
+        assert!(lines[0].contains("peak resident 270 MiB"), "{lines:?}");
+        assert!(lines.iter().all(|l| l.starts_with("uswap: ")));
+    }
+
+    #[test]
+    fn bad_stats_files_name_the_line() {
+        assert!(StatsFile::parse("pid 3\n").unwrap_err().contains("not a uswap stats file"));
+        let e = StatsFile::parse(&format!("{MAGIC}\npid x\n")).unwrap_err();
+        assert!(e.contains("\"pid x\""), "{e}");
+        let e = StatsFile::parse(&format!("{MAGIC}\n{FAULT_NS} 5000:1\n")).unwrap_err();
+        assert!(e.contains("histogram"), "{e}");
+        assert_eq!(StatsFile::parse(&format!("{MAGIC}\n")).unwrap().get("pswpout"), 0);
+    }
+
+    #[test]
+    fn images_add_counters_and_keep_peaks() {
+        let mut total = sample();
+        let mut other = sample();
+        other.set("vm_hwm_bytes", 100 << 20);
+        total.absorb(&other);
+        assert_eq!(total.get("zswpout"), 2000);
+        assert_eq!(total.get("vm_hwm_bytes"), 270 << 20);
+        assert_eq!(total.fault_ns.total(), 6);
+    }
+}

@@ -1,0 +1,182 @@
+//! The trace `uswap run --record FILE` writes: the simulator's format, byte for byte.
+//!
+//! The format is defined by the simulator (branch `sim`, `crates/sim/src/trace.rs`, not yet
+//! merged): a 32-byte header, then 32-byte little-endian records. This module is a copy of
+//! that format's *writer* (and a decoder for tests), so the shim can record before the
+//! simulator is merged; when it is, one of the two should re-export the other.
+//!
+//! ```text
+//!   header: magic "USWPTRC\0" | version u16 (1) | record size u16 (32) | page size u32
+//!           | start time ns since the epoch u64 | reserved u64
+//!   record: time_ns u64 | kind u8 | reserved [u8; 3] | thread u32 | addr u64 | len u64
+//!   kinds:  0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork
+//! ```
+//!
+//! The shim records faults (one page each), REMOVE, UNMAP and FORK events as the handler
+//! sees them; evictions are not recorded yet (the engine reports page-outs to no hook).
+
+use std::io::Write;
+
+/// The first 8 bytes of every trace.
+pub const MAGIC: [u8; 8] = *b"USWPTRC\0";
+/// The format version.
+pub const VERSION: u16 = 1;
+/// Bytes in the header.
+pub const HEADER_BYTES: usize = 32;
+/// Bytes in one record.
+pub const RECORD_BYTES: usize = 32;
+
+/// What a record says happened (the simulator's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A read of a page that faulted.
+    FaultRead = 0,
+    /// A write of a page that faulted.
+    FaultWrite = 1,
+    /// A range paged out.
+    Evict = 2,
+    /// A range dropped by the program (MADV_DONTNEED).
+    Remove = 3,
+    /// A range unmapped.
+    Unmap = 4,
+    /// The process forked.
+    Fork = 5,
+}
+
+/// One event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// Nanoseconds since the recording started.
+    pub time_ns: u64,
+    /// What happened.
+    pub kind: RecordKind,
+    /// The recording's thread number.
+    pub thread: u32,
+    /// First byte.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// The header bytes for a recording started at `start_ns` (ns since the epoch).
+pub fn header(page_size: u32, start_ns: u64) -> [u8; HEADER_BYTES] {
+    let mut bytes = [0u8; HEADER_BYTES];
+    bytes[..8].copy_from_slice(&MAGIC);
+    bytes[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    bytes[10..12].copy_from_slice(&(RECORD_BYTES as u16).to_le_bytes());
+    bytes[12..16].copy_from_slice(&page_size.to_le_bytes());
+    bytes[16..24].copy_from_slice(&start_ns.to_le_bytes());
+    bytes
+}
+
+/// The bytes of one record.
+pub fn encode(r: &Record) -> [u8; RECORD_BYTES] {
+    let mut bytes = [0u8; RECORD_BYTES];
+    bytes[..8].copy_from_slice(&r.time_ns.to_le_bytes());
+    bytes[8] = r.kind as u8;
+    bytes[12..16].copy_from_slice(&r.thread.to_le_bytes());
+    bytes[16..24].copy_from_slice(&r.addr.to_le_bytes());
+    bytes[24..32].copy_from_slice(&r.len.to_le_bytes());
+    bytes
+}
+
+/// Decodes a whole trace (tests): the header's page size and the records; `None` for a
+/// wrong magic, version or record size, an unknown kind, or a partial record.
+pub fn decode(bytes: &[u8]) -> Option<(u32, Vec<Record>)> {
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let head = bytes.get(..HEADER_BYTES)?;
+    if head[..8] != MAGIC || head[8..10] != VERSION.to_le_bytes() || head[10..12] != [32, 0] {
+        return None;
+    }
+    let page_size = u32::from_le_bytes(head[12..16].try_into().ok()?);
+    let body = &bytes[HEADER_BYTES..];
+    if !body.len().is_multiple_of(RECORD_BYTES) {
+        return None;
+    }
+    let kinds = [
+        RecordKind::FaultRead,
+        RecordKind::FaultWrite,
+        RecordKind::Evict,
+        RecordKind::Remove,
+        RecordKind::Unmap,
+        RecordKind::Fork,
+    ];
+    let mut records = Vec::with_capacity(body.len() / RECORD_BYTES);
+    for r in body.chunks_exact(RECORD_BYTES) {
+        records.push(Record {
+            time_ns: word(r, 0),
+            kind: *kinds.get(r[8] as usize)?,
+            thread: u32::from_le_bytes(r[12..16].try_into().ok()?),
+            addr: word(r, 16),
+            len: word(r, 24),
+        });
+    }
+    Some((page_size, records))
+}
+
+/// Writes a trace to `out`: the header at creation, then records (buffer `out` yourself).
+#[derive(Debug)]
+pub struct TraceWriter<W: Write> {
+    out: W,
+    records: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn new(mut out: W, page_size: u32, start_ns: u64) -> std::io::Result<Self> {
+        out.write_all(&header(page_size, start_ns))?;
+        Ok(TraceWriter { out, records: 0 })
+    }
+
+    /// Appends one record.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn record(&mut self, r: &Record) -> std::io::Result<()> {
+        self.out.write_all(&encode(r))?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Records written.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Flushes.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the simulator's format fixes (its doc table), checked field by field.
+    #[test]
+    fn records_have_the_simulators_layout() {
+        let mut w = TraceWriter::new(Vec::new(), 4096, 7).unwrap();
+        let r =
+            Record { time_ns: 5, kind: RecordKind::FaultWrite, thread: 2, addr: 0x1000, len: 4096 };
+        w.record(&r).unwrap();
+        w.record(&Record { kind: RecordKind::Fork, len: 0, ..r }).unwrap();
+        let bytes = w.out.clone();
+        assert_eq!(bytes.len(), 32 + 2 * 32);
+        assert_eq!(&bytes[..8], b"USWPTRC\0");
+        assert_eq!(bytes[8..12], [1, 0, 32, 0]);
+        assert_eq!(bytes[12..16], 4096u32.to_le_bytes());
+        assert_eq!(bytes[16..24], 7u64.to_le_bytes());
+        assert_eq!(bytes[32 + 8], 1);
+        assert_eq!(bytes[32 + 12..32 + 16], 2u32.to_le_bytes());
+        let (page, back) = decode(&bytes).unwrap();
+        assert_eq!((page, back[0], back[1].kind), (4096, r, RecordKind::Fork));
+        assert_eq!(decode(&bytes[..40]), None, "a partial record");
+    }
+}
