@@ -9,8 +9,8 @@
 
 mod bench;
 mod report;
-mod sim;
 mod run;
+mod sim;
 mod stat;
 
 use clap::{Parser, Subcommand};

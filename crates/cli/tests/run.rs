@@ -251,3 +251,30 @@ fn python_256mib_of_objects_under_64m() {
 fn python_1gib_of_objects_under_256m() {
     python_under_budget("1000000", "256M", 256.0, 0.0);
 }
+
+/// `uswap run --record` writes a trace that `uswap sim` replays: the recorded faults run
+/// through the real engine under the simulator's checker, every seed clean.
+#[test]
+fn a_recorded_run_replays_in_the_simulator() {
+    if !can_run() {
+        return;
+    }
+    let trace = std::env::temp_dir().join(format!("uswap-run-test-{}.trace", std::process::id()));
+    let script = "x=[bytes([i%251])*4000 for i in range(6000)]; print(sum(len(b) for b in x))";
+    let trace_arg = trace.to_str().unwrap();
+    let out =
+        uswap(&["run", "--budget", "8M", "--record", trace_arg, "--", "python3", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "24000000");
+    let bytes = std::fs::metadata(&trace).unwrap().len();
+    assert!(bytes > 32 * 100, "a trace of {bytes} bytes: no faults recorded");
+    let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", "0..3"];
+    if target_dir().ends_with("release") {
+        sim.push("--allow-release");
+    }
+    let out = uswap(&sim);
+    std::fs::remove_file(&trace).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert!(text.contains("3 seeds, 0 failed"), "{text}");
+}
