@@ -92,6 +92,7 @@ fn bad_input_is_one_line_and_nothing_runs() {
             "--swap-file /proc/uswap-swap",
         ),
         (vec!["run", "--zswap", "lz5", "--"], "--zswap lz5"),
+        (vec!["run", "--zswap", "zstd", "--"], "--zswap zstd is not supported"),
         (vec!["run", "--", "/nonexistent/prog"], "no such file"),
     ];
     for (args, expect) in cases {
@@ -277,4 +278,29 @@ fn a_recorded_run_replays_in_the_simulator() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
     assert!(text.contains("3 seeds, 0 failed"), "{text}");
+}
+
+/// A real server under `uswap run`: redis-server with a 16 MiB budget loads 64 MiB of
+/// values (4x the budget) and every one reads back verified, through `uswap bench
+/// compare`'s redis client (its uswap side wraps the server in `uswap run`).
+#[test]
+fn redis_holds_four_times_its_budget_and_reads_it_all_back() {
+    if !can_run() {
+        return;
+    }
+    if Command::new("redis-server").arg("--version").output().is_err() {
+        eprintln!("skipped: redis-server is not installed (.ci/setup-bench installs it)");
+        return;
+    }
+    let args = ["bench", "compare", "--quick", "--workloads", "redis", "--json"];
+    let args = [&args[..], &["--budget", "16M", "--size", "64M"]].concat();
+    let out = uswap(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let redis = &json["workloads"][0];
+    assert_eq!(redis["name"], "redis");
+    assert!(redis["uswap_s"].as_f64().is_some(), "the uswap side did not run: {redis}");
+    assert_eq!(redis["uswap_verify_errors"], 0, "{redis}");
+    let detail = redis["uswap_detail"].as_str().unwrap();
+    assert!(detail.contains("65536 keys x 1024 B"), "{detail}");
 }

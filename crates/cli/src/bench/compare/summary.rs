@@ -184,6 +184,16 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         json!(zram_lz4.and_then(|o| o.measured.fault_p50_ns)),
     );
     object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
+    let uswap_figures: [(&str, Value); 5] = [
+        ("uswap_major_faults", json!(uswap.map(|o| o.measured.major_faults))),
+        ("uswap_fault_p99_ns", json!(uswap.and_then(|o| o.measured.fault_p99_ns))),
+        ("uswap_verify_errors", json!(uswap.map(|o| o.measured.verify_errors))),
+        ("uswap_max_rss_bytes", json!(uswap.map(|o| o.measured.max_rss_bytes))),
+        ("uswap_detail", json!(uswap.map(|o| o.measured.detail.clone()))),
+    ];
+    for (name, value) in uswap_figures {
+        object.insert(name.into(), value);
+    }
     for (config, side) in &row.kernel {
         let key = |figure: &str| format!("kernel_{}_{figure}", config.key());
         let o = side.outcome();
