@@ -43,6 +43,28 @@ pub enum RecordKind {
     Fork = 5,
 }
 
+impl RecordKind {
+    /// Every kind, in code order.
+    pub const ALL: [RecordKind; 6] = [
+        RecordKind::FaultRead,
+        RecordKind::FaultWrite,
+        RecordKind::Evict,
+        RecordKind::Remove,
+        RecordKind::Unmap,
+        RecordKind::Fork,
+    ];
+
+    /// The kind's byte in a record.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind of a record's byte, `None` if unknown.
+    pub fn from_code(code: u8) -> Option<RecordKind> {
+        Self::ALL.get(usize::from(code)).copied()
+    }
+}
+
 /// One event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
@@ -93,19 +115,11 @@ pub fn decode(bytes: &[u8]) -> Option<(u32, Vec<Record>)> {
     if !body.len().is_multiple_of(RECORD_BYTES) {
         return None;
     }
-    let kinds = [
-        RecordKind::FaultRead,
-        RecordKind::FaultWrite,
-        RecordKind::Evict,
-        RecordKind::Remove,
-        RecordKind::Unmap,
-        RecordKind::Fork,
-    ];
     let mut records = Vec::with_capacity(body.len() / RECORD_BYTES);
     for r in body.chunks_exact(RECORD_BYTES) {
         records.push(Record {
             time_ns: word(r, 0),
-            kind: *kinds.get(r[8] as usize)?,
+            kind: RecordKind::from_code(r[8])?,
             thread: u32::from_le_bytes(r[12..16].try_into().ok()?),
             addr: word(r, 16),
             len: word(r, 24),

@@ -1,5 +1,7 @@
 //! The trace format: what a program did to its memory, as `uswap run --record` writes it
-//! and `uswap sim --trace FILE` replays it.
+//! and `uswap sim --trace FILE` replays it. The record types and their bytes are
+//! `runstat::trace`'s (shared with the shim, which writes them); this module adds the
+//! checked, bounded reader and a writer with typed errors.
 //!
 //! A trace is a 32-byte header followed by 32-byte records, all little-endian:
 //!
@@ -36,73 +38,10 @@
 
 use std::io::{Read, Write};
 
-/// The first 8 bytes of every trace.
-pub const MAGIC: [u8; 8] = *b"USWPTRC\0";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
-/// Bytes in the header.
-pub const HEADER_BYTES: usize = 32;
-/// Bytes in one record.
-pub const RECORD_BYTES: usize = 32;
+pub use runstat::trace::{Record, RecordKind, HEADER_BYTES, MAGIC, RECORD_BYTES, VERSION};
+
 /// Most records a reader accepts (32 MiB of trace): a bound on the simulator's memory.
 pub const RECORDS_MAX: u64 = 1 << 20;
-
-/// What a record says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordKind {
-    /// The program read a page that faulted.
-    FaultRead,
-    /// The program wrote a page that faulted.
-    FaultWrite,
-    /// A range was paged out.
-    Evict,
-    /// The program dropped a range (MADV_DONTNEED).
-    Remove,
-    /// The program unmapped a range.
-    Unmap,
-    /// The process forked.
-    Fork,
-}
-
-impl RecordKind {
-    fn code(self) -> u8 {
-        match self {
-            RecordKind::FaultRead => 0,
-            RecordKind::FaultWrite => 1,
-            RecordKind::Evict => 2,
-            RecordKind::Remove => 3,
-            RecordKind::Unmap => 4,
-            RecordKind::Fork => 5,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<RecordKind> {
-        Some(match code {
-            0 => RecordKind::FaultRead,
-            1 => RecordKind::FaultWrite,
-            2 => RecordKind::Evict,
-            3 => RecordKind::Remove,
-            4 => RecordKind::Unmap,
-            5 => RecordKind::Fork,
-            _ => return None,
-        })
-    }
-}
-
-/// One event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record {
-    /// Nanoseconds since the recording started.
-    pub time_ns: u64,
-    /// What happened.
-    pub kind: RecordKind,
-    /// The recording's thread number.
-    pub thread: u32,
-    /// First byte of the range.
-    pub addr: u64,
-    /// Bytes in the range.
-    pub len: u64,
-}
 
 /// The header's fields that carry information.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,13 +111,7 @@ impl<W: Write> TraceWriter<W> {
     /// # Errors
     /// [`TraceError::Io`].
     pub fn new(mut out: W, header: Header) -> Result<Self, TraceError> {
-        let mut bytes = [0u8; HEADER_BYTES];
-        bytes[..8].copy_from_slice(&MAGIC);
-        bytes[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        bytes[10..12].copy_from_slice(&(RECORD_BYTES as u16).to_le_bytes());
-        bytes[12..16].copy_from_slice(&header.page_size.to_le_bytes());
-        bytes[16..24].copy_from_slice(&header.start_ns.to_le_bytes());
-        out.write_all(&bytes)?;
+        out.write_all(&runstat::trace::header(header.page_size, header.start_ns))?;
         Ok(TraceWriter { out, records: 0 })
     }
 
@@ -187,13 +120,7 @@ impl<W: Write> TraceWriter<W> {
     /// # Errors
     /// [`TraceError::Io`].
     pub fn record(&mut self, r: &Record) -> Result<(), TraceError> {
-        let mut bytes = [0u8; RECORD_BYTES];
-        bytes[..8].copy_from_slice(&r.time_ns.to_le_bytes());
-        bytes[8] = r.kind.code();
-        bytes[12..16].copy_from_slice(&r.thread.to_le_bytes());
-        bytes[16..24].copy_from_slice(&r.addr.to_le_bytes());
-        bytes[24..32].copy_from_slice(&r.len.to_le_bytes());
-        self.out.write_all(&bytes)?;
+        self.out.write_all(&runstat::trace::encode(r))?;
         self.records += 1;
         Ok(())
     }
