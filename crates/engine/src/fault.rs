@@ -274,11 +274,12 @@ impl Core {
             // Its owner gave up before it held data; the data is where it was: look again.
             Outcome::Abandoned => Ok(Step::Again),
         };
-        // Whoever maps from a folio deletes it (the synchronous fast path); if its owner is
-        // still going to (a page-out leaving a shadow), the first delete wins.
-        if folio.first_slot() == entry.offset() && folio.order() == order {
-            self.delete_folio(folio, None);
-        }
+        // The folio's owner deletes it (a page-in after mapping, a page-out leaving a
+        // shadow), except a failed page-out's: that folio may hold the only copy, so it
+        // goes only once no page refers to its slots. A waiter deletes nothing else: after
+        // a map retry, or with a forked child still referring to the slots, deleting it
+        // lost the data (simulator finding E).
+        self.release_if_unreferenced(folio);
         step
     }
 
