@@ -390,6 +390,25 @@ fn print_table(header: &[&str], rows: &[Vec<String>], csv: bool) {
     }
 }
 
+/// The policy comparison as JSON: `{"orders": [{"order", "current_swpout",
+/// "current_fallback", "legacy_swpout", "legacy_fallback"}, ...]}` (a stable format:
+/// scripts read these names).
+fn compare_json(rows: &[study::OrderRow]) -> serde_json::Value {
+    let orders: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "order": r.order,
+                "current_swpout": r.current_swpout,
+                "current_fallback": r.current_fallback,
+                "legacy_swpout": r.legacy_swpout,
+                "legacy_fallback": r.legacy_fallback,
+            })
+        })
+        .collect();
+    serde_json::json!({ "orders": orders })
+}
+
 fn compare(a: &SimArgs, o: &Overrides, seeds: &[u64]) -> anyhow::Result<()> {
     let orders: Vec<u32> = match &a.orders {
         Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
@@ -403,19 +422,7 @@ fn compare(a: &SimArgs, o: &Overrides, seeds: &[u64]) -> anyhow::Result<()> {
     let rows = study::compare_policies(o, &orders, &seeds, progress_dot).map_err(|e| anyhow!(e))?;
     eprintln!();
     if a.json {
-        let orders: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "order": r.order,
-                    "current_swpout": r.current_swpout,
-                    "current_fallback": r.current_fallback,
-                    "legacy_swpout": r.legacy_swpout,
-                    "legacy_fallback": r.legacy_fallback,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::json!({ "orders": orders }));
+        println!("{}", compare_json(&rows));
         return Ok(());
     }
     let header = [
@@ -448,4 +455,30 @@ fn compare(a: &SimArgs, o: &Overrides, seeds: &[u64]) -> anyhow::Result<()> {
     print_table(&header, &rows, a.csv);
     println!("seeds {seeds:?}, commit {}", sim::COMMIT);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_policies_json_has_the_documented_fields() {
+        let row = study::OrderRow {
+            order: 9,
+            current_swpout: 660,
+            current_fallback: 147,
+            legacy_swpout: 191,
+            legacy_fallback: 260,
+            ..study::OrderRow::default()
+        };
+        let json = compare_json(&[row]);
+        let expected = serde_json::json!({ "orders": [{
+            "order": 9,
+            "current_swpout": 660,
+            "current_fallback": 147,
+            "legacy_swpout": 191,
+            "legacy_fallback": 260,
+        }]});
+        assert_eq!(json, expected);
+    }
 }

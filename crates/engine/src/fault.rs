@@ -246,7 +246,7 @@ impl Core {
                     activate,
                 )
             }
-            Err(why) => self.fail_swapin(region, first, folio.order(), why),
+            Err(why) => self.fail_swapin(region, first, folio.order(), entry, why),
         };
         self.delete_folio(folio, None);
         step
@@ -270,15 +270,16 @@ impl Core {
             Outcome::Uptodate { zero } => {
                 self.map_from_folio(region, first, order, entry, folio, zero && !write, false)
             }
-            Outcome::Failed(why) => self.fail_swapin(region, first, order, why.to_string()),
+            Outcome::Failed(why) => self.fail_swapin(region, first, order, entry, why.to_string()),
             // Its owner gave up before it held data; the data is where it was: look again.
             Outcome::Abandoned => Ok(Step::Again),
         };
-        // Whoever maps from a folio deletes it (the synchronous fast path); if its owner is
-        // still going to (a page-out leaving a shadow), the first delete wins.
-        if folio.first_slot() == entry.offset() && folio.order() == order {
-            self.delete_folio(folio, None);
-        }
+        // The folio's owner deletes it (a page-in after mapping, a page-out leaving a
+        // shadow), except a failed page-out's: that folio may hold the only copy, so it
+        // goes only once no page refers to its slots. A waiter deletes nothing else: after
+        // a map retry, or with a forked child still referring to the slots, deleting it
+        // lost the data (simulator finding E).
+        self.release_if_unreferenced(folio);
         step
     }
 
@@ -413,20 +414,38 @@ impl Core {
         Ok(Step::Done(FaultOutcome::Mapped))
     }
 
-    /// The data of `[first, first + 2^order)` could not be read: poison the pages so the
-    /// access fails loudly, and report. The swap entry stays (a later retry may read it).
+    /// The data of `[first, first + 2^order)` (slots from `entry`) could not be read:
+    /// poison the pages so the access fails loudly, and report. The swap entries stay (a
+    /// later retry may read them). Re-validated under the PTL like any step after an
+    /// unlock: only pages still referring to the slots are poisoned. A page the program
+    /// dropped meanwhile (or whose entry moved) is left alone; poisoning it left a present
+    /// page with no entry, and a later large first touch over it mapped nothing yet marked
+    /// the folio resident: its accesses faulted for ever (simulator finding G). If no page
+    /// still refers to the slots, the fault looks again.
     fn fail_swapin(
         &self,
         region: &Region,
         first: u64,
         order: u32,
+        entry: SwapEntry,
         why: String,
     ) -> Result<Step, Error> {
-        let addr = region.addr_of(first);
-        // If poisoning fails too, the faulting thread stays blocked until the range goes
-        // away; the error below is still reported to the frontend, which must not retry.
-        let _ = region.source().poison(addr, bytes_of(order));
-        Err(Error::SwapIn { addr, why })
+        let pt = region.lock();
+        let mut poisoned = 0;
+        for index in first..first + (1u64 << order) {
+            let current = pt.lookup(index).and_then(|found| found.swap_entry_of(index));
+            if current == Some(entry.add(index - first)) {
+                // If poisoning fails too, the faulting thread stays blocked until the range
+                // goes away; the error below is still reported to the frontend, which must
+                // not retry.
+                let _ = region.source().poison(region.addr_of(index), PAGE);
+                poisoned += 1;
+            }
+        }
+        if poisoned == 0 {
+            return Ok(Step::Again);
+        }
+        Err(Error::SwapIn { addr: region.addr_of(first), why })
     }
 
     /// Reads and maps the swapped pages after a fault at `index`, up to a window that

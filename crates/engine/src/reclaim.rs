@@ -76,6 +76,13 @@ impl Core {
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
         let (mut total, mut fruitless) = (0, 0);
         while more() {
+            if self.swap_full() {
+                // Every page-out starts with a slot: none can succeed (the kernel's
+                // can_reclaim_anon_pages). Scanning on split every large folio and failed
+                // each piece, millions of times in a simulated build with a full device.
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                break;
+            }
             let (reclaimed, scanned) = self.reclaim_batch(direct);
             total += reclaimed;
             fruitless = if reclaimed == 0 { fruitless + scanned.max(1) } else { 0 };
@@ -91,6 +98,12 @@ impl Core {
             }
         }
         total
+    }
+
+    /// Is every slot of the swap device in use (no page-out can get one)?
+    fn swap_full(&self) -> bool {
+        let device = &self.storage.device;
+        device.inuse_pages() >= device.total_slots()
     }
 
     /// The background reclaimer's loop: sleep until woken, then reclaim to the high

@@ -137,6 +137,11 @@ impl Folio {
         assert!(!self.charged.swap(true, Ordering::AcqRel), "folio charged twice");
     }
 
+    /// Is the folio's data charged to the budget?
+    pub fn is_charged(&self) -> bool {
+        self.charged.load(Ordering::Acquire)
+    }
+
     /// Takes the folio's charge away; returns whether it had one (the caller uncharges).
     pub fn take_charge(&self) -> bool {
         self.charged.swap(false, Ordering::AcqRel)
@@ -457,6 +462,19 @@ impl SwapCache {
                 split_and_erase(&mut xa, first, order, slot, last);
             }
         }
+    }
+
+    /// Every folio cached (for checks at quiescent points).
+    ///
+    /// Context: takes each shard lock in turn; allocates the list.
+    pub fn folios(&self) -> Vec<Arc<Folio>> {
+        let mut folios = Vec::new();
+        for shard in &*self.shards {
+            folios.extend(
+                shard.lock().iter().filter_map(|(_, _, entry)| entry.item().map(Folio::get)),
+            );
+        }
+        folios
     }
 
     /// Folios and shadow entries cached, summed over shards: (folios, shadows).

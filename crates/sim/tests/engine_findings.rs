@@ -1,14 +1,18 @@
-//! Engine bugs the simulator found, frozen as seeds. They are open (the engine is not this
-//! crate's), so the tests are ignored; each asserts the seed passes, which it will once
-//! the engine is fixed. Run them with `cargo test -p sim --test engine_findings --
-//! --ignored`; replay one with the command in its comment.
+//! Engine bugs the simulator found, frozen as seeds: each asserts the seeds that failed
+//! now pass (the engine fixed A-D in fb4f059). The seeds were found before simulated runs
+//! had a compressed pool, so each runs twice: in its original world (pool off, as
+//! `--pool 0`) and as the seed draws it today (the pool on in most of them). Replay one
+//! with the command in its comment (add `--pool 0` for the original world).
 
 use sim::options::{FaultChoice, MixOverrides};
 use sim::{run_seed, Overrides, Site, WorkloadKind};
 
 fn assert_passes(seed: u64, o: &Overrides) {
-    let report = run_seed(seed, o).expect("valid options");
-    assert!(report.passed(), "{}", report.failure_report(&o.to_args()));
+    let original = Overrides { pool_percent: Some(0), ..o.clone() };
+    for o in [&original, o] {
+        let report = run_seed(seed, o).expect("valid options");
+        assert!(report.passed(), "{}", report.failure_report(&o.to_args()));
+    }
 }
 
 // postmortem (bug A): seed 7 of the phases workload (and seed 61 of the swarm) failed the
@@ -22,7 +26,6 @@ fn assert_passes(seed: u64, o: &Overrides) {
 // isolated for ever, resident and charged but never reclaimable. Replay:
 // `uswap sim --seed 7 --workload phases -v`.
 #[test]
-#[ignore = "open engine bug A: split of an isolated folio by a partial remove"]
 fn a_partial_remove_of_an_isolated_large_folio_leaves_no_piece_isolated() {
     assert_passes(7, &Overrides { workload: Some(WorkloadKind::Phases), ..Overrides::default() });
     assert_passes(61, &Overrides::default());
@@ -37,7 +40,6 @@ fn a_partial_remove_of_an_isolated_large_folio_leaves_no_piece_isolated() {
 // cache pin stays: the folio, its swap cache charge and its slots leak. Replay:
 // `uswap sim --seed 48`.
 #[test]
-#[ignore = "open engine bug B: restore after a failed store leaks the folio on a map retry"]
 fn a_failed_store_whose_restore_map_is_retried_leaks_nothing() {
     assert_passes(48, &Overrides::default());
     let o = Overrides {
@@ -63,7 +65,6 @@ fn a_failed_store_whose_restore_map_is_retried_leaks_nothing() {
 // write_fail alone loses a page the same way. Replay: `uswap sim --seed 38 --check-ppm 0
 // --remove-ppm 0 --fault write_fail=50000 --fault map_retry=50000 -v`.
 #[test]
-#[ignore = "open engine bug C: restore deletes the only copy when a racing fault split the entry"]
 fn a_failed_store_never_drops_the_only_copy_of_the_data() {
     let o = Overrides {
         faults: FaultChoice::Sites(vec![(Site::WriteFail, 50_000), (Site::MapRetry, 50_000)]),
@@ -91,7 +92,6 @@ fn a_failed_store_never_drops_the_only_copy_of_the_data() {
 // (freed slots are written before they are read): count it and go on. Replay:
 // `uswap sim --seed 391`.
 #[test]
-#[ignore = "open engine bug D: a failed discard inside put_cache panics the engine"]
 fn a_failed_discard_is_not_an_engine_panic() {
     assert_passes(391, &Overrides::default());
     let o = Overrides {
@@ -100,5 +100,66 @@ fn a_failed_discard_is_not_an_engine_panic() {
     };
     for seed in 0..20 {
         assert_passes(seed, &o);
+    }
+}
+
+// postmortem (bug E, data loss, found after the fix of B and C): with write_fail and
+// map_retry at 5% and the pool on, seed 48 read another page's old data (v6 of page
+// 0x7f000010a000 where v153 of 0x7f0000009000 was written) and seed 24 (device checksums
+// on) lost a page loudly in a run with no fault that can lose data. A page-out's write
+// failed and restore's map was retried, so the folio stayed in the swap cache as the only
+// copy (the fix of C). A fault on the page found it (add_or_get: Exists), waited, and
+// its map was retried too; swapin_wait_and_map then deleted the folio anyway ("whoever
+// maps from a folio deletes it"), and the next fault read the slot's stale device
+// contents. A waiter now deletes only a folio nothing refers to any more; owners delete
+// their own. Replay (before the fix): `uswap sim --seed 48 --check-ppm 0 --fault
+// write_fail=50000 --fault map_retry=50000`. The same fix made the engine's quiescent
+// check accept such retained folios (seed 28 of bug C failed it: "swap cache charge with
+// nothing in flight" while a page still referred to the folio's slot).
+#[test]
+fn a_retried_map_never_drops_the_only_copy_left_by_a_failed_store() {
+    let o = Overrides {
+        faults: FaultChoice::Sites(vec![(Site::WriteFail, 50_000), (Site::MapRetry, 50_000)]),
+        check_ppm: Some(0),
+        ..Overrides::default()
+    };
+    for seed in [24, 48] {
+        let report = run_seed(seed, &o).expect("valid options");
+        assert!(report.passed(), "{}", report.failure_report(&o.to_args()));
+    }
+}
+
+// postmortem (bug F, a reclaim storm): kbuild seed 0 (order 9, a one-cluster swap device,
+// the budget above the heap) took 132 s in a debug build: every direct reclaim on a full
+// device isolated folios, split each 2 MiB folio into 512 pieces on the failed large
+// allocation and failed every piece (78 million reclaim failures, 71 million pages
+// scanned for 3314 swapped out). Reclaim now stops at once while the device has no free
+// slot, since every page-out starts with one (the kernel's can_reclaim_anon_pages).
+#[test]
+fn reclaim_on_a_full_swap_device_gives_up_at_once() {
+    let o = Overrides { workload: Some(WorkloadKind::Kbuild), ..Overrides::default() };
+    let report = run_seed(0, &o).expect("valid options");
+    assert!(report.passed(), "{}", report.failure_report(&o.to_args()));
+    let c = &report.stats.as_ref().expect("counters").counters;
+    let scanned = c.pgscan_direct + c.pgscan_kswapd;
+    assert!(scanned < 100 * (c.pswpout + c.swpout_zero), "{scanned} pages scanned");
+}
+
+// postmortem (bug G, a fault that never ends): the first 1000-seed run (release, pool on
+// in two thirds of the seeds) failed seeds 462 and 518 with "an access faulted without
+// end". Seed 518, order 3: a fault read the order-3 entry at pages 1712..1719 and the
+// read failed (write_lost, caught by the checksum); meanwhile the entry had been split
+// and pages 1717..1719 dropped by the program (each lost loudly from an earlier failed
+// read). fail_swapin poisoned all eight pages anyway, so 1719 was a present, poisoned
+// page with no page-table entry. When 1712..1719 were all gone, a first touch at 1714
+// mapped an order-3 folio: the page source found 1719 present (AlreadyPresent), nothing
+// was mapped, but the folio was marked resident, and every access to 1714 faulted as
+// spurious for ever. fail_swapin now poisons, under the PTL, only pages still referring
+// to the failed slots. Replay (before the fix): `uswap sim --seed 518`.
+#[test]
+fn a_failed_read_poisons_only_pages_still_referring_to_its_slots() {
+    for seed in [462, 518] {
+        let report = run_seed(seed, &Overrides::default()).expect("valid options");
+        assert!(report.passed(), "{}", report.failure_report(""));
     }
 }
