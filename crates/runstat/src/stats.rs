@@ -188,8 +188,12 @@ impl Summary {
                 self.in_file
             ),
             format!(
-                "{prefix}compression ratio {:.2}, faults {}, latency p50 {:.1} us, p99 {:.1} us",
-                self.compression_ratio,
+                "{prefix}compression ratio {}, faults {}, latency p50 {:.1} us, p99 {:.1} us",
+                if self.compression_ratio > 0.0 {
+                    format!("{:.2}", self.compression_ratio)
+                } else {
+                    "- (the pool was empty at the end)".to_string()
+                },
                 self.faults,
                 us(self.fault_ns_p50),
                 us(self.fault_ns_p99)
