@@ -84,6 +84,9 @@ pub struct Budget {
     watermarks: Watermarks,
     resident_bytes: AtomicU64,
     swapcache_bytes: AtomicU64,
+    /// Memory the embedder counts against the budget that the engine does not manage
+    /// ([`Budget::set_outside`]).
+    outside_bytes: AtomicU64,
     peak_bytes: AtomicU64,
 }
 
@@ -104,6 +107,7 @@ impl Budget {
             watermarks,
             resident_bytes: AtomicU64::new(0),
             swapcache_bytes: AtomicU64::new(0),
+            outside_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
         })
     }
@@ -150,9 +154,24 @@ impl Budget {
         self.swapcache_bytes.load(Ordering::Relaxed)
     }
 
+    /// Sets the memory outside the engine's management that counts against the budget
+    /// (the rest of a process whose whole resident set is budgeted: `uswap run`'s shim
+    /// sets it from VmRSS). Capped at half the budget, so the engine always keeps room to
+    /// work: a program whose own unmanaged memory exceeds that is over budget, and the
+    /// engine cannot help it.
+    pub fn set_outside(&self, bytes: u64) {
+        self.outside_bytes.store(bytes.min(self.budget_bytes / 2), Ordering::Relaxed);
+    }
+
+    /// The outside charge in force ([`Budget::set_outside`]).
+    pub fn outside_bytes(&self) -> u64 {
+        self.outside_bytes.load(Ordering::Relaxed)
+    }
+
     /// Everything charged, given the pool's current size; records the peak.
     pub fn used(&self, pool_bytes: u64) -> u64 {
-        let used = self.resident_bytes() + self.swapcache_bytes() + pool_bytes;
+        let used =
+            self.resident_bytes() + self.swapcache_bytes() + pool_bytes + self.outside_bytes();
         self.peak_bytes.fetch_max(used, Ordering::Relaxed);
         used
     }
@@ -203,6 +222,21 @@ mod tests {
         let wm = Watermarks { min_bytes: 1, low_bytes: 2, high_bytes: 1 << 20 };
         assert!(Budget::new(1 << 20, wm).is_err(), "high must be below the budget");
         assert!(Budget::new(100, Watermarks::default_for(100, 4096)).is_err());
+    }
+
+    #[test]
+    fn the_outside_charge_counts_and_is_capped_at_half() {
+        let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
+        let budget = Budget::new(1000 * 4096, wm).unwrap();
+        budget.charge_resident(400 * 4096);
+        budget.set_outside(100 * 4096);
+        assert_eq!(budget.used(0), 500 * 4096);
+        assert_eq!(budget.free(0), 500 * 4096);
+        budget.set_outside(u64::MAX);
+        assert_eq!(budget.outside_bytes(), 500 * 4096, "capped at half the budget");
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
+        budget.set_outside(0);
+        assert_eq!(budget.used(0), 400 * 4096);
     }
 
     #[test]

@@ -476,6 +476,32 @@ impl Engine {
     pub fn check_invariants(&self) {
         self.core.check_invariants();
     }
+
+    /// Counts `bytes` of memory the engine does not manage against the budget (capped at
+    /// half of it: [`crate::budget::Budget::set_outside`]), and wakes the background
+    /// reclaimer if that leaves the budget short. `uswap run`'s shim calls it with the part
+    /// of the process's resident set that is not the engine's charge, so the whole process
+    /// stays within the budget.
+    ///
+    /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
+    pub fn set_outside_charge(&self, bytes: u64) {
+        let core = &self.core;
+        core.budget.set_outside(bytes);
+        if core.budget.pressure(core.pool_bytes(), 0) >= Pressure::BelowLow {
+            core.wake_kswapd();
+        }
+    }
+
+    /// What the budget charges now, in bytes: resident and swap-cache pages, the pool, and
+    /// the outside charge ([`Engine::set_outside_charge`]).
+    pub fn charged_bytes(&self) -> u64 {
+        self.core.budget.used(self.core.pool_bytes())
+    }
+
+    /// The outside charge in force.
+    pub fn outside_charge(&self) -> u64 {
+        self.core.budget.outside_bytes()
+    }
 }
 
 impl Drop for Engine {

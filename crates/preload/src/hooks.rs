@@ -365,6 +365,9 @@ impl uffd::Hooks for ShimHooks {
         } else if asked {
             wait = SCAN_GAP.saturating_sub(since_scan);
         }
+        if since_scan >= SCAN_PERIOD || wait == SCAN_PERIOD {
+            charge_the_rest(engine);
+        }
         let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));
         if sc.last_stats.is_none_or(|t| now - t >= interval) {
             sc.last_stats = Some(now);
@@ -373,6 +376,19 @@ impl uffd::Hooks for ShimHooks {
         }
         Some(wait.max(Duration::from_millis(1)))
     }
+}
+
+/// Counts the part of the process's resident set that is not the engine's charge against
+/// the budget (`Engine::set_outside_charge`): the program's libraries and interpreter as
+/// they page in, the engine's own metadata, what the scan has not adopted yet. The budget
+/// then bounds the whole process, as `uswap run` promises, not only the managed pages.
+/// A zero-page mapping is charged but not resident, so the difference is taken saturating.
+///
+/// Context: the handler thread; reads /proc/self/status (allocates from the shim's arena).
+pub fn charge_the_rest(engine: &Engine) {
+    let Ok(mem) = uffd::MemStatus::read() else { return };
+    let managed = engine.charged_bytes().saturating_sub(engine.outside_charge());
+    engine.set_outside_charge(mem.rss_bytes.saturating_sub(managed));
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -95,13 +95,12 @@ fn start() -> Result<(), String> {
 /// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
 fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
     let options = HandlerOptions { trim: false, resync: true, hooks: Some(hooks) };
-    // The budget is the program's: what is resident before it starts (the loader, the
-    // libraries, this shim) is charged to it first, the engine manages the rest (never
-    // less than half).
-    let baseline = uffd::MemStatus::read().map_or(0, |m| m.rss_bytes);
-    let engine_budget = config.budget_bytes.saturating_sub(baseline).max(config.budget_bytes / 2);
+    // The budget is the program's, the whole process's resident set: what is not the
+    // engine's own charge (the loader, the libraries, this shim now; whatever the program
+    // pages in outside the managed set later) is counted against it as the outside charge,
+    // set below and then every scan period (`hooks::charge_the_rest`).
     let mut builder = Uswap::builder()
-        .budget_bytes(engine_budget)
+        .budget_bytes(config.budget_bytes)
         .swap_size_bytes(config.swap_size_bytes)
         .require_kernel_faults(true)
         .handler_options(options);
@@ -117,6 +116,9 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         }
     };
     let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
+    if let Ok(engine) = swap.engine() {
+        crate::hooks::charge_the_rest(engine);
+    }
     if let Some(path) = &config.swap_file {
         // The backend holds the file open: its name is not needed, and gone now it cannot
         // outlive the program (nor collide with an exec'd image's own).
