@@ -228,15 +228,17 @@ mod tests {
     fn the_outside_charge_counts_and_is_capped_at_half() {
         let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
         let budget = Budget::new(1000 * 4096, wm).unwrap();
-        budget.charge_resident(400 * 4096);
+        budget.charge_resident(600 * 4096);
         budget.set_outside(100 * 4096);
-        assert_eq!(budget.used(0), 500 * 4096);
-        assert_eq!(budget.free(0), 500 * 4096);
+        assert_eq!(budget.used(0), 700 * 4096);
+        assert_eq!(budget.free(0), 300 * 4096);
+        assert_eq!(budget.pressure(0, 0), Pressure::None);
         budget.set_outside(u64::MAX);
         assert_eq!(budget.outside_bytes(), 500 * 4096, "capped at half the budget");
+        assert_eq!(budget.free(0), 0, "600 resident + 500 outside: over the budget");
         assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
         budget.set_outside(0);
-        assert_eq!(budget.used(0), 400 * 4096);
+        assert_eq!(budget.used(0), 600 * 4096);
     }
 
     #[test]
