@@ -31,6 +31,12 @@ fn setup() -> (Arc<Engine>, Arc<MemorySource>) {
         background_reclaim: false,
         readahead_max_pages: 0,
         swap: SwapConfig { size_bytes: 512 * PAGE as u64, ..SwapConfig::default() },
+        // postmortem: the model is of the device path; once the smallest pool fell to
+        // 64 KiB, the default pool took this 1 MiB budget's page-outs, every read came from
+        // the pool and the read count (pswpin) was 0: the model stopped at its first
+        // execution, and the planted bug went unseen. Loom is not in CI; run it by hand
+        // (docs/TESTING.md) after engine changes.
+        zswap: None,
         ..EngineConfig::default()
     };
     let engine = Engine::new(config, dyn_source).expect("engine");
