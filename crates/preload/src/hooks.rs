@@ -361,12 +361,10 @@ impl uffd::Hooks for ShimHooks {
             SCAN_REQUESTED.store(false, SeqCst);
             self.scan(started, engine, &mut sc);
             sc.last_scan = Some(Instant::now());
+            charge_the_rest(engine);
             wait = SCAN_PERIOD;
         } else if asked {
             wait = SCAN_GAP.saturating_sub(since_scan);
-        }
-        if since_scan >= SCAN_PERIOD || wait == SCAN_PERIOD {
-            charge_the_rest(engine);
         }
         let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));
         if sc.last_stats.is_none_or(|t| now - t >= interval) {

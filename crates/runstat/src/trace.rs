@@ -102,10 +102,25 @@ pub fn encode(r: &Record) -> [u8; RECORD_BYTES] {
     bytes
 }
 
+/// The record in `bytes`; `Err(code)` for an unknown kind code.
+pub fn decode_record(bytes: &[u8; RECORD_BYTES]) -> Result<Record, u8> {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    Ok(Record {
+        time_ns: word(0),
+        kind: RecordKind::from_code(bytes[8]).ok_or(bytes[8])?,
+        thread: u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
+        addr: word(16),
+        len: word(24),
+    })
+}
+
 /// Decodes a whole trace (tests): the header's page size and the records; `None` for a
 /// wrong magic, version or record size, an unknown kind, or a partial record.
 pub fn decode(bytes: &[u8]) -> Option<(u32, Vec<Record>)> {
-    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
     let head = bytes.get(..HEADER_BYTES)?;
     if head[..8] != MAGIC || head[8..10] != VERSION.to_le_bytes() || head[10..12] != [32, 0] {
         return None;
@@ -117,13 +132,7 @@ pub fn decode(bytes: &[u8]) -> Option<(u32, Vec<Record>)> {
     }
     let mut records = Vec::with_capacity(body.len() / RECORD_BYTES);
     for r in body.chunks_exact(RECORD_BYTES) {
-        records.push(Record {
-            time_ns: word(r, 0),
-            kind: RecordKind::from_code(r[8])?,
-            thread: u32::from_le_bytes(r[12..16].try_into().ok()?),
-            addr: word(r, 16),
-            len: word(r, 24),
-        });
+        records.push(decode_record(r.try_into().ok()?).ok()?);
     }
     Some((page_size, records))
 }

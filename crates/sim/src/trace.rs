@@ -216,18 +216,11 @@ impl<R: Read> TraceReader<R> {
         if self.index >= RECORDS_MAX {
             return Err(TraceError::TooLong);
         }
-        let kind = RecordKind::from_code(bytes[8]).ok_or_else(|| TraceError::BadRecord {
-            index: self.index,
-            why: format!("unknown kind {}", bytes[8]),
+        let record = runstat::trace::decode_record(&bytes).map_err(|code| {
+            TraceError::BadRecord { index: self.index, why: format!("unknown kind {code}") }
         })?;
         self.index += 1;
-        Ok(Some(Record {
-            time_ns: word(&bytes, 0),
-            kind,
-            thread: u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
-            addr: word(&bytes, 16),
-            len: word(&bytes, 24),
-        }))
+        Ok(Some(record))
     }
 
     /// Every remaining record.
@@ -259,15 +252,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<Record> {
-        let kinds = [
-            RecordKind::FaultRead,
-            RecordKind::FaultWrite,
-            RecordKind::Evict,
-            RecordKind::Remove,
-            RecordKind::Unmap,
-            RecordKind::Fork,
-        ];
-        kinds
+        RecordKind::ALL
             .iter()
             .enumerate()
             .map(|(i, &kind)| Record {

@@ -18,9 +18,10 @@
 //!
 //! The page pointers live inline in the `ZsPage` (not in a boxed slice beside it): a load
 //! reaches an object's bytes through the handle table and the `ZsPage`, two dependent
-//! memory reads, not three (`uswap bench zswap` showed each such cache miss on the load
-//! path). [`ZsPage::with_object`] hands an object that lies in one page to its reader in
-//! place, with no copy.
+//! memory reads, not three (on a cold load each is a likely cache and TLB miss: `uswap
+//! bench zswap`'s cold and hot loads differ by ~0.9 us, docs/benchmarks.md).
+//! [`ZsPage::with_object`] hands an object that lies in one page to its reader in place,
+//! with no copy.
 //!
 //! Invariants (checked by [`ZsPage::check_invariants`]): the free list visits exactly the
 //! free objects, once each; `inuse` counts the used ones; the first `page_count` page

@@ -36,7 +36,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use xarray::{Entry, EntryRef};
-use zpool::{PoolConfig, ZsPool};
+use zpool::{Handle, PoolConfig, ZsPool};
 
 thread_local! {
     /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
@@ -406,10 +406,11 @@ impl Zswap {
     /// If `entry`'s offset is beyond the device, or the slot holds an entry of another
     /// device type (caller bugs).
     ///
-    /// Context: the caller owns the slot's swap-cache folio (no writeback of it runs
-    /// meanwhile). Takes the tree lock and a class lock inside it, and decompresses under
-    /// both, straight from the pool's memory (no copy of the object first: the copy and
-    /// its cache misses were a fifth of a load, `uswap bench zswap`).
+    /// Context: the caller owns the slot's swap-cache folio, so neither a writeback nor an
+    /// invalidation of this entry runs meanwhile and its handle stays live after the tree
+    /// lock is dropped (a caller that breaks this gets the pool's stale-handle panic, never
+    /// another object's bytes). Takes the tree lock for the lookup only; decompresses under
+    /// the class lock, straight from the pool's memory ([`ZsPool::read_with`]).
     pub fn load(&self, entry: SwapEntry, page: &mut [u8; PAGE_SIZE]) -> Result<bool, Error> {
         self.check_entry(entry);
         if self.exclusive_load {
@@ -417,14 +418,16 @@ impl Zswap {
         }
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            let (tree, key) = self.trees.lock(entry.offset());
-            let Some(found) = self.find(&tree, key, entry) else {
-                bump(&self.counters.load_misses);
-                return Ok(false);
+            let (handle, raw) = {
+                let (tree, key) = self.trees.lock(entry.offset());
+                let Some(found) = self.find(&tree, key, entry) else {
+                    bump(&self.counters.load_misses);
+                    return Ok(false);
+                };
+                found.mark_referenced();
+                (found.handle, found.is_raw())
             };
-            found.mark_referenced();
-            self.read_into(found, page, &mut scratch)?;
-            drop(tree);
+            self.read_into(handle, raw, page, &mut scratch)?;
             bump(&self.counters.zswpin);
             Ok(true)
         })
@@ -438,7 +441,7 @@ impl Zswap {
                 bump(&self.counters.load_misses);
                 return Ok(false);
             };
-            self.read_into(found, page, &mut scratch)?;
+            self.read_into(found.handle, found.is_raw(), page, &mut scratch)?;
             let erased = self.erase_locked(&mut tree, key);
             drop(tree);
             if let Some(erased) = erased {
@@ -457,26 +460,27 @@ impl Zswap {
         Some(found)
     }
 
-    /// Fills `page` from `found`'s object: a raw page is copied; a compressed object is
-    /// decompressed straight out of the pool (in place, or through `scratch` when it
-    /// crosses a page edge: [`ZsPool::read_with`]). Caller holds `found`'s tree lock; the
-    /// class lock is held for the decompression (compaction cannot move the object).
+    /// Fills `page` from the object at `handle`: a raw page (`raw`) is copied; a compressed
+    /// object is decompressed straight out of the pool (in place, or through `scratch` when
+    /// it crosses a page edge: [`ZsPool::read_with`]). The class lock is held for the
+    /// decompression (compaction cannot move the object); the caller keeps the handle live
+    /// (the entry's tree lock, or the slot's swap-cache folio).
     ///
     /// # Errors
     /// The decompressor's, counted in `decompress_fail`; `page` is then zero-filled.
     fn read_into(
         &self,
-        found: &ZswapEntry,
+        handle: Handle,
+        raw: bool,
         page: &mut [u8; PAGE_SIZE],
         scratch: &mut [u8],
     ) -> Result<(), Error> {
-        if found.is_raw() {
-            self.pool.read(found.handle, page);
+        if raw {
+            self.pool.read(handle, page);
             return Ok(());
         }
-        let decoded = self
-            .pool
-            .read_with(found.handle, scratch, |object| self.compressor.decompress(object, page));
+        let decoded =
+            self.pool.read_with(handle, scratch, |object| self.compressor.decompress(object, page));
         decoded.inspect_err(|_| bump(&self.counters.decompress_fail))
     }
 

@@ -78,7 +78,7 @@ fn parse_mm_stat(text: &str) -> Option<[u64; 5]> {
     Some(out)
 }
 
-/// A `/proc/meminfo` line's value in bytes (`Zswap:  1234 kB`).
+/// A `/proc/meminfo` (or `/proc/PID/status`) line's value in bytes (`Zswap:  1234 kB`).
 pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
     meminfo.lines().find_map(|line| {
         let rest = line.strip_prefix(key)?.strip_prefix(':')?;

@@ -17,6 +17,7 @@
 //! The budget is the same number on both sides; how far each side's peak lands from it is
 //! the comparison (`uswap run` promises the budget plus its slack, docs/RUN.md).
 
+use super::kernel_side::meminfo_bytes;
 use super::outcome::{RunOutcome, Side};
 use super::runner::{MemoryProbe, Sample};
 use super::workloads::{Placement, RunContext, WorkloadSpec};
@@ -116,7 +117,7 @@ fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
             break;
         }
         let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status")));
-        total += status.ok().and_then(|s| status_kb(&s, "VmRSS")).unwrap_or(0) * 1024;
+        total += status.ok().and_then(|s| meminfo_bytes(&s, "VmRSS")).unwrap_or(0);
         let tasks = std::fs::read_dir(proc_root.join(format!("{pid}/task")));
         for task in tasks.into_iter().flatten().flatten() {
             let children = std::fs::read_to_string(task.path().join("children"));
@@ -125,14 +126,6 @@ fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
         }
     }
     total
-}
-
-/// A `/proc/PID/status` line's value in kB (`VmRSS:   1234 kB`).
-fn status_kb(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|line| {
-        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
-        rest.trim().trim_end_matches("kB").trim().parse().ok()
-    })
 }
 
 #[cfg(test)]
