@@ -14,13 +14,14 @@
 //!    pass stores into its recycled memory (malloc trimming held off meanwhile).
 //! 2. **Load**, in a seeded random order of the pages (as swap-ins come), interleaved the
 //!    same way: `Compressor::decompress` of the object, then `Zswap::load` of the slot
-//!    (index lookup, object copy out of the pool, decompression), checked against the
-//!    page; then again in slot order (objects in memory order, the prefetcher's best case:
+//!    (index lookup, decompression straight out of the pool), checked against the page;
+//!    then again in slot order (objects in memory order, the prefetcher's best case:
 //!    `load_in_order_*`). Each page stored compressed is then loaded and decoded once more
 //!    at once (`load_hot_*`, `raw_decompress_hot_*`: every line in the cache), which
-//!    separates zswap's own instructions from the memory misses of a cold load. The load/raw ratio is taken on the pages stored compressed (the
-//!    raw decompressor has nothing to do for a page stored raw; for `none`, whose decoder
-//!    is a copy, on every page); `load_all` covers every page.
+//!    separates zswap's own instructions from the memory misses of a cold load. The
+//!    load/raw ratio is taken on the pages stored compressed (the raw decompressor has
+//!    nothing to do for a page stored raw; for `none`, whose decoder is a copy, on every
+//!    page); `load_all` covers every page.
 //! 3. **Pool overhead**: a seeded random half of the slots is invalidated, the pool
 //!    compacted; `pool_overhead` = the pool allocator's bytes (`ZsPool::total_bytes`: pages
 //!    held and the allocator's metadata) / the sum of the live objects' lengths (compressed
