@@ -10,6 +10,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 fn workload_binary() -> Option<PathBuf> {
     let uswap = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
     let candidate = uswap.parent()?.join("uswap-workload");
@@ -68,6 +70,7 @@ fn compare_quick_json_on_the_kernel_side() {
     let zswap_before = read("/sys/module/zswap/parameters/enabled");
     let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
         .args(["bench", "compare", "--quick", "--json"])
+        .env("USWAP_PRELOAD", common::shim())
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");

@@ -4,27 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-fn target_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
-    exe.parent().unwrap().to_path_buf()
-}
-
-/// The shim, built once per test process.
-fn shim() -> &'static Path {
-    static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let dir = target_dir();
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "preload"]);
-        if dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        assert!(cargo.status().unwrap().success(), "cargo build -p preload");
-        dir.join("libuswap_preload.so")
-    })
-}
+mod common;
+use common::{shim, target_dir};
 
 fn uswap(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
