@@ -44,6 +44,11 @@ const CLASSES: usize = 31;
 /// Freed blocks at least this big give their pages back.
 const RELEASE_BYTES: usize = 64 << 10;
 const PAGE: usize = 4096;
+/// Fresh blocks are aligned to their size up to this (one huge page), so a freed block of
+/// a class serves any request of that class aligned up to it: zpool asks for 2 MiB chunks
+/// aligned to 2 MiB (to back them with huge pages), and those must be reused, not bumped
+/// anew each time (the reservation would run out).
+const ALIGN_MAX: usize = 2 << 20;
 
 /// The allocator (module essay).
 #[derive(Debug)]
@@ -145,7 +150,7 @@ fn lock(mutex: &Mutex<usize>) -> std::sync::MutexGuard<'_, usize> {
 fn class_of(layout: Layout) -> Option<(usize, usize)> {
     let size = layout.size().max(layout.align()).max(1 << MIN_SHIFT).checked_next_power_of_two()?;
     let class = (size.trailing_zeros() - MIN_SHIFT) as usize;
-    (class < CLASSES).then_some((class, layout.align().max(size.min(PAGE))))
+    (class < CLASSES).then_some((class, layout.align().max(size.min(ALIGN_MAX))))
 }
 
 /// Maps the reservation (raw system calls: no libc state, no interposed symbol).
@@ -174,14 +179,14 @@ fn reserve() -> usize {
 // SAFETY: blocks are disjoint parts of the reservation, each handed out once until freed;
 // a block's size is its class's (at least `layout.size()`), its alignment at least
 // `layout.align()` (fresh blocks are aligned to it; a reused block of the class was aligned
-// to min(class size, 4096), which covers every alignment up to that, and larger alignments
-// never reuse).
+// to min(class size, ALIGN_MAX), which covers every alignment up to that, and larger
+// alignments never reuse).
 unsafe impl GlobalAlloc for Arena {
     /// # Safety
     /// [`GlobalAlloc`]'s contract.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let Some((class, align)) = class_of(layout) else { return std::ptr::null_mut() };
-        if layout.align() <= PAGE {
+        if layout.align() <= (1usize << (class as u32 + MIN_SHIFT)).min(ALIGN_MAX) {
             let block = self.pop(class);
             if block != 0 {
                 return block as *mut u8;

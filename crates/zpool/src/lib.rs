@@ -51,16 +51,19 @@
 //!   free lists and the fullness-group lists;
 //! - the fixed pool structure (the classes and their locks).
 //!
-//! Not counted: the system allocator's own chunk headers around those allocations (16 B per
-//! 4 KiB page with glibc, 0.4%). And a page the pool frees goes back to malloc, not to the
-//! kernel (only the `uffd` layer makes memory-management calls): malloc keeps it for the
-//! next zspage. `uswap bench zpool` measures both views.
+//! Not counted: the system allocator's chunk headers around the metadata allocations, and
+//! the free pages the page arena ([`arena`]) keeps resident for the next zspage: bounded
+//! (an eighth of the pages in use, or one 2 MiB chunk), reported in
+//! [`PoolStats::arena`], and given back to the kernel by [`ZsPool::compact`]. Pages come
+//! from 2 MiB chunks advised for huge pages, so a cold load's walk to the object's bytes
+//! costs fewer TLB misses (the arena's essay). `uswap bench zpool` measures both views.
 //!
 //! Conventions in this crate: `ppz` = pages per zspage, `obj` = an object index inside a
 //! zspage, `slot` = an index in a class's handle table, `step` = a 16 B size step.
 
 #![deny(unsafe_code)]
 
+mod arena;
 pub mod class;
 mod error;
 pub mod handle;
@@ -69,10 +72,11 @@ mod state;
 mod stats;
 mod zspage;
 
+pub use arena::{ArenaStats, CHUNK_BYTES};
 pub use class::{ClassGeometry, ClassIndex, ClassTable};
 pub use error::Error;
 pub use handle::Handle;
-pub use pool::{AllocAttempt, AllocFailHook, ObjLocation, PoolConfig, ZsPool};
+pub use pool::{AllocAttempt, AllocFailHook, ObjHint, ObjLocation, PoolConfig, ZsPool};
 pub use stats::{ClassStats, CompactStats, Counters, PoolStats};
 
 /// A base page: the unit zspages are made of and the largest object.

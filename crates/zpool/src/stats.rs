@@ -114,6 +114,8 @@ pub struct PoolStats {
     pub classes: Vec<ClassStats>,
     /// The counters.
     pub counters: Counters,
+    /// The page arena: chunks, free pages still resident, releases.
+    pub arena: crate::ArenaStats,
 }
 
 /// What one [`crate::ZsPool::compact`] call did.
@@ -123,6 +125,8 @@ pub struct CompactStats {
     pub objects_moved: usize,
     /// zspages emptied and freed.
     pub zspages_freed: usize,
-    /// Pages given back.
+    /// Pages given back to the arena.
     pub pages_freed: usize,
+    /// Free arena pages given back to the kernel (`MADV_DONTNEED`).
+    pub pages_released: usize,
 }

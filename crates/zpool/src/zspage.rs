@@ -1,8 +1,8 @@
 //! ZsPage: a chain of base pages holding the objects of one size class.
 //!
-//! The pages are separate 4 KiB allocations (the kernel's order-0 pages: no large
-//! allocation is ever needed, and every page allocation is the same size, so the system
-//! allocator reuses a freed page exactly). Objects are packed end to end across the chain:
+//! The pages are separate 4 KiB pages from the pool's [`PageArena`](crate::arena::PageArena) (the kernel's order-0
+//! pages: no large allocation is ever needed, and a chain's pages need not be adjacent;
+//! the arena carves them from huge-page chunks). Objects are packed end to end across the chain:
 //! object `i` occupies bytes `i * size .. (i + 1) * size` of the chain, so an object may
 //! start in one page and end in the next; [`ZsPage::write`] and [`ZsPage::read`] copy it
 //! in two pieces then.
@@ -18,8 +18,8 @@
 //!
 //! The page pointers live inline in the `ZsPage` (not in a boxed slice beside it): a load
 //! reaches an object's bytes through the handle table and the `ZsPage`, two dependent
-//! memory reads, not three (on a cold load each is a likely cache and TLB miss: `uswap
-//! bench zswap`'s cold and hot loads differ by ~0.9 us, docs/benchmarks.md).
+//! memory reads, not three. On a cold load each is a likely cache miss, so a load first
+//! prefetches all of them at once from the addresses its writer noted (`ObjHint`).
 //! [`ZsPage::with_object`] hands an object that lies in one page to its reader in place,
 //! with no copy.
 //!
@@ -27,10 +27,8 @@
 //! free objects, once each; `inuse` counts the used ones; the first `page_count` page
 //! slots hold pages, the rest none, and `page_count` is the class's pages per zspage.
 
+use crate::arena::PoolPage;
 use crate::{MAX_PAGES_PER_ZSPAGE, PAGE_SIZE};
-
-/// One base page of a zspage.
-pub(crate) type PageBox = Box<[u8; PAGE_SIZE]>;
 
 /// Marks the end of a free list.
 const NO_OBJ: u16 = u16::MAX;
@@ -60,20 +58,10 @@ impl ObjSlot {
     }
 }
 
-/// Allocates one zeroed page, or `None` when the system allocator refuses.
-///
-/// Context: may allocate (that is its purpose); call it with no lock held.
-pub(crate) fn alloc_page() -> Option<PageBox> {
-    let mut bytes: Vec<u8> = Vec::new();
-    bytes.try_reserve_exact(PAGE_SIZE).ok()?;
-    bytes.resize(PAGE_SIZE, 0);
-    bytes.into_boxed_slice().try_into().ok()
-}
-
 /// A chain of pages and the objects in it.
 #[derive(Debug)]
 pub(crate) struct ZsPage {
-    pages: [Option<PageBox>; MAX_PAGES_PER_ZSPAGE],
+    pages: [Option<PoolPage>; MAX_PAGES_PER_ZSPAGE],
     page_count: u8,
     objs: Box<[ObjSlot]>,
     free_head: u16,
@@ -88,28 +76,40 @@ impl ZsPage {
     /// could not be had.
     ///
     /// Context: allocates; call it with no lock held.
+    #[cfg(test)]
     ///
     /// Boxed, so the class's zspage table holds one pointer per id, not the whole struct:
-    /// the table keeps its high-water length, and 8 bytes per id there is what that costs.
-    #[cfg(test)]
-    pub(crate) fn alloc(pages: usize, objs: usize) -> Option<Box<Self>> {
-        Self::alloc_from(pages, objs, alloc_page)
+    /// the table keeps its high-water length, and 8 bytes per id there is what that costs
+    /// (a load prefetches the box's page pointer with the object: `ObjHint`).
+    pub(crate) fn alloc(
+        arena: &crate::arena::PageArena,
+        pages: usize,
+        objs: usize,
+    ) -> Option<Box<Self>> {
+        Self::alloc_from(pages, objs, || arena.alloc(), |page| arena.free(page))
     }
 
-    /// As [`ZsPage::alloc`], taking its pages from `page` (the pool's spare pages first).
-    /// A page's old contents never show: every object is written before it is read.
+    /// As [`ZsPage::alloc`], taking its pages from `page` (the pool's spare pages first)
+    /// and handing them to `give_back` if the zspage cannot be completed. A page's old
+    /// contents never show: every object is written before it is read.
     pub(crate) fn alloc_from(
         pages: usize,
         objs: usize,
-        mut page: impl FnMut() -> Option<PageBox>,
+        mut page: impl FnMut() -> Option<PoolPage>,
+        mut give_back: impl FnMut(PoolPage),
     ) -> Option<Box<Self>> {
         assert!(pages <= MAX_PAGES_PER_ZSPAGE, "a zspage of {pages} pages");
-        let mut chain: [Option<PageBox>; MAX_PAGES_PER_ZSPAGE] = Default::default();
-        for slot in chain.iter_mut().take(pages) {
-            *slot = Some(page()?);
-        }
+        let mut chain: [Option<PoolPage>; MAX_PAGES_PER_ZSPAGE] = Default::default();
         let mut slots = Vec::new();
-        slots.try_reserve_exact(objs).ok()?;
+        let complete = slots.try_reserve_exact(objs).is_ok()
+            && chain.iter_mut().take(pages).all(|slot| {
+                *slot = page();
+                slot.is_some()
+            });
+        if !complete {
+            chain.into_iter().flatten().for_each(&mut give_back);
+            return None;
+        }
         for obj in 0..objs {
             let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
             slots.push(ObjSlot::free(next));
@@ -127,7 +127,7 @@ impl ZsPage {
 
     /// Gives the zspage's pages back (it must be empty: its objects are dead).
     #[allow(clippy::boxed_local)] // zspages live boxed; taking the box avoids a move out
-    pub(crate) fn into_pages(self: Box<Self>) -> Vec<PageBox> {
+    pub(crate) fn into_pages(self: Box<Self>) -> Vec<PoolPage> {
         debug_assert_eq!(self.inuse, 0, "pages of a zspage still in use");
         self.pages.into_iter().flatten().collect()
     }
@@ -145,6 +145,14 @@ impl ZsPage {
     /// Pages in the chain.
     pub(crate) fn page_count(&self) -> usize {
         usize::from(self.page_count)
+    }
+
+    /// Addresses to prefetch before reading the object at `offset`: the pointer to its
+    /// page in this `ZsPage`, and its first byte.
+    pub(crate) fn addresses_of(&self, offset: usize) -> (usize, usize) {
+        let index = offset / PAGE_SIZE;
+        let slot = std::ptr::from_ref(&self.pages[index]) as usize;
+        (slot, self.page(index).as_ptr() as usize + offset % PAGE_SIZE)
     }
 
     fn page(&self, index: usize) -> &[u8; PAGE_SIZE] {
@@ -264,7 +272,8 @@ mod tests {
 
     #[test]
     fn straddling_object_round_trips() {
-        let Some(mut zspage) = ZsPage::alloc(3, 256) else { panic!("no memory") };
+        let arena = crate::arena::PageArena::new();
+        let Some(mut zspage) = ZsPage::alloc(&arena, 3, 256) else { panic!("no memory") };
         let data: Vec<u8> = (0..48u8).collect();
         // Object 85 of a 48-byte class: bytes 4080..4128, across pages 0 and 1.
         zspage.write(85 * 48, &data);
@@ -277,7 +286,8 @@ mod tests {
 
     #[test]
     fn with_object_reads_in_place_or_through_scratch() {
-        let Some(mut zspage) = ZsPage::alloc(3, 256) else { panic!("no memory") };
+        let arena = crate::arena::PageArena::new();
+        let Some(mut zspage) = ZsPage::alloc(&arena, 3, 256) else { panic!("no memory") };
         let data: Vec<u8> = (0..48u8).collect();
         zspage.write(84 * 48, &data); // bytes 4032..4080: in page 0
         zspage.write(85 * 48, &data); // bytes 4080..4128: across pages 0 and 1
@@ -293,7 +303,8 @@ mod tests {
 
     #[test]
     fn free_list_is_lifo_and_checked() {
-        let Some(mut zspage) = ZsPage::alloc(1, 4) else { panic!("no memory") };
+        let arena = crate::arena::PageArena::new();
+        let Some(mut zspage) = ZsPage::alloc(&arena, 1, 4) else { panic!("no memory") };
         let a = zspage.alloc_obj(10);
         let b = zspage.alloc_obj(11);
         assert_eq!((a, b), (Some(0), Some(1)));
@@ -310,7 +321,8 @@ mod tests {
     #[test]
     #[should_panic(expected = "double free")]
     fn double_free_is_caught() {
-        let Some(mut zspage) = ZsPage::alloc(1, 2) else { panic!("no memory") };
+        let arena = crate::arena::PageArena::new();
+        let Some(mut zspage) = ZsPage::alloc(&arena, 1, 2) else { panic!("no memory") };
         let obj = zspage.alloc_obj(1).unwrap_or(0);
         zspage.free_obj(obj);
         zspage.free_obj(obj);

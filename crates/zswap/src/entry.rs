@@ -16,7 +16,7 @@
 use crate::lru::{NodeId, NIL};
 use slots::SwapEntry;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use zpool::Handle;
+use zpool::{Handle, ObjHint};
 
 /// A stored page.
 #[derive(Debug)]
@@ -27,6 +27,8 @@ pub(crate) struct ZswapEntry {
     pub(crate) handle: Handle,
     /// Object length: compressed bytes, or 4096 for a page stored raw.
     pub(crate) length: u32,
+    /// Where the object lay when stored: prefetched by a load before it walks the handle.
+    pub(crate) hint: ObjHint,
     /// Used since the LRU last looked at it: spared once by writeback.
     referenced: AtomicBool,
     /// The LRU node holding it (LRU lock).
@@ -34,11 +36,12 @@ pub(crate) struct ZswapEntry {
 }
 
 impl ZswapEntry {
-    pub(crate) fn new(swpentry: SwapEntry, handle: Handle, length: u32) -> Self {
+    pub(crate) fn new(swpentry: SwapEntry, handle: Handle, length: u32, hint: ObjHint) -> Self {
         ZswapEntry {
             swpentry,
             handle,
             length,
+            hint,
             // The kernel sets it at store: a new entry survives one LRU pass.
             referenced: AtomicBool::new(true),
             lru: AtomicU32::new(NIL),

@@ -195,14 +195,14 @@ impl Zswap {
             let mut scratch = scratch.borrow_mut();
             let object = self.compress(entry, page, &mut scratch)?;
             let handle = self.alloc_object(object.len())?;
-            self.pool.write(handle, object);
+            let hint = self.pool.write(handle, object);
             if self.lru.reserve().is_err() {
                 self.pool.free(handle);
                 self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
-            let new = Arc::new(ZswapEntry::new(entry, handle, object.len() as u32));
+            let new = Arc::new(ZswapEntry::new(entry, handle, object.len() as u32, hint));
             self.publish(new)
         })
     }
@@ -424,6 +424,7 @@ impl Zswap {
                     bump(&self.counters.load_misses);
                     return Ok(false);
                 };
+                found.hint.prefetch();
                 found.mark_referenced();
                 (found.handle, found.is_raw())
             };
@@ -441,6 +442,7 @@ impl Zswap {
                 bump(&self.counters.load_misses);
                 return Ok(false);
             };
+            found.hint.prefetch();
             self.read_into(found.handle, found.is_raw(), page, &mut scratch)?;
             let erased = self.erase_locked(&mut tree, key);
             drop(tree);

@@ -76,3 +76,71 @@ fn set_trim_threshold(bytes: i32) {
         libc::mallopt(libc::M_TRIM_THRESHOLD, bytes);
     }
 }
+
+/// Bytes in an anonymous mapping advised for huge pages (`MADV_HUGEPAGE` before the first
+/// touch), as zpool's page arena holds its pages: what a benchmark's reference side keeps
+/// its data in, so both sides of a comparison pay the same TLB costs.
+pub struct HugeBytes {
+    /// The mapping's address (0 when empty) and its length.
+    map: usize,
+    map_len: usize,
+    /// Where the bytes start (the first 2 MiB boundary in the mapping) and their length.
+    start: usize,
+    len: usize,
+}
+
+impl HugeBytes {
+    /// A copy of `bytes`.
+    ///
+    /// # Errors
+    /// When the kernel refuses the mapping.
+    pub fn copy_of(bytes: &[u8]) -> anyhow::Result<Self> {
+        let huge = zpool::CHUNK_BYTES;
+        if bytes.is_empty() {
+            return Ok(HugeBytes { map: 0, map_len: 0, start: 0, len: 0 });
+        }
+        // One huge page more than needed, so an aligned start fits inside.
+        let aligned_len = bytes.len().next_multiple_of(huge);
+        let map_len = aligned_len + huge;
+        let flags = rustix::mm::MapFlags::PRIVATE;
+        let prot = rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE;
+        // SAFETY: a fresh anonymous mapping at an address the kernel chooses; nothing else
+        // refers to it.
+        let map =
+            unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), map_len, prot, flags)? };
+        let start = (map as usize).next_multiple_of(huge);
+        // SAFETY: the advised range lies inside the mapping just made; advice changes no
+        // contents (a kernel without THP refuses, harmlessly).
+        let advised = unsafe {
+            rustix::mm::madvise(start as *mut _, aligned_len, rustix::mm::Advice::LinuxHugepage)
+        };
+        let _no_thp_is_fine = advised;
+        // SAFETY: `start .. start + bytes.len()` lies inside the mapping (a huge page of
+        // slack before the aligned start), is writable, and overlaps nothing of `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, bytes.len()) };
+        Ok(HugeBytes { map: map as usize, map_len, start, len: bytes.len() })
+    }
+}
+
+impl std::ops::Deref for HugeBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `start .. start + len` was initialized by `copy_of` and stays mapped
+        // until drop; nothing writes it after.
+        unsafe { std::slice::from_raw_parts(self.start as *const u8, self.len) }
+    }
+}
+
+impl Drop for HugeBytes {
+    fn drop(&mut self) {
+        if self.map_len > 0 {
+            // SAFETY: the whole mapping made by `copy_of`; no borrow of it outlives `self`.
+            let unmapped = unsafe { rustix::mm::munmap(self.map as *mut _, self.map_len) };
+            let _leaked_address_space_only = unmapped;
+        }
+    }
+}

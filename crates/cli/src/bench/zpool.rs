@@ -41,24 +41,38 @@ const CODECS: [(&str, &str); 4] =
 /// Compressed objects of the corpus, back to back (a page that did not compress is raw).
 pub(super) struct Objects {
     bytes: Vec<u8>,
+    /// The same bytes moved into huge-page memory, once `move_to_huge_pages` ran.
+    huge: Option<super::heap::HugeBytes>,
     ends: Vec<usize>,
 }
 
 impl Objects {
     /// No objects, room for `count`.
     pub(super) fn with_capacity(count: usize) -> Self {
-        Objects { bytes: Vec::new(), ends: Vec::with_capacity(count) }
+        Objects { bytes: Vec::new(), huge: None, ends: Vec::with_capacity(count) }
+    }
+
+    /// Moves the objects into memory advised for huge pages, as zpool's pages are.
+    ///
+    /// # Errors
+    /// When the mapping is refused.
+    pub(super) fn move_to_huge_pages(&mut self) -> anyhow::Result<()> {
+        self.huge = Some(super::heap::HugeBytes::copy_of(&self.bytes)?);
+        self.bytes = Vec::new();
+        Ok(())
     }
 
     /// Appends one object.
     pub(super) fn push(&mut self, object: &[u8]) {
+        assert!(self.huge.is_none(), "objects appended after the move to huge pages");
         self.bytes.extend_from_slice(object);
         self.ends.push(self.bytes.len());
     }
 
     pub(super) fn get(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
+        let bytes = self.huge.as_deref().unwrap_or(&self.bytes);
+        &bytes[start..self.ends[i]]
     }
 
     pub(super) fn len(&self) -> usize {
@@ -87,7 +101,7 @@ fn run_codec(kind: CompressorKind, corpus: &Corpus) -> anyhow::Result<CodecRun> 
         decompress_ns: histogram()?,
         stored_bytes: 0,
         incompressible: 0,
-        objects: Objects { bytes: Vec::new(), ends: Vec::with_capacity(corpus.len()) },
+        objects: Objects::with_capacity(corpus.len()),
     };
     let mut compressed = Vec::with_capacity(corpus.len());
     for page in corpus.pages() {

@@ -163,7 +163,10 @@ impl<'a> Bench<'a> {
             self.lengths.push(stored_len);
             self.objects.push(object);
         }
-        Ok(())
+        // The raw decompressor reads its objects from huge-page memory, as the pool's
+        // pages are (zpool's page arena): the load/raw ratio then compares zswap's own
+        // work, not page sizes.
+        self.objects.move_to_huge_pages()
     }
 
     /// Stores every page, interleaved with the raw compressor; returns minor page faults
