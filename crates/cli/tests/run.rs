@@ -264,7 +264,8 @@ fn run_checked(check: &Path, args: &[&str]) -> (Output, Vec<(u64, u64)>) {
 /// `malloc` once the shim manages the program (zstd's contexts allocate from the shim's
 /// arena: zswap's compress/zstd_ctx.rs). Checked by an interposed `malloc` that counts the
 /// calls of threads named `uswap-*`; its control, a program thread that names itself so and
-/// calls `malloc`, shows the check sees such a call.
+/// calls `malloc`, shows the check sees such a call. The run records a trace as well, so the
+/// page-out hook (on the reclaimer) runs under the check too.
 // postmortem: its first run counted 3 engine-thread calls, with lz4 as with zstd: std
 // registers each thread-local destructor at its first use on a thread through glibc's
 // `__cxa_thread_atexit_impl`, which callocs; the reclaimer's first pool store (zswap's
@@ -288,8 +289,16 @@ fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
     assert!(reports[0].0 >= 1, "the control's malloc was not seen: {reports:?}");
 
     let plain = Command::new(&py).args(["-c", PY_OBJECTS, "250000"]).output().unwrap();
-    let args = ["run", "--budget", "64M", "--zswap", "zstd", "--", &py, "-c", PY_OBJECTS, "250000"];
+    // Recording too: the eviction hook runs on the reclaimer, under the same check.
+    let trace = std::env::temp_dir().join(format!("uswap-zstd-{}.trace", std::process::id()));
+    let trace_arg = trace.to_str().unwrap();
+    let args = ["run", "--budget", "64M", "--zswap", "zstd", "--record", trace_arg, "--"];
+    let args = [&args[..], &[&py, "-c", PY_OBJECTS, "250000"]].concat();
     let (out, reports) = run_checked(&check, &args);
+    let (_, records) = runstat::trace::decode(&std::fs::read(&trace).unwrap()).unwrap();
+    std::fs::remove_file(&trace).unwrap();
+    let evicts = records.iter().filter(|r| r.kind == runstat::trace::RecordKind::Evict).count();
+    assert!(evicts > 10_000, "{evicts} evictions recorded");
     assert_eq!(out.status.code(), Some(7), "exit code preserved");
     assert_eq!(out.stdout, plain.stdout, "same checksum");
     let err = stderr(&out);
