@@ -31,7 +31,7 @@ pub struct RunArgs {
     /// 256M, 1.5G. Default: half of MemAvailable.
     #[arg(long)]
     budget: Option<String>,
-    /// The compressed pool: lz4 or off (zstd: not yet under `uswap run`, docs/RUN.md).
+    /// The compressed pool: lz4, zstd (level 3; zstd:1..=3 for another level) or off.
     #[arg(long, default_value = "lz4")]
     zswap: String,
     /// The pool's share of the budget, percent.
@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// Where --stats-every writes (appends) instead of stderr.
     #[arg(long)]
     stats_file: Option<PathBuf>,
-    /// Write a trace of faults and events (the simulator's format) to FILE.
+    /// Write a trace of faults, evictions and events (the simulator's format) to FILE.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The program and its arguments.
@@ -117,16 +117,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
         None => DEFAULT_SWAP_BYTES,
     };
-    if args.zswap == "zstd" {
-        // libzstd allocates its contexts' workspaces with glibc's malloc, lazily, on an
-        // engine thread: from an arena the shim would manage, so the handler could fault
-        // on its own memory (docs/RUN.md, limits). Refused until the contexts come from
-        // the shim's own allocator.
-        bail!("--zswap zstd is not supported by `uswap run` yet (docs/RUN.md): use lz4 or off");
-    }
-    if !matches!(args.zswap.as_str(), "lz4" | "off") {
-        bail!("--zswap {}: use lz4 or off", args.zswap);
-    }
+    check_zswap(&args.zswap)?;
     if args.pool_percent == 0 || args.pool_percent > 100 {
         bail!("--pool-percent {}: use 1..=100", args.pool_percent);
     }
@@ -150,6 +141,22 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         preload_path: preload.display().to_string(),
     };
     Ok(Plan { program, cmd, config })
+}
+
+/// `--zswap`: off, or a compressor the pool knows (lz4, zstd, zstd:1..=3; `none`, which
+/// stores pages uncompressed, is refused: it only costs memory under a budget). zstd's
+/// contexts allocate from the shim's arena, never from the program's malloc
+/// (zswap's compress/zstd_ctx.rs).
+fn check_zswap(text: &str) -> Result<()> {
+    if text == "off" {
+        return Ok(());
+    }
+    match text.parse::<zswap::CompressorKind>() {
+        Ok(zswap::CompressorKind::None) | Err(_) => {
+            bail!("--zswap {text}: use lz4, zstd (zstd:1..=3) or off")
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 fn absolute(path: &Path) -> PathBuf {

@@ -274,6 +274,9 @@ fn run_seeds(a: &SimArgs, o: &Overrides, seeds: &[u64]) -> anyhow::Result<()> {
         ran += 1;
         if !a.json {
             println!("{}", report.summary_line());
+            if let Some(replay) = &report.replay {
+                println!("  {}", replay.describe());
+            }
             if a.counters {
                 print!("{}", report.counters_text());
             }
@@ -317,6 +320,11 @@ fn seeds_json(reports: &[RunReport], flags: &str) -> serde_json::Value {
                 "pages_lost": r.pages_lost,
                 "invariant_checks": r.invariant_checks,
                 "digest": format!("{:016x}", r.digest),
+                "replay": r.replay.as_ref().map(|p| serde_json::json!({
+                    "records": p.records,
+                    "pageouts": p.pageouts,
+                    "pageout_pages": p.pageout_pages,
+                })),
                 "counters": r.stats.as_ref().map(|s| {
                     s.counters.fields().into_iter().collect::<std::collections::BTreeMap<_, _>>()
                 }),

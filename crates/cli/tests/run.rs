@@ -74,7 +74,8 @@ fn bad_input_is_one_line_and_nothing_runs() {
             "--swap-file /proc/uswap-swap",
         ),
         (vec!["run", "--zswap", "lz5", "--"], "--zswap lz5"),
-        (vec!["run", "--zswap", "zstd", "--"], "--zswap zstd is not supported"),
+        (vec!["run", "--zswap", "zstd:4", "--"], "--zswap zstd:4"),
+        (vec!["run", "--zswap", "none", "--"], "--zswap none"),
         (vec!["run", "--", "/nonexistent/prog"], "no such file"),
     ];
     for (args, expect) in cases {
@@ -221,6 +222,96 @@ fn python_256mib_of_objects_under_64m() {
     python_under_budget("250000", "64M", 64.0);
 }
 
+/// The malloc interposer of run_programs/malloc_check.c, built as a shared object.
+fn malloc_check() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs/malloc_check.c");
+    let out = std::env::temp_dir().join(format!("uswap-malloc-check-{}.so", std::process::id()));
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cc malloc_check.c");
+    out
+}
+
+/// `uswap run` with the malloc interposer preloaded after the shim; its reports
+/// `(engine-thread calls, checked calls)`, one per process that exited.
+fn run_checked(check: &Path, args: &[&str]) -> (Output, Vec<(u64, u64)>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(args)
+        .env("USWAP_PRELOAD", shim())
+        .env("LD_PRELOAD", check)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    eprintln!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    let reports = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("uswap-malloc-check: engine-thread calls "))
+        .map(|rest| {
+            let mut numbers = rest.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty());
+            let mut next = || numbers.next().unwrap().parse::<u64>().unwrap();
+            (next(), next())
+        })
+        .collect();
+    (out, reports)
+}
+
+/// `--zswap zstd` under `uswap run`: the 64M Python test's program keeps its checksum and
+/// exit code with its evicted pages compressed by zstd, and no engine thread calls
+/// `malloc` once the shim manages the program (zstd's contexts allocate from the shim's
+/// arena: zswap's compress/zstd_ctx.rs). Checked by an interposed `malloc` that counts the
+/// calls of threads named `uswap-*`; its control, a program thread that names itself so and
+/// calls `malloc`, shows the check sees such a call. The run records a trace as well, so the
+/// page-out hook (on the reclaimer) runs under the check too.
+// postmortem: its first run counted 3 engine-thread calls, with lz4 as with zstd: std
+// registers each thread-local destructor at its first use on a thread through glibc's
+// `__cxa_thread_atexit_impl`, which callocs; the reclaimer's first pool store (zswap's
+// per-thread buffer) and the handler's first folio wait (parking_lot's thread data) came
+// after set-up. The shim now keeps them in std's own list (crates/preload/build.rs).
+#[test]
+fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
+    if !can_run() {
+        return;
+    }
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3");
+        return;
+    };
+    let check = malloc_check();
+    let control = compile("malloc_control", &[]);
+    let args = ["run", "--budget", "8M", "--zswap", "zstd", "--", control.to_str().unwrap()];
+    let (out, reports) = run_checked(&check, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(reports.len(), 1, "one report: {}", stderr(&out));
+    assert!(reports[0].0 >= 1, "the control's malloc was not seen: {reports:?}");
+
+    let plain = Command::new(&py).args(["-c", PY_OBJECTS, "250000"]).output().unwrap();
+    // Recording too: the eviction hook runs on the reclaimer, under the same check.
+    let trace = std::env::temp_dir().join(format!("uswap-zstd-{}.trace", std::process::id()));
+    let trace_arg = trace.to_str().unwrap();
+    let args = ["run", "--budget", "64M", "--zswap", "zstd", "--record", trace_arg, "--"];
+    let args = [&args[..], &[&py, "-c", PY_OBJECTS, "250000"]].concat();
+    let (out, reports) = run_checked(&check, &args);
+    let (_, records) = runstat::trace::decode(&std::fs::read(&trace).unwrap()).unwrap();
+    std::fs::remove_file(&trace).unwrap();
+    let evicts = records.iter().filter(|r| r.kind == runstat::trace::RecordKind::Evict).count();
+    assert!(evicts > 10_000, "{evicts} evictions recorded");
+    assert_eq!(out.status.code(), Some(7), "exit code preserved");
+    assert_eq!(out.stdout, plain.stdout, "same checksum");
+    let err = stderr(&out);
+    assert_eq!(reports.len(), 1, "one report: {err}");
+    let (engine_calls, checked) = reports[0];
+    assert!(checked > 1000, "the interposer saw {checked} calls: not live?");
+    assert_eq!(engine_calls, 0, "engine threads called malloc: {err}");
+    let line = err.lines().find(|l| l.contains("pages out:")).unwrap();
+    let pool: u64 = line.split("pool ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(pool > 10_000, "pages compressed by zstd: {line}");
+    std::fs::remove_file(&check).unwrap();
+}
+
 /// The run: about 1 GiB of Python objects under 256 MiB (25-55 s here; recorded in
 /// docs/benchmarks.md).
 #[test]
@@ -228,8 +319,11 @@ fn python_1gib_of_objects_under_256m() {
     python_under_budget("1000000", "256M", 256.0);
 }
 
-/// `uswap run --record` writes a trace that `uswap sim` replays: the recorded faults run
-/// through the real engine under the simulator's checker, every seed clean.
+/// `uswap run --record` writes a trace that `uswap sim` replays: the program (24 MB of
+/// Python bytes under 8M) exceeds its budget, so the trace holds its evictions (one record
+/// per folio paged out, as many pages as the run's summary counts), and the recorded
+/// faults and evictions run through the real engine under the simulator's checker, every
+/// seed clean, the replay reporting what the evictions did.
 #[test]
 fn a_recorded_run_replays_in_the_simulator() {
     if !can_run() {
@@ -242,9 +336,26 @@ fn a_recorded_run_replays_in_the_simulator() {
         uswap(&["run", "--budget", "8M", "--record", trace_arg, "--", "python3", "-c", script]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "24000000");
-    let bytes = std::fs::metadata(&trace).unwrap().len();
-    assert!(bytes > 32 * 100, "a trace of {bytes} bytes: no faults recorded");
+    let bytes = std::fs::read(&trace).unwrap();
+    let (page, records) = runstat::trace::decode(&bytes).expect("a well-formed trace");
+    assert!(records.len() > 100, "{} records: no faults recorded", records.len());
+    let evicts: Vec<_> =
+        records.iter().filter(|r| r.kind == runstat::trace::RecordKind::Evict).collect();
+    for r in &evicts {
+        assert!(r.len >= u64::from(page) && r.len.is_multiple_of(u64::from(page)), "{r:?}");
+        assert!(r.addr.is_multiple_of(r.len), "a folio is aligned to its size: {r:?}");
+    }
+    let evicted_pages: u64 = evicts.iter().map(|r| r.len / u64::from(page)).sum();
+    let counted = pages_out(&stderr(&out));
+    assert!(evicted_pages > 2000, "{evicted_pages} pages evicted in the trace: 16 MB must go");
+    let slack = counted / 20 + 64; // page-outs between the final stats and the last flush
+    assert!(evicted_pages.abs_diff(counted) <= slack, "trace {evicted_pages}, stats {counted}");
+    // Replayed: the trace up to its first eviction and 8000 records on (the whole trace,
+    // 100k records, takes minutes per seed in a debug build).
+    let first_evict = records.iter().position(|r| r.kind == runstat::trace::RecordKind::Evict);
+    let ops = (first_evict.unwrap_or(0) + 8000).min(records.len()).to_string();
     let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", "0..3"];
+    sim.extend(["--ops", &ops]);
     if target_dir().ends_with("release") {
         sim.push("--allow-release");
     }
@@ -253,6 +364,33 @@ fn a_recorded_run_replays_in_the_simulator() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
     assert!(text.contains("3 seeds, 0 failed"), "{text}");
+    let evict_line = format!(" evict {} ", evicts.len());
+    let replays: Vec<&str> = text.lines().filter(|l| l.contains("trace records:")).collect();
+    assert_eq!(replays.len(), 3, "a replay line per seed: {text}");
+    for line in replays {
+        assert!(line.contains(&evict_line), "{line}");
+        let replayed: u64 = line
+            .split("evictions replayed ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(replayed > 0, "no eviction replayed: {line}");
+    }
+}
+
+/// Pages the program's engine paged out, from `uswap run`'s summary: zero + pool + file
+/// minus those written back from the pool (they were counted as pool pages first).
+fn pages_out(err: &str) -> u64 {
+    let line = err.lines().find(|l| l.contains("pages out:")).expect("summary line");
+    let number = |key: &str| -> u64 {
+        let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {line}"));
+        rest.trim_start().split([',', ')', ';', ' ']).next().unwrap().parse().unwrap()
+    };
+    number("zero ") + number("pool ") + number("file ") - number("written back ")
 }
 
 /// A real server under `uswap run`: redis-server with a 16 MiB budget loads 64 MiB of

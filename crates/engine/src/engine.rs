@@ -18,6 +18,7 @@
 
 use crate::budget::{Budget, Pressure};
 use crate::config::{BackendConfig, EngineConfig};
+use crate::hooks::PageOutHook;
 use crate::lru::{FolioOwner, Lru, RegionId};
 use crate::page_source::PageSource;
 use crate::region::{MmId, Pte, Region};
@@ -86,6 +87,9 @@ pub(crate) struct Core {
     /// checks a quiescent engine. Taken before any other engine lock.
     pub(crate) kswapd_running: Mutex<()>,
     pub(crate) shutdown: AtomicBool,
+    /// Told of every page-out once set ([`Engine::set_page_out_hook`]). Set once; read
+    /// without a lock.
+    pub(crate) page_out_hook: std::sync::OnceLock<Arc<dyn PageOutHook>>,
 }
 
 /// The engine (see the crate documentation).
@@ -205,6 +209,7 @@ impl Engine {
             kswapd_wake: Condvar::new(),
             kswapd_running: Mutex::new(()),
             shutdown: AtomicBool::new(false),
+            page_out_hook: std::sync::OnceLock::new(),
             config,
         });
         let kswapd = if core.config.background_reclaim {
@@ -384,6 +389,17 @@ impl Engine {
         let reclaimed = self.core.reclaim_to(Pressure::None, false);
         self.core.shrink_pool();
         reclaimed
+    }
+
+    /// Sets the hook told of every page-out from now on (hooks.rs essay). Once per engine.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if a hook is already set (it stays).
+    pub fn set_page_out_hook(&self, hook: Arc<dyn PageOutHook>) -> Result<(), Error> {
+        self.core
+            .page_out_hook
+            .set(hook)
+            .map_err(|_| Error::Config("a page-out hook is already set".into()))
     }
 
     /// Pages out every resident folio intersecting `[addr, addr + len)` now (MADV_PAGEOUT).

@@ -12,6 +12,7 @@
 //! 5. Store the data: zero map, pool, or device ([`crate::storage`]).
 //! 6. Unlock the folio and replace it in the swap cache by a shadow; its memory is no
 //!    longer charged. If every tier refused, the data goes back where it came from.
+//! 7. Tell the page-out hook, if one is set (hooks.rs), with no lock held.
 //!
 //! Reclaim never holds a lock across a page-out; each step takes and releases its own.
 
@@ -249,7 +250,7 @@ impl Core {
         Err(true)
     }
 
-    /// Steps 5-6: store the taken data and leave a shadow; if no tier takes it, put the
+    /// Steps 5-7: store the taken data and leave a shadow; if no tier takes it, put the
     /// data back. Returns pages reclaimed.
     fn store_taken(
         &self,
@@ -279,6 +280,9 @@ impl Core {
                 folio.unlock(Unlock::Uptodate { zero: tier == Tier::Zero });
                 self.delete_folio(folio, Some(shadow));
                 Stats::add_order(&self.stats.per_order.swpout, order, 1);
+                if let Some(hook) = self.page_out_hook.get() {
+                    hook.paged_out(region.mm(), region.addr_of(owner.index), nr * PAGE, tier);
+                }
                 nr
             }
             Err(_) => {

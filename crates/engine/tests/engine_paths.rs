@@ -413,3 +413,46 @@ fn remap_spanning_adjacent_regions_moves_both() {
     }
     engine.check_invariants();
 }
+
+/// What a page-out hook was told.
+#[derive(Debug, Default)]
+struct PageOuts {
+    seen: std::sync::Mutex<Vec<(engine::region::MmId, u64, u64, engine::Tier)>>,
+}
+
+impl engine::hooks::PageOutHook for PageOuts {
+    fn paged_out(&self, mm: engine::region::MmId, addr: u64, len: u64, tier: engine::Tier) {
+        self.seen.lock().unwrap().push((mm, addr, len, tier));
+    }
+}
+
+/// The page-out hook hears of every folio that went, with its address, length and tier,
+/// and of nothing else: its totals per tier are the engine's own counters.
+#[test]
+fn the_page_out_hook_reports_every_folio_that_went() {
+    let config = EngineConfig { folio_order: 2, ..pool_config(256) };
+    let (engine, source) = setup(config, 2048);
+    let hook = std::sync::Arc::new(PageOuts::default());
+    engine.set_page_out_hook(hook.clone()).unwrap();
+    let again = engine.set_page_out_hook(hook.clone());
+    assert!(matches!(again, Err(Error::Config(_))), "{again:?}");
+    for page in 0..2048 {
+        let version = u64::from(page % 8 != 0); // some zero pages
+        source.write(&engine, addr(page), &content(page, version)).unwrap();
+    }
+    let asked = engine.pageout(addr(2048 - 64), 64 * PAGE as u64).unwrap(); // the resident tail
+    let seen = hook.seen.lock().unwrap().clone();
+    let stats = engine.stats();
+    let bytes_to = |tier| seen.iter().filter(|s| s.3 == tier).map(|s| s.2).sum::<u64>();
+    let pages_out: u64 = stats.per_order.swpout.iter().enumerate().map(|(o, n)| n << o).sum();
+    assert_eq!(seen.iter().map(|s| s.2).sum::<u64>(), pages_out * PAGE as u64);
+    assert_eq!(bytes_to(engine::Tier::Zero), stats.counters.swpout_zero * PAGE as u64);
+    assert_eq!(bytes_to(engine::Tier::Pool), stats.counters.zswpout * PAGE as u64);
+    assert!(pages_out > 1500 && asked > 0, "{pages_out} pages out, {asked} asked");
+    for &(mm, at, len, _) in &seen {
+        assert_eq!(mm, engine::region::MmId::DEFAULT);
+        assert!(len.is_power_of_two() && len <= 4 * PAGE as u64 && at % len == 0, "{at:#x}+{len}");
+        assert!(at >= addr(0) && at + len <= addr(2048), "{at:#x}");
+    }
+    engine.check_invariants();
+}

@@ -28,7 +28,12 @@
 //! ([`arena`], the `#[global_allocator]` of this shared object, which applies to the engine
 //! and std inside it), its /proc reads are plain `read(2)` into its own buffers, and its
 //! threads are all started before the first range is managed (a thread's stack and TLS are
-//! set up by glibc with malloc).
+//! set up by glibc with malloc). Two quieter callers of `malloc` are closed off too: zstd's
+//! contexts allocate through Rust's allocator (zswap's `compress/zstd_ctx.rs`), and std's
+//! thread-local destructors are registered in std's own list rather than through glibc's
+//! `__cxa_thread_atexit_impl`, which `calloc`s (build.rs). The test suite checks it with an
+//! interposed `malloc` that counts the engine threads' calls once
+//! `uswap_shim_managing` (exported, shim.rs) says 1.
 //!
 //! **Discovery and events.** glibc's malloc calls mmap and brk internally (no PLT, so no
 //! interposition can see them): the handler rescans /proc/self/maps every [`SCAN_PERIOD`]

@@ -53,6 +53,18 @@ extern "C" fn fini() {
     }
 }
 
+/// Set once the engine's set-up is over and the program's memory may be managed.
+static MANAGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// 1 once this process's shim manages the program's memory (its engine threads are all
+/// started, and must not call `malloc` from now on), else 0. Exported for checkers: the
+/// test suite's `malloc` interposer counts the calls made on the engine's threads (named
+/// `uswap-*`) after this says 1 (crates/cli/tests/run.rs). Async-signal-safe: one load.
+#[no_mangle]
+pub extern "C" fn uswap_shim_managing() -> libc::c_int {
+    libc::c_int::from(MANAGING.load(std::sync::atomic::Ordering::SeqCst))
+}
+
 /// Sets `MADV_NOHUGEPAGE` on a range about to be managed (raw: may run anywhere).
 pub fn no_huge_pages(start: usize, len: usize) {
     // SAFETY: advice only; an unmapped range is ENOMEM, ignored.
@@ -87,6 +99,7 @@ fn start() -> Result<(), String> {
     let control = swap.control().map_err(|e| e.to_string())?.clone();
     hooks.start(Started { uffd, control: control.clone(), exclusions, pagemap, pid });
     let _ = STATE.set(State { swap, hooks, pid });
+    MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     crate::interpose::install(control, pid);
     crate::interpose::request_scan();
     Ok(())
@@ -94,7 +107,7 @@ fn start() -> Result<(), String> {
 
 /// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
 fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
-    let options = HandlerOptions { trim: false, resync: true, hooks: Some(hooks) };
+    let options = HandlerOptions { trim: false, resync: true, hooks: Some(hooks.clone()) };
     // The budget is the program's, the whole process's resident set: what is not the
     // engine's own charge (the loader, the libraries, this shim now; whatever the program
     // pages in outside the managed set later) is counted against it as the outside charge,
@@ -118,6 +131,10 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
     let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
     if let Ok(engine) = swap.engine() {
         crate::hooks::charge_the_rest(engine);
+        if hooks.recording() {
+            // Set before any region exists: no page-out can be missed.
+            engine.set_page_out_hook(hooks.clone()).map_err(|e| e.to_string())?;
+        }
     }
     if let Some(path) = &config.swap_file {
         // The backend holds the file open: its name is not needed, and gone now it cannot

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The shim records faults (one page each), REMOVE, UNMAP and FORK events as the handler
-//! sees them; evictions are not recorded yet (the engine reports page-outs to no hook).
+//! sees them, and evictions (one record per folio paged out: its address and length) as
+//! the engine's page-out hook reports them.
 
 use std::io::Write;
 

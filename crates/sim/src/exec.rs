@@ -46,7 +46,14 @@ impl Ctx {
                 }
                 Ok(lost)
             }
-            Op::Pageout { addr, len } => Ok(self.engine.pageout(addr, len).unwrap_or(0)),
+            Op::Pageout { addr, len } => {
+                // A range outside every region (a replayed eviction of a page this replay
+                // has not touched yet) pages nothing out.
+                let pages = self.engine.pageout(addr, len).unwrap_or(0);
+                self.pageouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.pageout_pages.fetch_add(pages, std::sync::atomic::Ordering::Relaxed);
+                Ok(pages)
+            }
             Op::Remove { addr, len } => {
                 self.drop_pages(&self.source, mm, addr, len);
                 Ok(0)

@@ -24,6 +24,47 @@ use std::time::Duration;
 /// The commit the simulator was built from (`-dirty` with uncommitted changes).
 pub const COMMIT: &str = env!("USWAP_SIM_COMMIT");
 
+/// What a replayed trace held and what its evictions did (the replay workload only).
+///
+/// A trace's Evict records (the recording engine's page-outs) replay as `MADV_PAGEOUT` of
+/// their range, at their place in their recorded thread's sequence: the replay's engine
+/// pages out those folios if it holds them resident then, besides whatever its own budget
+/// makes it reclaim. A recorded eviction of a page the replay has not touched (or has
+/// already paged out) pages nothing out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayCounts {
+    /// The trace's records by kind, in code order (`RecordKind::ALL`).
+    pub records: [u64; crate::trace::RecordKind::ALL.len()],
+    /// Page-outs replayed (the Evict records within the run's operation limit).
+    pub pageouts: u64,
+    /// Pages those page-outs took.
+    pub pageout_pages: u64,
+}
+
+impl ReplayCounts {
+    /// Records of `kind` in the trace.
+    pub fn records_of(&self, kind: crate::trace::RecordKind) -> u64 {
+        self.records[usize::from(kind.code())]
+    }
+
+    /// One line: the trace's records by kind, and what its evictions did.
+    pub fn describe(&self) -> String {
+        use crate::trace::RecordKind as K;
+        format!(
+            "trace records: fault-read {} fault-write {} evict {} remove {} unmap {} fork {}; \
+             evictions replayed {} (paged out {} pages)",
+            self.records_of(K::FaultRead),
+            self.records_of(K::FaultWrite),
+            self.records_of(K::Evict),
+            self.records_of(K::Remove),
+            self.records_of(K::Unmap),
+            self.records_of(K::Fork),
+            self.pageouts,
+            self.pageout_pages
+        )
+    }
+}
+
 /// The outcome of one run.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -47,6 +88,8 @@ pub struct RunReport {
     pub reads_checked: u64,
     /// Pages lost loudly (poisoned and dropped).
     pub pages_lost: u64,
+    /// A replayed trace's records and what its evictions did.
+    pub replay: Option<ReplayCounts>,
     /// How full the swap device ran after the warm-up: (mean, max) percent.
     pub swap_fill_percent: (u64, u64),
     /// How often each fault site fired.
@@ -70,6 +113,7 @@ impl RunReport {
             invariant_checks: 0,
             reads_checked: 0,
             pages_lost: 0,
+            replay: None,
             swap_fill_percent: (0, 0),
             faults_fired: Vec::new(),
             wall,

@@ -25,7 +25,7 @@ use crate::failure::{panic_message, Failure, FailureKind};
 use crate::model::Model;
 use crate::ops::{replay_queues, Generator, Kbuild, Op, HEAP_BASE};
 use crate::options::{SimOptions, WorkloadKind};
-use crate::report::RunReport;
+use crate::report::{ReplayCounts, RunReport};
 use crate::rng::{Digest, SimRng};
 use crate::sched::{self, Aborted, Limits, Sched, Yield};
 use crate::source::SimSource;
@@ -78,6 +78,12 @@ pub(crate) struct Ctx {
     threads_done: AtomicUsize,
     ops_done: AtomicU64,
     checks_done: AtomicU64,
+    /// Page-out operations run (a replay's Evict records, or the mix's MADV_PAGEOUTs).
+    pub(crate) pageouts: AtomicU64,
+    /// Pages they paged out.
+    pub(crate) pageout_pages: AtomicU64,
+    /// A replayed trace's records by kind (code order), counted at set-up.
+    replay_records: Option<[u64; RecordKind::ALL.len()]>,
     /// Swap device fill samples after the warm-up: (samples, sum of percent, max percent).
     fill: Mutex<(u64, u64, u64)>,
 }
@@ -146,6 +152,11 @@ fn report(ctx: &Ctx, failure: Option<Failure>, started: Instant) -> RunReport {
         invariant_checks: ctx.checks_done.load(Ordering::Relaxed),
         reads_checked: model.reads_checked,
         pages_lost: model.pages_lost,
+        replay: ctx.replay_records.map(|records| ReplayCounts {
+            records,
+            pageouts: ctx.pageouts.load(Ordering::Relaxed),
+            pageout_pages: ctx.pageout_pages.load(Ordering::Relaxed),
+        }),
         faults_fired: Site::ALL
             .into_iter()
             .map(|s| (s, ctx.world.faults.fired(s)))
@@ -208,9 +219,15 @@ fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Ge
     let source = Arc::new(SimSource::new(world.clone()));
     let engine = Engine::new(engine_config(opts, backend, &world), source.clone())
         .map_err(|e| format!("engine: {e}"))?;
+    let mut replay_records = None;
     let replay = match (&opts.workload, &opts.trace) {
         (WorkloadKind::Replay, Some(path)) => {
             let (_, records) = crate::trace::read_file(path).map_err(|e| e.to_string())?;
+            let mut by_kind = [0u64; RecordKind::ALL.len()];
+            for r in &records {
+                by_kind[usize::from(r.kind.code())] += 1;
+            }
+            replay_records = Some(by_kind);
             replay_queues(&records, opts.threads)
         }
         _ => {
@@ -256,6 +273,9 @@ fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Ge
         threads_done: AtomicUsize::new(0),
         ops_done: AtomicU64::new(0),
         checks_done: AtomicU64::new(0),
+        pageouts: AtomicU64::new(0),
+        pageout_pages: AtomicU64::new(0),
+        replay_records,
         fill: Mutex::new((0, 0, 0)),
     };
     Ok((Arc::new(ctx), generators))

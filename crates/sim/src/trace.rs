@@ -30,6 +30,15 @@
 //! `MADV_PAGEOUT`); *remove* is the program dropping pages (`MADV_DONTNEED`, the
 //! userfaultfd REMOVE event); *unmap* is `munmap` (UNMAP); *fork* is the process forking
 //! (FORK). Records are in time order per thread; threads interleave in the file.
+//! `uswap run --record` writes the program's faults under the faulting thread's number,
+//! and the engine's doings (events and evictions) under one number of their own.
+//!
+//! Replay (`uswap sim --workload replay`) turns records into operations per recorded
+//! thread (`ops::Op::from_record`): faults into reads and writes checked against the
+//! model, evictions into `MADV_PAGEOUT` of their range (the replay's engine pages out what
+//! it holds resident there, besides its own reclaim), removes and unmaps into drops.
+//! The run reports the trace's records by kind and what its evictions paged out
+//! (`report::ReplayCounts`).
 //!
 //! Fixed-size records keep the recorder cheap (one 32-byte write per event, no encoding)
 //! and let a reader seek, count or split a trace without parsing it. A reader refuses an

@@ -83,3 +83,50 @@ fn a_written_trace_reads_back_and_replays() {
     assert!(a.reads_checked > 0);
     assert_eq!(figures(&a), figures(&b), "a replayed trace is deterministic too");
 }
+
+/// A recorded eviction replays as a page-out of its range, at its place in its thread's
+/// sequence, and the report counts it: pages written, 32 of them evicted, all read back
+/// (from swap, checked against the model), with a budget too large for the replay's own
+/// reclaim to page anything out.
+#[test]
+fn a_traces_evictions_replay_as_page_outs_and_are_counted() {
+    use sim::trace::{Header, Record, TraceWriter};
+    const PAGE: u64 = 4096;
+    let base = sim::ops::HEAP_BASE;
+    let path = std::env::temp_dir().join(format!("uswap-sim-evict-{}.bin", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = TraceWriter::new(file, Header { page_size: 4096, start_ns: 0 }).unwrap();
+    let mut time_ns = 0;
+    let mut put = |kind, addr, len| {
+        time_ns += 1000;
+        w.record(&Record { time_ns, kind, thread: 0, addr, len }).unwrap();
+    };
+    for page in 0..64 {
+        put(RecordKind::FaultWrite, base + page * PAGE, PAGE);
+    }
+    put(RecordKind::Evict, base, 32 * PAGE);
+    for page in 0..64 {
+        put(RecordKind::FaultRead, base + page * PAGE, PAGE);
+    }
+    w.finish().unwrap();
+    let o = Overrides {
+        trace: Some(path.clone()),
+        threads: Some(1),
+        ops_per_thread: Some(1000),
+        budget_pages: Some(8192),
+        folio_order: Some(0),
+        faults: FaultChoice::None,
+        ..Overrides::default()
+    };
+    let report = run_seed(1, &o).expect("valid");
+    let _ = std::fs::remove_file(&path);
+    assert!(report.passed(), "{}", report.failure_report(""));
+    let replay = report.replay.expect("a replay reports its trace");
+    assert_eq!(replay.records_of(RecordKind::Evict), 1);
+    assert_eq!(replay.records_of(RecordKind::FaultRead), 64);
+    assert_eq!((replay.pageouts, replay.pageout_pages), (1, 32), "{}", replay.describe());
+    let c = &report.stats.as_ref().unwrap().counters;
+    assert!(c.pswpin + c.zswpin + c.swpin_zero >= 32, "the evicted pages came back: {c:?}");
+    assert!(report.reads_checked >= 64);
+    assert!(replay.describe().contains("evict 1 "), "{}", replay.describe());
+}

@@ -33,6 +33,12 @@
 //! call costs nothing measurable (`LZ4_compress_fast_extState_fastReset` with a reused
 //! state measured the same). Decompression allocates nothing for either codec.
 //!
+//! Memory: every zstd context allocates through Rust's global allocator, never through
+//! `malloc` ([`zstd_ctx`]: zstd's `ZSTD_customMem`), from its creation on any thread to its
+//! workspace, dictionary copies and frees. Inside `uswap run` the global allocator is the
+//! shim's arena, so zstd runs on the engine's threads without touching the program's heap;
+//! the allocations are counted ([`CompressStats::zstd_allocs`]).
+//!
 //! Safety of data: decompression of a malformed object is an error, never a panic or an
 //! out-of-bounds access (both decoders are bounds-checked); the decoded length must be
 //! exactly 4096; on any error the page is zero-filled so no half-decoded bytes can leak. A
@@ -46,6 +52,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use zstd_ctx::{ZstdMemory, ZstdMemoryStats};
+
+mod zstd_ctx;
 
 /// A base page.
 pub const PAGE_SIZE: usize = 4096;
@@ -160,6 +169,14 @@ pub struct CompressStats {
     pub decompress_fail: u64,
     /// zstd contexts created (one per concurrent user; more means churn).
     pub contexts_created: u64,
+    /// Blocks zstd took from the global allocator (module essay, "Memory").
+    pub zstd_allocs: u64,
+    /// Blocks zstd gave back.
+    pub zstd_frees: u64,
+    /// Allocations the global allocator refused zstd (the call that asked failed).
+    pub zstd_alloc_failed: u64,
+    /// Bytes zstd holds now.
+    pub zstd_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -172,8 +189,8 @@ struct LiveStats {
     contexts_created: AtomicU64,
 }
 
-type ZstdC = zstd::bulk::Compressor<'static>;
-type ZstdD = zstd::bulk::Decompressor<'static>;
+type ZstdC = zstd_ctx::CCtx;
+type ZstdD = zstd_ctx::DCtx;
 
 /// A page compressor, shared by every thread of one pool (`Send + Sync`).
 pub struct Compressor {
@@ -182,6 +199,8 @@ pub struct Compressor {
     cctxs: Mutex<Vec<ZstdC>>,
     /// Idle zstd decompression contexts. Lock: held only to pop or push.
     dctxs: Mutex<Vec<ZstdD>>,
+    /// Where every zstd context allocates (each context holds a reference).
+    zstd_memory: Arc<ZstdMemory>,
     stats: LiveStats,
 }
 
@@ -221,6 +240,7 @@ impl Compressor {
             config,
             cctxs: Mutex::new(Vec::with_capacity(MAX_IDLE_CONTEXTS)),
             dctxs: Mutex::new(Vec::with_capacity(MAX_IDLE_CONTEXTS)),
+            zstd_memory: Arc::new(ZstdMemory::default()),
             stats: LiveStats::default(),
         };
         if is_zstd {
@@ -288,9 +308,9 @@ impl Compressor {
             Some(cctx) => cctx,
             None => self.new_cctx()?,
         };
-        let result = cctx.compress_to_buffer(&page[..], out);
+        let result = cctx.compress(&page[..], out);
         self.put_back(&self.cctxs, cctx);
-        result.map_err(|e| Error::CompressFailed { reason: e.to_string() })
+        result.map_err(|reason| Error::CompressFailed { reason })
     }
 
     /// Decodes the object `src` into `page`.
@@ -356,9 +376,9 @@ impl Compressor {
             Some(dctx) => dctx,
             None => self.new_dctx()?,
         };
-        let result = dctx.decompress_to_buffer(src, &mut page[..]);
+        let result = dctx.decompress(src, &mut page[..]);
         self.put_back(&self.dctxs, dctx);
-        result.map_err(|e| Error::Corrupt { reason: e.to_string() })
+        result.map_err(|reason| Error::Corrupt { reason })
     }
 
     fn put_back<T>(&self, stack: &Mutex<Vec<T>>, ctx: T) {
@@ -372,34 +392,23 @@ impl Compressor {
         let CompressorKind::Zstd { level } = self.config.kind else {
             unreachable!("zstd context for {}", self.config.kind)
         };
-        let made = match &self.config.dictionary {
-            Some(dictionary) => ZstdC::with_dictionary(level, dictionary),
-            None => ZstdC::new(level),
-        };
-        let mut cctx = made.map_err(|e| Error::Setup { reason: e.to_string() })?;
         // The pool records the object's length; zstd need not (and no checksum of its own:
-        // ours, when enabled, covers every codec the same way).
-        let params = [
-            zstd::zstd_safe::CParameter::ChecksumFlag(false),
-            zstd::zstd_safe::CParameter::DictIdFlag(false),
-        ];
-        for param in params {
-            cctx.set_parameter(param).map_err(|e| Error::Setup { reason: e.to_string() })?;
-        }
+        // ours, when enabled, covers every codec the same way): `CCtx::new` turns both off.
+        let dictionary = self.config.dictionary.as_deref();
+        let cctx = ZstdC::new(level, dictionary, &self.zstd_memory)
+            .map_err(|reason| Error::Setup { reason })?;
         self.stats.contexts_created.fetch_add(1, Relaxed);
         Ok(cctx)
     }
 
     fn new_dctx(&self) -> Result<ZstdD, Error> {
-        let made = match &self.config.dictionary {
-            Some(dictionary) => ZstdD::with_dictionary(dictionary),
-            None => ZstdD::new(),
-        };
-        made.map_err(|e| Error::Setup { reason: e.to_string() })
+        ZstdD::new(self.config.dictionary.as_deref(), &self.zstd_memory)
+            .map_err(|reason| Error::Setup { reason })
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> CompressStats {
+        let ZstdMemoryStats { allocs, frees, alloc_failed, live_bytes } = self.zstd_memory.stats();
         CompressStats {
             compressed: self.stats.compressed.load(Relaxed),
             incompressible: self.stats.incompressible.load(Relaxed),
@@ -407,6 +416,10 @@ impl Compressor {
             decompressed: self.stats.decompressed.load(Relaxed),
             decompress_fail: self.stats.decompress_fail.load(Relaxed),
             contexts_created: self.stats.contexts_created.load(Relaxed),
+            zstd_allocs: allocs,
+            zstd_frees: frees,
+            zstd_alloc_failed: alloc_failed,
+            zstd_bytes: live_bytes,
         }
     }
 }
@@ -424,7 +437,9 @@ impl fmt::Debug for Compressor {
 /// [`Error::Setup`] if zstd cannot build a dictionary from these samples (too few, too
 /// uniform).
 ///
-/// Context: allocates; seconds of CPU for large sample sets. Not for a hot path.
+/// Context: allocates, and zstd's trainer allocates with `malloc` (it has no custom
+/// allocator): set-up work on a thread that may call `malloc`, never on an engine thread
+/// inside `uswap run`. Seconds of CPU for large sample sets. Not for a hot path.
 pub fn train_dictionary(samples: &[[u8; PAGE_SIZE]], max_bytes: usize) -> Result<Vec<u8>, Error> {
     let refs: Vec<&[u8]> = samples.iter().map(|page| &page[..]).collect();
     zstd::dict::from_samples(&refs, max_bytes).map_err(|e| Error::Setup { reason: e.to_string() })
