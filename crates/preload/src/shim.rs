@@ -83,6 +83,7 @@ fn start() -> Result<(), String> {
         return Ok(());
     }
     retire_previous_image(&config, pid);
+    install_panic_hook();
     let hooks = Arc::new(ShimHooks::new(config.clone())?);
     let swap = build(&config, hooks.clone())?;
     let text = settled_maps()?;
@@ -103,6 +104,31 @@ fn start() -> Result<(), String> {
     crate::interpose::install(control, pid);
     crate::interpose::request_scan();
     Ok(())
+}
+
+/// A panic in the shim ends the process at once with SIGABRT, after one line on stderr.
+///
+/// Why not std's hook and unwinding: both walk the loaded objects (`dl_iterate_phdr`, for
+/// the backtrace and for the unwinder's frame tables), and the loader keeps those lists in
+/// the program's heap, which is managed memory. On the handler thread a touch of an
+/// evicted page there is a fault only that thread can serve: the process hung for ever
+/// instead of reporting the panic (postmortem: a remap assertion on `uswap-uffd` in the
+/// 1 GiB Python run of crates/cli/tests/run.rs). Abort loses nothing: pages are never
+/// mapped half-done, and the parent reports the signal.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        use std::io::Write;
+        let mut line = [0u8; 1024];
+        let mut cursor = std::io::Cursor::new(&mut line[..]);
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("?");
+        let _ = write!(cursor, "uswap: internal error on thread {name}: {info}");
+        let len = (cursor.position() as usize).min(line.len() - 1);
+        line[len] = b'\n';
+        // SAFETY: writes `len + 1` initialized bytes of a live stack buffer to stderr.
+        unsafe { libc::write(2, line.as_ptr().cast(), len + 1) };
+        std::process::abort();
+    }));
 }
 
 /// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
