@@ -21,7 +21,9 @@
 //!    separates zswap's own instructions from the memory misses of a cold load. The
 //!    load/raw ratio is taken on the pages stored compressed (the raw decompressor has
 //!    nothing to do for a page stored raw; for `none`, whose decoder is a copy, on every
-//!    page); `load_all` covers every page.
+//!    page); `load_all` covers every page. The raw decompressor reads its objects from
+//!    memory advised for huge pages, as the pool's pages are (zpool's page arena), so the
+//!    two sides pay the same TLB costs and the ratio measures zswap's own work.
 //! 3. **Pool overhead**: a seeded random half of the slots is invalidated, the pool
 //!    compacted; `pool_overhead` = the pool allocator's bytes (`ZsPool::total_bytes`: pages
 //!    held and the allocator's metadata) / the sum of the live objects' lengths (compressed
@@ -511,13 +513,14 @@ fn notes(report: &mut Report) {
     report.note(
         "store figures are from a second pass into the pool's recycled memory (the first \
          pass emptied, malloc trimming held off); the cold pass grows a new pool into fresh \
-         memory, and each first touch of a page is a page fault the kernel's zswap never \
-         takes (zsmalloc gets its pages from the page allocator)",
+         memory, where a first touch is a page fault (one per 2 MiB chunk where the kernel \
+         gives a huge page) the kernel's zswap never takes",
     );
     report.note(
         "load/raw is over the pages stored compressed, in a seeded random order (as \
          swap-ins come); 'in order' is the same in slot order, where the prefetcher walks \
          both sides' objects in memory order; a page stored raw loads as one copy \
-         (load_all_ns_p50 covers every page)",
+         (load_all_ns_p50 covers every page); the raw side's objects sit in huge-page \
+         memory, as the pool's pages do",
     );
 }
