@@ -422,12 +422,11 @@ fn advise_huge(base: usize) {
 
 /// Releases `len` bytes of free pages at `addr`; whether the kernel agreed.
 fn dont_need(addr: usize, len: usize) -> bool {
-    // SAFETY: the pages are free arena pages, marked released under the lock: no
-    // PoolPage points at them, and the next `alloc` of one treats it as fresh (the kernel
-    // gives back zeros). The memory stays allocated to us (only its contents go).
-    let result =
-        unsafe { rustix::mm::madvise(addr as *mut _, len, rustix::mm::Advice::LinuxDontNeed) };
-    result.is_ok()
+    let advice = rustix::mm::Advice::LinuxDontNeed;
+    // SAFETY: the pages are free arena pages, released under the lock: no PoolPage points
+    // at them, and the next `alloc` of one treats it as fresh (the kernel gives back
+    // zeros). The memory stays allocated to us (only its contents go).
+    unsafe { rustix::mm::madvise(addr as *mut _, len, advice) }.is_ok()
 }
 
 #[cfg(test)]

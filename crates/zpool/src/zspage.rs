@@ -1,11 +1,11 @@
 //! ZsPage: a chain of base pages holding the objects of one size class.
 //!
-//! The pages are separate 4 KiB pages from the pool's [`PageArena`](crate::arena::PageArena) (the kernel's order-0
-//! pages: no large allocation is ever needed, and a chain's pages need not be adjacent;
-//! the arena carves them from huge-page chunks). Objects are packed end to end across the chain:
-//! object `i` occupies bytes `i * size .. (i + 1) * size` of the chain, so an object may
-//! start in one page and end in the next; [`ZsPage::write`] and [`ZsPage::read`] copy it
-//! in two pieces then.
+//! The pages are separate 4 KiB pages from the pool's
+//! [`PageArena`](crate::arena::PageArena) (the kernel's order-0 pages: no large allocation
+//! is ever needed, and a chain's pages need not be adjacent; the arena carves them from
+//! huge-page chunks). Objects are packed end to end across the chain: object `i` occupies
+//! bytes `i * size .. (i + 1) * size` of the chain, so an object may start in one page and
+//! end in the next; [`ZsPage::write`] and [`ZsPage::read`] copy it in two pieces then.
 //!
 //! Each object has a 4-byte [`ObjSlot`]: when the object is allocated, the handle-table
 //! slot that owns it (the reverse map compaction needs to rewrite the handle); when free,

@@ -104,10 +104,10 @@ impl HugeBytes {
         let map_len = aligned_len + huge;
         let flags = rustix::mm::MapFlags::PRIVATE;
         let prot = rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE;
+        let null = std::ptr::null_mut();
         // SAFETY: a fresh anonymous mapping at an address the kernel chooses; nothing else
         // refers to it.
-        let map =
-            unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), map_len, prot, flags)? };
+        let map = unsafe { rustix::mm::mmap_anonymous(null, map_len, prot, flags)? };
         let start = (map as usize).next_multiple_of(huge);
         // SAFETY: the advised range lies inside the mapping just made; advice changes no
         // contents (a kernel without THP refuses, harmlessly).
