@@ -171,3 +171,64 @@ fn a_folio_moved_during_its_page_out_goes_back_on_a_list() {
     }
     engine.check_invariants();
 }
+
+// postmortem: with the race above fixed, a remap within one region still overwrote the
+// entries at its destination (`PageTable::set` replaces silently): a resident folio's LRU
+// record and charge, and a swapped folio's slot references, leaked. mremap replaces what
+// the destination held (the kernel unmaps it first); the engine now releases it as a
+// REMOVE would.
+#[test]
+fn remap_releases_what_its_destination_held() {
+    let (engine, source) = engine(2, 64, 3);
+    engine.add_region(addr(0), 64 * PAGE as u64).unwrap();
+    write(&engine, &source, 0..8);
+    write(&engine, &source, 16..24);
+    assert_eq!(engine.pageout(addr(20), 4 * PAGE as u64).unwrap(), 4);
+    // Pages 0..8 onto 16..24: a resident folio and a swapped one are replaced.
+    let len = 8 * PAGE as u64;
+    source.memory.remap(addr(0), addr(16), len);
+    engine.remap(MM, addr(0), addr(16), len).unwrap();
+    engine.check_invariants();
+    assert_eq!(engine.stats().counters.remap_dest_released, 8);
+    check_moved(&engine, &source, 16, 0, 8);
+    engine.check_invariants();
+}
+
+// postmortem: a remap destination cutting a large folio (the destination's own edge inside
+// it) panicked in the page-table store ("covered by a larger entry"): only the source's
+// edges were split. The destination's edges are split now, so the pages outside keep
+// their data.
+#[test]
+fn remap_onto_part_of_a_large_folio_keeps_the_rest() {
+    let (engine, source) = engine(2, 64, 3);
+    engine.add_region(addr(0), 64 * PAGE as u64).unwrap();
+    engine.add_region(addr(128), 8 * PAGE as u64).unwrap(); // another region
+    write(&engine, &source, 0..4);
+    write(&engine, &source, 16..24);
+    write(&engine, &source, 128..136);
+    assert_eq!(engine.pageout(addr(20), 4 * PAGE as u64).unwrap(), 4);
+    // Pages 0..4 onto 18..22: half of a resident folio, half of a swapped one.
+    let len = 4 * PAGE as u64;
+    source.memory.remap(addr(0), addr(18), len);
+    engine.remap(MM, addr(0), addr(18), len).unwrap();
+    engine.check_invariants();
+    assert_eq!(engine.stats().counters.remap_dest_released, 4);
+    check_moved(&engine, &source, 18, 0, 4);
+    check_moved(&engine, &source, 16, 16, 2);
+    check_moved(&engine, &source, 22, 22, 2);
+    // From another region onto part of the first: the same. Pages 130..134 onto 9..13,
+    // where the folio at 8..12 (untouched, so empty) and nothing else lies; then 128..130
+    // onto 16..18 (resident again after the reads above).
+    source.memory.remap(addr(130), addr(9), len);
+    engine.remap(MM, addr(130), addr(9), len).unwrap();
+    source.memory.remap(addr(128), addr(16), 2 * PAGE as u64);
+    engine.remap(MM, addr(128), addr(16), 2 * PAGE as u64).unwrap();
+    engine.check_invariants();
+    check_moved(&engine, &source, 9, 130, 4);
+    check_moved(&engine, &source, 16, 128, 2);
+    check_moved(&engine, &source, 18, 0, 4);
+    check_moved(&engine, &source, 22, 22, 2);
+    check_moved(&engine, &source, 134, 134, 2);
+    assert_eq!(engine.stats().counters.remap_dest_released, 6);
+    engine.check_invariants();
+}
