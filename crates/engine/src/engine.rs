@@ -437,6 +437,8 @@ impl Engine {
     /// `[from, from + len)` moved to `[to, to + len)` (mremap, UFFD_EVENT_REMAP): the pages'
     /// bookkeeping moves with them; the destination becomes (part of) a managed region. The
     /// destination may lie in the source's own region (disjoint from the source range).
+    /// Whatever the engine tracked at the destination is dropped first, as
+    /// [`Engine::remove`] drops it (mremap replaces the destination's pages).
     ///
     /// # Errors
     /// [`Error::BadRegion`] if the source is not inside one region, or the destination

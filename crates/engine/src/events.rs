@@ -11,7 +11,10 @@
 //! A fork copies the parent's page tables into a new, unmanaged address space: each swapped
 //! entry gains a reference (the slots live until both processes drop them), resident pages
 //! are the kernel's copy-on-write business. A remap moves entries between page tables,
-//! splitting large folios whose alignment the move would break.
+//! splitting large folios whose alignment the move would break, and updates each resident
+//! folio's LRU record (reclaim finds an isolated folio through it). What the destination
+//! held is dropped first, as a remove drops it: mremap replaces the destination's pages,
+//! and overwriting the entries leaked their records and slot references.
 //!
 //! Races with work in flight resolve through the page table: a swap-in or page-out that
 //! re-validates under the PTL after the entry went finds it gone and backs off, and the
@@ -53,7 +56,22 @@ impl Core {
     /// whose references it dropped (their shadows go after the lock is released).
     fn remove_pages(&self, region: &Region, first: u64, last: u64) -> Vec<(SwapEntry, u64)> {
         let mut pt = region.lock();
-        self.split_edges(&mut pt, first, last);
+        let (freed, pages) = self.release_entries(&mut pt, first, last);
+        Stats::add(&self.stats.counters.pages_removed, pages);
+        freed
+    }
+
+    /// Drops the entries of pages `first..=last` (a large folio sticking out is split
+    /// first): a resident folio's record and charge, a swapped one's slot references.
+    /// Returns the swap entries whose references went (their shadows are the caller's, once
+    /// the lock is released) and the pages dropped. Caller holds the PTL.
+    fn release_entries(
+        &self,
+        pt: &mut PageTable<'_>,
+        first: u64,
+        last: u64,
+    ) -> (Vec<(SwapEntry, u64)>, u64) {
+        self.split_edges(pt, first, last);
         let mut freed = Vec::new();
         let mut pages = 0;
         for found in pt.entries(first, last) {
@@ -72,8 +90,7 @@ impl Core {
                 }
             }
         }
-        Stats::add(&self.stats.counters.pages_removed, pages);
-        freed
+        (freed, pages)
     }
 
     /// Splits to order 0 any entry that sticks out of `[first, last]`.
@@ -96,7 +113,8 @@ impl Core {
             }
             Pte::Resident(id) => {
                 // A stale id cannot happen: reclaim removes the record only after changing
-                // the entry, under this same lock.
+                // the entry, under this same lock, and finds a folio a remap moved where
+                // its record says it went (reclaim.rs).
                 let ids = self.lru.split(id, 0, false).expect("a resident entry has a live record");
                 pt.split(found.first, 0, |first, _| {
                     Pte::Resident(ids[(first - found.first) as usize])
@@ -198,26 +216,29 @@ impl Core {
         };
         let (first, last) = (source.index_of(from), source.index_of(from + len - 1));
         let shift = dest.index_of(to);
-        if Arc::ptr_eq(&source, &dest) {
+        let released = if Arc::ptr_eq(&source, &dest) {
             // Within one region (a region wider than the mapping moved: the LD_PRELOAD
             // shim's address windows). mremap never moves a range onto itself.
             if shift <= last && first <= shift + (last - first) {
                 return Err(Error::BadRegion { start: to, len, why: "remap onto itself" });
             }
             let mut pt = source.lock();
-            self.move_entries(&mut pt, None, first, last, shift, dest.id());
-            return Ok(());
-        }
-        // Lock order between two regions: by id (both are only ever taken together here).
-        let (mut src_pt, mut dst_pt) = if source.id() < dest.id() {
-            let s = source.lock();
-            (s, dest.lock())
+            self.move_entries(&mut pt, None, first, last, shift, dest.id())
         } else {
-            let d = dest.lock();
-            (source.lock(), d)
+            // Lock order between two regions: by id (both are only ever taken together
+            // here).
+            let (mut src_pt, mut dst_pt) = if source.id() < dest.id() {
+                let s = source.lock();
+                (s, dest.lock())
+            } else {
+                let d = dest.lock();
+                (source.lock(), d)
+            };
+            self.move_entries(&mut src_pt, Some(&mut dst_pt), first, last, shift, dest.id())
         };
-        self.move_entries(&mut src_pt, Some(&mut dst_pt), first, last, shift, dest.id());
-        drop((src_pt, dst_pt));
+        for (entry, nr) in released {
+            self.swap_cache.clear_shadows(entry.offset(), nr);
+        }
         let whole = from == source.start() && from + len == source.end();
         if whole {
             self.forget_regions_within(mm, from, len);
@@ -227,7 +248,11 @@ impl Core {
 
     /// Moves the entries of pages `first..=last` of `src` to start at page `shift` of
     /// `dst` (region `dst_id`; `None`: the same page table, the ranges disjoint), splitting
-    /// folios the move would cut or misalign. Caller holds both PTLs.
+    /// folios the move would cut or misalign. Whatever the destination held goes first, as
+    /// a remove would take it (mremap replaces the destination's pages; a large folio cut
+    /// by the destination's edge keeps its pages outside): returns the swap entries whose
+    /// references went, for the caller to clear their shadows once the locks are released.
+    /// Caller holds both PTLs.
     fn move_entries(
         &self,
         src: &mut PageTable<'_>,
@@ -236,7 +261,13 @@ impl Core {
         last: u64,
         shift: u64,
         dst_id: crate::lru::RegionId,
-    ) {
+    ) -> Vec<(SwapEntry, u64)> {
+        let dst_last = shift + (last - first);
+        let (released, pages) = match dst.as_deref_mut() {
+            Some(dst) => self.release_entries(dst, shift, dst_last),
+            None => self.release_entries(src, shift, dst_last),
+        };
+        Stats::add(&self.stats.counters.remap_dest_released, pages);
         self.split_edges(src, first, last);
         for found in src.entries(first, last) {
             let at = found.first - first + shift;
@@ -257,9 +288,16 @@ impl Core {
                 assert!(self.lru.set_owner(id, owner), "a resident entry has a live record");
             }
             match dst.as_deref_mut() {
-                Some(dst) => dst.set(at, found.order, found.pte),
-                None => src.set(at, found.order, found.pte),
+                Some(dst) => place(dst, at, &found),
+                None => place(src, at, &found),
             }
         }
+        released
     }
+}
+
+/// Sets a moved entry at page `at` of a destination emptied beforehand.
+fn place(pt: &mut PageTable<'_>, at: u64, found: &Found) {
+    debug_assert!(pt.range_is_empty(at, found.order), "remap over a live entry");
+    pt.set(at, found.order, found.pte);
 }

@@ -15,6 +15,16 @@
 //! 7. Tell the page-out hook, if one is set (hooks.rs), with no lock held.
 //!
 //! Reclaim never holds a lock across a page-out; each step takes and releases its own.
+//!
+//! An isolated folio can move before its page-out: a remap (the handler thread's REMAP)
+//! moves its page-table entry and updates its LRU record's owner under the PTLs, and may
+//! forget the region it came from. So reclaim reads where the folio lives from its record
+//! just before paging it out, never from the snapshot isolation returned, and step 4
+//! re-checks under the PTL; a page-out that finds the folio gone from there puts it back on
+//! a list (a stale id makes that a no-op). Freeing the record of a folio that had only
+//! moved left its new page-table entry naming a dead record (the `uswap run` Python
+//! crash, `reclaim_finds_a_folio_a_remap_moved_to_another_region`); leaving it isolated
+//! made it unreclaimable for good.
 
 use crate::budget::Pressure;
 use crate::engine::Core;
@@ -35,6 +45,10 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// reclaiming anything: every folio was referenced twice over (second chances are progress,
 /// they age the lists), or the swap device is full.
 const FRUITLESS_SCANS_MAX: u64 = 2;
+
+/// Reclaim looks up where an isolated folio lives at most this many times while remaps
+/// keep moving it away between the look-ups (each move is a REMAP event: a handful at most).
+const LOCATE_TRIES_MAX: u32 = 4;
 
 impl Core {
     /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
@@ -165,11 +179,8 @@ impl Core {
         let scanned: u64 = batch.iter().map(|(_, owner, _)| owner.nr_pages()).sum();
         Stats::add(if direct { &c.pgscan_direct } else { &c.pgscan_kswapd }, scanned);
         let mut reclaimed = 0;
-        for (id, owner, referenced) in batch {
-            let Some(region) = self.region_by_id(owner.region) else {
-                self.lru.remove(id);
-                continue;
-            };
+        for (id, isolated_as, referenced) in batch {
+            let Some((region, owner)) = self.locate_isolated(id, isolated_as) else { continue };
             let addr = region.addr_of(owner.index);
             let accessed = region.source().test_and_clear_referenced(addr, owner.nr_pages() * PAGE);
             if referenced || accessed == Some(true) {
@@ -181,6 +192,41 @@ impl Core {
         }
         Stats::add(if direct { &c.pgsteal_direct } else { &c.pgsteal_kswapd }, reclaimed);
         (reclaimed, scanned)
+    }
+
+    /// Where isolated folio `id` lives now, and its region. `isolated_as` is where it was
+    /// when isolated; a remap may have moved it since (`Lru::set_owner`, under the PTLs),
+    /// within its region or to another one, forgetting the old (the handler thread's REMAP
+    /// against the background reclaimer, while the folios isolated before it are paged
+    /// out). `None` if there is nothing to page out: the folio was dropped or split (its id
+    /// is stale), orphaned (its region forgotten with it still tracked: its record and
+    /// charge go), or it kept moving (back on a list; a later pass finds it).
+    ///
+    /// Context: takes the LRU lock and the regions lock in turn, holds neither on return.
+    fn locate_isolated(
+        &self,
+        id: LruId,
+        isolated_as: FolioOwner,
+    ) -> Option<(Arc<Region>, FolioOwner)> {
+        for _ in 0..LOCATE_TRIES_MAX {
+            let (owner, _) = self.lru.get(id)?;
+            if let Some(region) = self.region_by_id(owner.region) {
+                if owner != isolated_as {
+                    Stats::add(&self.stats.counters.pageout_moved, 1);
+                }
+                return Some((region, owner));
+            }
+            // A remap records the new owner before it forgets the old region: an owner
+            // that still names the forgotten region now has no page table to be found in.
+            if self.lru.get(id).map(|(now, _)| now) == Some(owner) {
+                if self.lru.remove(id).is_some() {
+                    self.budget.uncharge_resident(owner.nr_pages() * PAGE);
+                }
+                return None;
+            }
+        }
+        self.lru.putback(id, false);
+        None
     }
 
     /// Pages out one isolated folio (steps 2-6). Returns pages reclaimed; on any refusal the
@@ -205,19 +251,23 @@ impl Core {
         self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         match self.take_pages(region, id, owner, entry, &folio) {
             Ok(()) => self.store_taken(region, id, owner, entry, &folio),
-            Err(putback) => {
+            Err(moved) => {
                 folio.unlock(Unlock::Abandoned);
                 self.delete_folio(&folio, None);
-                if putback {
-                    self.lru.putback(id, false);
+                // Still resident where it was (the source refused), or moved by a remap
+                // since it was located: back on a list. Dropped or split: the id is stale
+                // and nothing happens. Never leave it isolated: nobody else puts it back.
+                if self.lru.putback(id, false) && moved {
+                    Stats::add(&self.stats.counters.pageout_moved, 1);
                 }
                 0
             }
         }
     }
 
-    /// Step 4, under the PTL. `Err(putback)` if the pages were not taken: `putback` says
-    /// whether the folio is still resident (else its pages were dropped or moved).
+    /// Step 4, under the PTL. `Err(moved)` if the pages were not taken: `moved` says the
+    /// page table no longer holds the folio at `owner` (its pages were dropped or moved);
+    /// else the page source refused and the folio is where it was.
     fn take_pages(
         &self,
         region: &Region,
@@ -230,7 +280,7 @@ impl Core {
         let mut pt = region.lock();
         let resident = Found { first: owner.index, order, pte: Pte::Resident(id) };
         if pt.lookup(owner.index) != Some(resident) {
-            return Err(false);
+            return Err(true);
         }
         pt.set(owner.index, order, Pte::Swap(entry));
         if let Err(error) = self.storage.device.dup(entry, nr) {
@@ -247,7 +297,7 @@ impl Core {
             SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
             SourceError::Failed(_) => Stats::add(&c.map_error, 1),
         }
-        Err(true)
+        Err(false)
     }
 
     /// Steps 5-7: store the taken data and leave a shadow; if no tier takes it, put the
@@ -312,6 +362,10 @@ impl Core {
             let mut pt = region.lock();
             let resident = Found { first: owner.index, order: owner.order, pte: Pte::Resident(id) };
             if pt.lookup(owner.index) != Some(resident) {
+                // Moved or dropped since it was located (as in take_pages).
+                if self.lru.putback(id, false) {
+                    Stats::add(&self.stats.counters.pageout_moved, 1);
+                }
                 return 0;
             }
             let Some(ids) = self.lru.split(id, 0, true) else { return 0 };

@@ -103,6 +103,9 @@ counters! {
     pageout_retry,
     /// Page-outs that failed to store anywhere; the data was put back.
     pageout_fail,
+    /// Isolated folios a remap moved before their page-out took them: paged out where they
+    /// went, or put back on a list if they moved while being paged out.
+    pageout_moved,
     /// Swap-in reads that failed (I/O error, checksum, decompression): the access gets an
     /// error, never wrong data.
     swpin_error,
@@ -112,6 +115,9 @@ counters! {
     map_error,
     /// Pages whose swap entries were dropped because the program freed them (REMOVE).
     pages_removed,
+    /// Pages a remap found at its destination and released, as a REMOVE would (mremap
+    /// replaces what was there: the kernel unmaps it first).
+    remap_dest_released,
     /// Swap entries duplicated for a forked child.
     fork_dup,
     /// Pool pages given back by compaction (objects moved out of sparse zspages).
