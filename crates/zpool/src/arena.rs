@@ -21,9 +21,10 @@
 //!   chunk only when no chunk has a free page;
 //! - **free** marks the page free and resident. A chunk whose every page is free goes back
 //!   to the global allocator at once. Resident free pages are bounded: past
-//!   [`max(CHUNK_PAGES, in use / 8)`](resident_free_limit) a freed page is released to the
-//!   kernel at once (`MADV_DONTNEED`: its memory comes back, its next use faults in a
-//!   zeroed page);
+//!   [`max(CHUNK_PAGES, in use / 8)`](resident_free_limit), runs of them are released to
+//!   the kernel (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed
+//!   page) down to half that bound, so a stream of frees (a pool draining as pages come
+//!   back in) costs one `madvise` per run of pages, not one per page;
 //! - **trim** ([`PageArena::trim`], called by the pool's compaction, the way a pool under
 //!   pressure gives memory back) releases every resident free page.
 //!
@@ -295,9 +296,26 @@ impl PageArena {
         }
         state.set_free_count(base, old, old + 1);
         state.stats.pages_free_resident += 1;
-        if state.stats.pages_free_resident > resident_free_limit(state.stats.pages_in_use) {
-            Self::release_locked(&mut state, base, index, 1);
+        let limit = resident_free_limit(state.stats.pages_in_use);
+        if state.stats.pages_free_resident > limit {
+            Self::release_down_to(&mut state, limit / 2);
         }
+    }
+
+    /// Releases runs of resident free pages until at most `target` remain (or `madvise`
+    /// refuses: counted, the rest stay resident); returns how many pages it released.
+    fn release_down_to(state: &mut ArenaState, target: u64) -> usize {
+        let mut released = 0;
+        while state.stats.pages_free_resident > target {
+            let Some((base, first, count)) = first_resident_run(state) else { break };
+            let before = state.stats.pages_released;
+            Self::release_locked(state, base, first, count);
+            if state.stats.pages_released == before {
+                break;
+            }
+            released += count;
+        }
+        released
     }
 
     /// Releases `count` free, resident pages of chunk `base` from `first` on, under the
@@ -321,21 +339,10 @@ impl PageArena {
 
     /// Releases every resident free page to the kernel; returns how many.
     ///
-    /// Context: takes the arena lock once per run of free pages, and releases the run
-    /// under it.
+    /// Context: takes the arena lock and releases every run under it (no page may be
+    /// handed out while the kernel zeroes it).
     pub(crate) fn trim(&self) -> usize {
-        let mut released = 0;
-        loop {
-            let mut state = self.state.lock();
-            let Some((base, first, count)) = first_resident_run(&state) else { break };
-            let before = state.stats.pages_released;
-            Self::release_locked(&mut state, base, first, count);
-            if state.stats.pages_released == before {
-                break; // madvise refused: counted; leave the rest resident
-            }
-            released += count;
-        }
-        released
+        Self::release_down_to(&mut self.state.lock(), 0)
     }
 
     pub(crate) fn stats(&self) -> ArenaStats {
