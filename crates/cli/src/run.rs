@@ -137,7 +137,11 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         swap_file: args.swap_file.as_ref().map(|p| absolute(p).display().to_string()),
         swap_size_bytes,
         record: args.record.as_ref().map(|p| absolute(p).display().to_string()),
-        stats_interval_ms: 1000,
+        // The live file is rewritten at least as often as --stats-every prints it.
+        stats_interval_ms: args
+            .stats_every
+            .filter(|s| *s > 0.0)
+            .map_or(1000, |secs| ((secs * 1000.0) as u64).clamp(10, 1000)),
         preload_path: preload.display().to_string(),
     };
     Ok(Plan { program, cmd, config })

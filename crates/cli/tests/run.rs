@@ -214,6 +214,7 @@ fn python_under_budget(objects: &str, budget: &str, budget_mib: f64) {
     assert_eq!(out.status.code(), Some(7), "exit code preserved");
     assert_eq!(out.stdout, plain.stdout, "same checksum");
     let peak = peak_mib(&stderr(&out));
+    eprintln!("python {objects} objects: peak {peak:.1} MiB, budget {budget}");
     assert!(peak <= budget_mib * 1.1, "peak {peak} MiB over budget {budget} + 10%");
 }
 

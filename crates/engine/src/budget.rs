@@ -17,6 +17,13 @@
 //! first if it must (the kernel's allocstall); so the charged total never passes the budget
 //! by more than the folios in flight at once.
 //!
+//! Memory the engine learns about late (an embedder's outside charge, pages a program
+//! touched before their range was registered) arrives in bursts it cannot refuse. The
+//! embedder may ask for a *reserve* ([`Budget::set_reserve`]) the size of the bursts it
+//! sees: every level is raised by it, so reclaim keeps that much more budget free and the
+//! next burst lands inside the budget instead of past it (the kernel boosts its
+//! watermarks after a burst in the same spirit: `watermark_boost_factor`).
+//!
 //! Context: lock-free counters; any thread.
 
 use crate::sync::{AtomicU64, Ordering};
@@ -87,6 +94,8 @@ pub struct Budget {
     /// Memory the embedder counts against the budget that the engine does not manage
     /// ([`Budget::set_outside`]).
     outside_bytes: AtomicU64,
+    /// Extra free budget reclaim keeps ([`Budget::set_reserve`]).
+    reserve_bytes: AtomicU64,
     peak_bytes: AtomicU64,
 }
 
@@ -108,6 +117,7 @@ impl Budget {
             resident_bytes: AtomicU64::new(0),
             swapcache_bytes: AtomicU64::new(0),
             outside_bytes: AtomicU64::new(0),
+            reserve_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
         })
     }
@@ -168,6 +178,18 @@ impl Budget {
         self.outside_bytes.load(Ordering::Relaxed)
     }
 
+    /// Keeps `bytes` more of the budget free: every watermark is raised by it (module
+    /// documentation). Capped at an eighth of the budget, so the reserve never starves the
+    /// pages it protects.
+    pub fn set_reserve(&self, bytes: u64) {
+        self.reserve_bytes.store(bytes.min(self.budget_bytes / 8), Ordering::Relaxed);
+    }
+
+    /// The reserve in force ([`Budget::set_reserve`]).
+    pub fn reserve_bytes(&self) -> u64 {
+        self.reserve_bytes.load(Ordering::Relaxed)
+    }
+
     /// Everything charged, given the pool's current size; records the peak.
     pub fn used(&self, pool_bytes: u64) -> u64 {
         let used =
@@ -188,7 +210,7 @@ impl Budget {
 
     /// How urgent reclaim is, for a fault about to charge `need` more bytes.
     pub fn pressure(&self, pool_bytes: u64, need: u64) -> Pressure {
-        let free = self.free(pool_bytes);
+        let free = self.free(pool_bytes).saturating_sub(self.reserve_bytes());
         let wm = self.watermarks;
         if free < wm.min_bytes + need {
             Pressure::BelowMin
@@ -239,6 +261,24 @@ mod tests {
         assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
         budget.set_outside(0);
         assert_eq!(budget.used(0), 600 * 4096);
+    }
+
+    #[test]
+    fn the_reserve_raises_every_level_and_is_capped() {
+        let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
+        let budget = Budget::new(8000, wm).unwrap();
+        budget.charge_resident(7000);
+        assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free");
+        budget.set_reserve(750);
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowLow, "250 free past the reserve");
+        assert_eq!(budget.pressure(0, 50), Pressure::BelowLow);
+        assert_eq!(budget.pressure(0, 200), Pressure::BelowMin);
+        assert_eq!(budget.free(0), 1000, "the reserve is not a charge");
+        budget.set_reserve(u64::MAX);
+        assert_eq!(budget.reserve_bytes(), 1000, "capped at an eighth of the budget");
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
+        budget.set_reserve(0);
+        assert_eq!(budget.pressure(0, 0), Pressure::None);
     }
 
     #[test]

@@ -510,6 +510,21 @@ impl Engine {
         }
     }
 
+    /// Keeps `bytes` more of the budget free, for memory the embedder expects to charge in
+    /// a burst (capped at an eighth of the budget: [`crate::budget::Budget::set_reserve`]),
+    /// and wakes the background reclaimer if that leaves the budget short. `uswap run`'s
+    /// shim sets it from the bursts its scans find: pages the program touched before their
+    /// range was registered.
+    ///
+    /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
+    pub fn set_reserve(&self, bytes: u64) {
+        let core = &self.core;
+        core.budget.set_reserve(bytes);
+        if core.budget.pressure(core.pool_bytes(), 0) >= Pressure::BelowLow {
+            core.wake_kswapd();
+        }
+    }
+
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool, and
     /// the outside charge ([`Engine::set_outside_charge`]).
     pub fn charged_bytes(&self) -> u64 {
@@ -620,6 +635,8 @@ impl Core {
             budget_bytes: self.budget.budget_bytes(),
             used_bytes: self.budget.used(pool_bytes),
             used_bytes_peak: self.budget.peak_bytes(),
+            outside_bytes: self.budget.outside_bytes(),
+            reserve_bytes: self.budget.reserve_bytes(),
             nr_active_anon: counts.active_pages,
             nr_inactive_anon: counts.inactive_pages,
         };

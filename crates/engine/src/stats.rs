@@ -201,6 +201,11 @@ pub struct Gauges {
     pub used_bytes: u64,
     /// The most charged bytes seen.
     pub used_bytes_peak: u64,
+    /// Memory the embedder counts against the budget outside the engine's pages (part of
+    /// `used_bytes`).
+    pub outside_bytes: u64,
+    /// Extra free budget reclaim keeps for bursts the embedder expects.
+    pub reserve_bytes: u64,
     /// Folios on the active list.
     pub nr_active_anon: u64,
     /// Folios on the inactive list.
@@ -305,6 +310,8 @@ impl Gauges {
             ("budget_bytes", self.budget_bytes),
             ("used_bytes", self.used_bytes),
             ("used_bytes_peak", self.used_bytes_peak),
+            ("outside_bytes", self.outside_bytes),
+            ("reserve_bytes", self.reserve_bytes),
             ("nr_active_anon", self.nr_active_anon),
             ("nr_inactive_anon", self.nr_inactive_anon),
         ]

@@ -71,6 +71,39 @@ struct Scanner {
     present: Vec<(u64, u64)>,
     last_scan: Option<Instant>,
     last_stats: Option<Instant>,
+    /// The budget reserve for the next burst ([`Burst`]).
+    burst: Burst,
+}
+
+/// The largest burst of memory the scans found already resident, decaying: pages the
+/// program touched between a mapping's appearance and its registration (glibc grows the
+/// heap with brk, which no interposer sees, 32 MiB at a time), plus growth of the outside
+/// charge. The engine keeps that much budget free ([`Engine::set_reserve`]), so the next
+/// burst lands inside the budget instead of past it. It halves every [`BURST_HALF_LIFE`]
+/// without a new burst, so a program that stops growing gets its budget back.
+#[derive(Debug, Default)]
+struct Burst {
+    bytes: f64,
+    at: Option<Instant>,
+}
+
+/// How fast a burst reserve is forgotten.
+const BURST_HALF_LIFE: Duration = Duration::from_secs(1);
+
+impl Burst {
+    /// Notes a burst of `bytes` found at `now`; returns the reserve to keep.
+    fn note(&mut self, bytes: u64, now: Instant) -> u64 {
+        let decayed = match self.at {
+            Some(at) => {
+                let halves = (now - at).as_secs_f64() / BURST_HALF_LIFE.as_secs_f64();
+                self.bytes * 0.5f64.powf(halves)
+            }
+            None => 0.0,
+        };
+        self.bytes = decayed.max(bytes as f64);
+        self.at = Some(now);
+        self.bytes as u64
+    }
 }
 
 /// The trace being written.
@@ -140,6 +173,7 @@ impl ShimHooks {
             present: Vec::with_capacity(1024),
             last_scan: None,
             last_stats: None,
+            burst: Burst::default(),
         };
         Ok(ShimHooks {
             config,
@@ -381,9 +415,13 @@ impl uffd::Hooks for ShimHooks {
         let mut wait = SCAN_PERIOD.saturating_sub(since_scan);
         if (asked || since_scan >= SCAN_PERIOD) && since_scan >= SCAN_GAP {
             SCAN_REQUESTED.store(false, SeqCst);
+            let adopted = self.counters.pages_adopted.load(Relaxed);
             self.scan(started, engine, &mut sc);
-            sc.last_scan = Some(Instant::now());
-            charge_the_rest(engine);
+            let adopted = self.counters.pages_adopted.load(Relaxed) - adopted;
+            let grown = charge_the_rest(engine);
+            let now = Instant::now();
+            sc.last_scan = Some(now);
+            engine.set_reserve(sc.burst.note(adopted * PAGE as u64 + grown, now));
             wait = SCAN_PERIOD;
         } else if asked {
             wait = SCAN_GAP.saturating_sub(since_scan);
@@ -404,11 +442,15 @@ impl uffd::Hooks for ShimHooks {
 /// then bounds the whole process, as `uswap run` promises, not only the managed pages.
 /// A zero-page mapping is charged but not resident, so the difference is taken saturating.
 ///
+/// Returns how much the outside charge grew.
+///
 /// Context: the handler thread; reads /proc/self/status (allocates from the shim's arena).
-pub fn charge_the_rest(engine: &Engine) {
-    let Ok(mem) = uffd::MemStatus::read() else { return };
-    let managed = engine.charged_bytes().saturating_sub(engine.outside_charge());
+pub fn charge_the_rest(engine: &Engine) -> u64 {
+    let Ok(mem) = uffd::MemStatus::read() else { return 0 };
+    let before = engine.outside_charge();
+    let managed = engine.charged_bytes().saturating_sub(before);
     engine.set_outside_charge(mem.rss_bytes.saturating_sub(managed));
+    engine.outside_charge().saturating_sub(before)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -418,4 +460,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A number that orders final files of one pid (exec'd images): ns since the epoch.
 pub fn unique_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_reserve_keeps_the_largest_and_halves_each_half_life() {
+        let mut burst = Burst::default();
+        let t0 = Instant::now();
+        assert_eq!(burst.note(0, t0), 0);
+        assert_eq!(burst.note(8 << 20, t0), 8 << 20);
+        assert_eq!(burst.note(1 << 20, t0), 8 << 20, "a smaller burst keeps the larger");
+        let later = burst.note(0, t0 + BURST_HALF_LIFE);
+        assert!((later as i64 - (4 << 20)).abs() < 4096, "halved after one half-life: {later}");
+        assert_eq!(burst.note(6 << 20, t0 + BURST_HALF_LIFE), 6 << 20, "a larger one wins");
+        assert!(burst.note(0, t0 + 20 * BURST_HALF_LIFE) < 16, "forgotten");
+    }
 }

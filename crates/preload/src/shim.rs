@@ -156,7 +156,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
     };
     let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
     if let Ok(engine) = swap.engine() {
-        crate::hooks::charge_the_rest(engine);
+        let _ = crate::hooks::charge_the_rest(engine);
         if hooks.recording() {
             // Set before any region exists: no page-out can be missed.
             engine.set_page_out_hook(hooks.clone()).map_err(|e| e.to_string())?;
