@@ -270,8 +270,8 @@ mod tests {
         budget.charge_resident(7000);
         assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free");
         budget.set_reserve(750);
-        assert_eq!(budget.pressure(0, 0), Pressure::BelowLow, "250 free past the reserve");
-        assert_eq!(budget.pressure(0, 50), Pressure::BelowLow);
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowHigh, "250 free past the reserve");
+        assert_eq!(budget.pressure(0, 100), Pressure::BelowLow);
         assert_eq!(budget.pressure(0, 200), Pressure::BelowMin);
         assert_eq!(budget.free(0), 1000, "the reserve is not a charge");
         budget.set_reserve(u64::MAX);
