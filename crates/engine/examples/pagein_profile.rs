@@ -2,6 +2,9 @@
 //! back in, `ROUNDS` times. Run under a profiler:
 //! `cargo build --release -p engine --example pagein_profile` then
 //! `valgrind --tool=callgrind target/release/examples/pagein_profile`.
+//! To profile only the page-ins with perf: `mkfifo /tmp/ctl; PERF_CTL=/tmp/ctl perf record
+//! --control fifo:/tmp/ctl -D -1 ... target/release/examples/pagein_profile` (the harness
+//! enables the profiler around the faults and disables it around the page-outs).
 
 use engine::config::ZswapSettings;
 use engine::mem_source::MemorySource;
@@ -37,17 +40,33 @@ fn main() {
     for page in 0..pages {
         source.write(&engine, BASE + page * PAGE, &data).expect("write");
     }
-    let start = std::time::Instant::now();
+    let mut perf = std::env::var_os("PERF_CTL").map(|path| {
+        std::fs::OpenOptions::new().write(true).open(path).expect("PERF_CTL: the control fifo")
+    });
+    let mut control = |command: &str| {
+        if let Some(fifo) = perf.as_mut() {
+            use std::io::Write;
+            fifo.write_all(command.as_bytes()).expect("perf control");
+        }
+    };
+    let (mut out_ns, mut in_ns) = (0u128, 0u128);
     let mut faults = 0;
     for _ in 0..rounds {
+        let start = std::time::Instant::now();
         engine.pageout(BASE, pages * PAGE).expect("pageout");
+        out_ns += start.elapsed().as_nanos();
+        control("enable\n");
+        let start = std::time::Instant::now();
         for page in (0..pages).step_by(1 << order) {
             engine.handle_fault(BASE + page * PAGE, false).expect("fault");
             faults += 1;
         }
+        in_ns += start.elapsed().as_nanos();
+        control("disable\n");
     }
     println!(
-        "{faults} faults, {:.0} ns per out+in",
-        start.elapsed().as_nanos() as f64 / f64::from(faults)
+        "{faults} faults: {:.0} ns per page-out, {:.0} ns per page-in (per folio)",
+        out_ns as f64 / f64::from(faults),
+        in_ns as f64 / f64::from(faults)
     );
 }

@@ -307,6 +307,23 @@ impl Engine {
         Ok(self.core.adopt_present(region.id(), &runs))
     }
 
+    /// Rewrites the pool's stored object for the page at `addr` of `mm` with `mutate` (same
+    /// length): fault injection for tests and the simulator, a bit flip in the pool's
+    /// memory. Returns whether the page is swapped to an entry the pool holds.
+    ///
+    /// Context: takes the regions lock (read), the page-table lock, then zswap's tree and
+    /// class locks inside it.
+    pub fn corrupt_pool_page(&self, mm: MmId, addr: u64, mutate: impl FnOnce(&mut [u8])) -> bool {
+        let Ok(region) = self.core.region_of(mm, addr) else { return false };
+        let index = region.index_of(addr);
+        let pt = region.lock();
+        let Some(entry) = pt.lookup(index).and_then(|found| found.swap_entry_of(index)) else {
+            return false;
+        };
+        let Some(zswap) = &self.core.storage.zswap else { return false };
+        zswap.corrupt_object(entry, mutate)
+    }
+
     /// The swapped pages of address space `mm`, as runs `(address, pages)` in address
     /// order: what a forked child would read from this engine's swap (the LD_PRELOAD shim
     /// maps them into a child whose parent is about to exit).

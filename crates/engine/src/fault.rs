@@ -16,6 +16,15 @@
 //! 6. Drop the page-table reference (`put`); whoever mapped from the folio deletes it from
 //!    the swap cache, which unpins and, at count 0, frees the slots (and their pool copies).
 //!
+//! **In place.** When the page source can write its pages in place
+//! ([`crate::PageSource::fills_in_place`]: simulated memory) and the pool holds the data,
+//! the winner skips the folio's buffer: under the PTL, after the same re-validation, it
+//! reads the pool straight into the pages being mapped (the kernel decompresses into the
+//! folio it maps: one copy, not two). The folio stays locked meanwhile and then unlocks
+//! *Abandoned*, holding no data: a waiter looks again and finds the page resident, or (a
+//! forked child sharing the slot) the slot still referenced and its pool copy intact, since
+//! loads are not exclusive and the slot is freed only when the folio is deleted.
+//!
 //! Every step that finds the world changed returns [`Step::Again`] and the fault starts
 //! over from step 2, at most [`MAX_FAULT_PASSES`] times.
 
@@ -155,7 +164,14 @@ impl Core {
         let pin = || device.try_pin_cache_range(entry, 1 << order).is_ok();
         match self.swap_cache.add_or_get(&folio, pin) {
             AddOrGet::Added(shadow) => {
-                let step = self.swapin_read_and_map(region, first, entry, &folio, shadow, write);
+                let step = if region.managed()
+                    && region.source().fills_in_place()
+                    && self.storage.in_pool(entry)
+                {
+                    self.swapin_in_place(region, first, entry, &folio, shadow)
+                } else {
+                    self.swapin_read_and_map(region, first, entry, &folio, shadow, write)
+                };
                 if step.is_ok() && order == 0 && region.managed() {
                     self.readahead(region, index);
                 }
@@ -250,6 +266,79 @@ impl Core {
         };
         self.delete_folio(folio, None);
         step
+    }
+
+    /// The winner of `add_or_get`, for a source that fills in place and data the pool
+    /// holds (module documentation, "In place"): read the pool straight into the pages
+    /// under the PTL, then unlock the folio with no data (Abandoned) and delete it.
+    fn swapin_in_place(
+        &self,
+        region: &Region,
+        first: u64,
+        entry: SwapEntry,
+        folio: &Arc<Folio>,
+        shadow: Option<Shadow>,
+    ) -> Result<Step, Error> {
+        let order = folio.order();
+        Stats::add(&self.stats.counters.pgmajfault, 1);
+        self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
+        let activate = shadow.is_some_and(|s| self.refault(s, order));
+        let mut failed = None;
+        let step = {
+            let mut pt = region.lock();
+            // As in `map_from_folio`; our locked folio pins the slots, so the entry's data
+            // is the slot's current data for as long as the page table still refers to it.
+            if pt.lookup(first) != Some(Found { first, order, pte: Pte::Swap(entry) }) {
+                Stats::add(&self.stats.counters.swapin_raced, 1);
+                Step::Again
+            } else {
+                let (addr, len) = (region.addr_of(first), bytes_of(order));
+                let mapped = region.source().map_with(addr, len, &mut |i, page| match self
+                    .storage
+                    .read(entry.add(i as u64), page, &self.stats)
+                {
+                    Ok(_) => true,
+                    Err(why) => {
+                        failed = Some(why);
+                        false
+                    }
+                });
+                match mapped {
+                    Ok(Some(done)) => {
+                        if done == Mapped::AlreadyPresent {
+                            // As in `map_from_folio`: what is there stays.
+                            Stats::add(&self.stats.counters.map_error, 1);
+                        }
+                        let owner = FolioOwner { region: region.id(), index: first, order };
+                        let id = self.lru.add(owner, activate);
+                        pt.set(first, order, Pte::Resident(id));
+                        self.budget.charge_resident(len);
+                        self.put_entry(entry, 1 << order);
+                        Stats::add_order(&self.stats.per_order.swpin, order, 1);
+                        Step::Done(FaultOutcome::Mapped)
+                    }
+                    Ok(None) => Step::Again, // `failed` says why
+                    Err(error) => {
+                        drop(pt);
+                        folio.unlock(Unlock::Abandoned);
+                        self.delete_folio(folio, None);
+                        return self.source_failed(error);
+                    }
+                }
+            }
+        };
+        let result = match failed {
+            Some(why) => {
+                folio.unlock(Unlock::Failed(why.clone()));
+                self.fail_swapin(region, first, order, entry, why)
+            }
+            None => {
+                folio.unlock(Unlock::Abandoned);
+                Ok(step)
+            }
+        };
+        self.delete_folio(folio, None);
+        result
     }
 
     /// A loser of `add_or_get`: wait for the folio, then map from it.

@@ -297,6 +297,34 @@ impl PageSource for MemorySource {
         Ok(self.install(addr, len as usize, None))
     }
 
+    fn fills_in_place(&self) -> bool {
+        true
+    }
+
+    fn map_with(
+        &self,
+        addr: u64,
+        len: u64,
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<Option<Mapped>, SourceError> {
+        let mut pages = self.lock_range(addr, len as usize);
+        if pages.iter().any(|p| p.state != State::Missing) {
+            return Ok(Some(Mapped::AlreadyPresent));
+        }
+        // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
+        // the page's data only once every page is filled.
+        for (i, page) in pages.iter_mut().enumerate() {
+            if !fill(i, page.buffer()) {
+                return Ok(None);
+            }
+        }
+        for page in pages.iter_mut() {
+            page.state = State::Data;
+        }
+        self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(Some(Mapped::Done))
+    }
+
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
         for mut page in self.lock_range(addr, len as usize) {
             if page.state == State::Missing {

@@ -83,6 +83,38 @@ pub trait PageSource: Send + Sync {
     /// As [`PageSource::take`].
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError>;
 
+    /// Can [`PageSource::map_with`] write the pages in place (memory the engine addresses
+    /// directly, as the kernel writes the folio it is about to map)? Then a page-in reads
+    /// the pool straight into the pages instead of through the swap-cache folio: one copy,
+    /// not two. `false` by default: userfaultfd's `UFFDIO_COPY` needs a source buffer, and
+    /// the folio is that buffer.
+    fn fills_in_place(&self) -> bool {
+        false
+    }
+
+    /// Maps `len` bytes at `addr` whose pages `fill(i, page)` writes, page `i` of the range
+    /// into `page` (4 KiB), unless any of them is present (`AlreadyPresent`, `fill` maybe
+    /// never called); wakes threads faulting there. `Ok(None)` if `fill` refused a page:
+    /// nothing is mapped, the pages stay missing. The caller holds the region's page-table
+    /// lock. The default fills a buffer and calls [`PageSource::map`].
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn map_with(
+        &self,
+        addr: u64,
+        len: u64,
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<Option<Mapped>, SourceError> {
+        let mut data = vec![0u8; len as usize];
+        for (i, page) in data.chunks_mut(crate::PAGE_SIZE).enumerate() {
+            if !fill(i, page) {
+                return Ok(None);
+            }
+        }
+        self.map(addr, &data).map(Some)
+    }
+
     /// Maps the shared zero page over `len` bytes at `addr` (no memory until written) and
     /// wakes threads faulting there.
     ///

@@ -200,6 +200,13 @@ impl Storage {
         }
     }
 
+    /// Does the pool hold `entry`'s page (not a zero page, not on the device)? A page-in
+    /// that reads it under the page-table lock costs no I/O there.
+    pub(crate) fn in_pool(&self, entry: SwapEntry) -> bool {
+        let Some(zswap) = &self.zswap else { return false };
+        !self.zeromap.test(entry.offset()) && zswap.contains(entry)
+    }
+
     /// Are the `nr` slots from `first` all of one kind (all zero, all pool, or all device),
     /// so a large folio can be read back as one?
     pub(crate) fn uniform(&self, first: SwapEntry, nr: u64) -> bool {

@@ -198,6 +198,53 @@ fn child_read(
     panic!("child page {page} never became present");
 }
 
+/// Pages in the pool come back in place (the memory source fills the pages straight from
+/// the pool: no folio buffer): a forked child sharing the parent's pool entries reads them
+/// after the parent paged its own copies in and moved on, and a corrupted pool object
+/// poisons its page, never maps wrong data.
+#[test]
+fn pool_pages_come_back_in_place_for_parent_and_child_and_corruption_poisons() {
+    let pool = engine::config::ZswapSettings { max_pool_percent: 50, ..Default::default() };
+    let (engine, parent) = setup(EngineConfig { zswap: Some(pool), ..config(1024) }, 1024);
+    for page in 0..1024 {
+        parent.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    engine.pageout(addr(0), 1024 * PAGE as u64).unwrap();
+    let child = std::sync::Arc::new(parent.fork());
+    let child_source: std::sync::Arc<dyn engine::PageSource> = child.clone();
+    let child_mm = engine.fork(engine::region::MmId::DEFAULT, child_source).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    let zswpin = engine.stats().counters.zswpin;
+    for page in 0..1024 {
+        parent.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "parent page {page}");
+        parent.write(&engine, addr(page), &content(page, 2)).unwrap();
+    }
+    assert!(engine.stats().counters.zswpin > zswpin + 50, "{}", engine.stats().to_vmstat());
+    engine.check_invariants();
+    for page in 0..1024 {
+        child_read(&engine, &child, child_mm, page, &mut buf);
+        assert_eq!(buf, content(page, 1), "child page {page} sees the data at the fork");
+    }
+    engine.exit_mm(child_mm);
+    engine.check_invariants();
+    // A bit flip in the pool: the page is poisoned, its neighbours are intact.
+    let mm = engine::region::MmId::DEFAULT;
+    let hit = (0..1024).rev().find(|&page| {
+        engine
+            .corrupt_pool_page(mm, addr(page), |object| object.iter_mut().for_each(|b| *b ^= 0x5a))
+    });
+    let hit = hit.expect("some page is in the pool");
+    let error = parent.read(&engine, addr(hit), &mut buf).unwrap_err();
+    assert!(matches!(error, engine::mem_source::AccessError::Poisoned { .. }), "{error:?}");
+    for page in (0..1024).filter(|&p| p != hit) {
+        parent.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 2), "parent page {page}");
+    }
+    assert!(engine.stats().counters.swpin_error > 0);
+    engine.check_invariants();
+}
+
 #[test]
 fn remap_moves_resident_and_swapped_pages() {
     let config = EngineConfig { folio_order: 2, ..config(64) };

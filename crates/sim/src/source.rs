@@ -187,6 +187,38 @@ impl PageSource for SimSource {
         }))
     }
 
+    fn fills_in_place(&self) -> bool {
+        true
+    }
+
+    fn map_with(
+        &self,
+        addr: u64,
+        len: u64,
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<Option<Mapped>, SourceError> {
+        if self.world.fires(Site::MapRetry) {
+            return Err(SourceError::Retry);
+        }
+        let mut pages = self.pages.lock();
+        if pages.range(addr..addr + len).next().is_some() {
+            return Ok(Some(Mapped::AlreadyPresent));
+        }
+        let mut filled = Vec::with_capacity((len / PAGE) as usize);
+        for i in 0..(len / PAGE) as usize {
+            let mut page = Box::new([0u8; PAGE_SIZE]);
+            if !fill(i, &mut page[..]) {
+                return Ok(None);
+            }
+            filled.push(page);
+        }
+        for (i, page) in filled.into_iter().enumerate() {
+            let slot = Slot { page: Page::Data(page), referenced: false };
+            pages.insert(addr + i as u64 * PAGE, slot);
+        }
+        Ok(Some(Mapped::Done))
+    }
+
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);

@@ -12,7 +12,7 @@
 //!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE)
 //!   [p0 used][p1 free, resident][p2 used][p3 free, released] ... [p511 used]
 //!   free bitmap:      0 1 0 1 ...        released bitmap: 0 0 0 1 ...
-//!   partial set: (free pages, chunk base) ordered: allocation takes the fullest chunk
+//!   partial set: (free pages / 32 rounded up, chunk base): allocation takes a fullest chunk
 //! ```
 //!
 //! Policy:
@@ -169,13 +169,28 @@ pub struct ArenaStats {
 struct ArenaState {
     /// Chunks by base address.
     chunks: BTreeMap<usize, Chunk>,
-    /// (free pages, base) of every chunk with a free page.
+    /// (bucket of its free pages, base) of every chunk with a free page ([`bucket`]).
     partial: BTreeSet<(u16, usize)>,
     stats: ArenaStats,
 }
 
+/// Free pages per bucket of the partial set.
+const BUCKET_PAGES: u16 = 32;
+
+/// A chunk's key in the partial set: its free pages rounded up to a bucket (0: none free,
+/// not listed). Allocation takes from the lowest bucket, so from one of the fullest chunks;
+/// a free or an allocation re-keys a chunk only when it crosses a bucket edge (one in 32),
+/// not at every page.
+fn bucket(free_pages: u16) -> u16 {
+    free_pages.div_ceil(BUCKET_PAGES)
+}
+
 impl ArenaState {
     fn set_free_count(&mut self, base: usize, old: u16, new: u16) {
+        let (old, new) = (bucket(old), bucket(new));
+        if old == new {
+            return;
+        }
         if old > 0 {
             self.partial.remove(&(old, base));
         }
@@ -253,7 +268,7 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
     // initialized before any PoolPage refers to them.
     unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
     state.chunks.insert(base, Chunk::new());
-    state.partial.insert((CHUNK_PAGES as u16, base));
+    state.partial.insert((bucket(CHUNK_PAGES as u16), base));
     state.stats.chunks += 1;
     state.stats.chunks_allocated += 1;
     state.stats.pages_free_resident += CHUNK_PAGES as u64;
@@ -266,14 +281,55 @@ impl PageArena {
     /// # Panics
     /// If the page is not this arena's, or is free already (a double free).
     ///
-    /// Context: takes the arena lock; may release the page under it (one `madvise`), or
-    /// free its chunk after dropping it.
+    /// Context: takes the arena lock; may release pages under it (`madvise`), or free a
+    /// chunk after dropping it.
     pub(crate) fn free(&self, page: PoolPage) {
+        self.free_all(std::iter::once(page));
+    }
+
+    /// Gives pages back under one lock (a zspage's pages: up to 4).
+    ///
+    /// # Panics
+    /// As [`PageArena::free`].
+    ///
+    /// Context: as [`PageArena::free`]; wholly free chunks go back after the lock is dropped.
+    pub(crate) fn free_all(&self, pages: impl Iterator<Item = PoolPage>) {
+        let mut empty = [0usize; 4];
+        let mut nr_empty = 0;
+        {
+            let mut state = self.state.lock();
+            for page in pages {
+                match Self::free_locked(&mut state, page) {
+                    Some(base) if nr_empty < empty.len() => {
+                        empty[nr_empty] = base;
+                        nr_empty += 1;
+                    }
+                    // More emptied chunks than the list holds (a caller freeing many pages
+                    // at once): give this one back now, under the lock. Correct, if slower.
+                    // SAFETY: as below.
+                    Some(base) => unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) },
+                    None => {}
+                }
+            }
+            let limit = resident_free_limit(state.stats.pages_in_use);
+            if state.stats.pages_free_resident > limit {
+                Self::release_down_to(&mut state, limit / 2);
+            }
+        }
+        for &base in &empty[..nr_empty] {
+            // SAFETY: `base` came from `alloc` with this layout, and every page of it is
+            // free: no PoolPage points into it any more (`free_locked` unlisted it).
+            unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) };
+        }
+    }
+
+    /// Marks `page` free under the lock; returns its chunk's base if the chunk is now wholly
+    /// free and unlisted (the caller gives it back after unlocking).
+    fn free_locked(state: &mut ArenaState, page: PoolPage) -> Option<usize> {
         let addr = page.addr();
         let base = addr & !(CHUNK_BYTES - 1);
         let index = (addr - base) / PAGE_SIZE;
         let (word, mask) = bit(index);
-        let mut state = self.state.lock();
         let chunk = state.chunks.get_mut(&base);
         let chunk = chunk.unwrap_or_else(|| panic!("page {addr:#x} is not the arena's"));
         assert!(chunk.free[word] & mask == 0, "page {addr:#x} freed twice");
@@ -283,23 +339,16 @@ impl PageArena {
         state.stats.pages_in_use -= 1;
         if old + 1 == CHUNK_PAGES as u16 {
             let released = state.chunks.remove(&base).map_or(0, |c| popcount(&c.released));
-            state.partial.remove(&(old, base));
+            state.set_free_count(base, old, 0);
             state.stats.chunks -= 1;
             state.stats.chunks_freed += 1;
             state.stats.pages_released -= released;
             state.stats.pages_free_resident -= CHUNK_PAGES as u64 - 1 - released;
-            drop(state);
-            // SAFETY: `base` came from `alloc` with this layout, and every page of
-            // it is free: no PoolPage points into it any more.
-            unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) };
-            return;
+            return Some(base);
         }
         state.set_free_count(base, old, old + 1);
         state.stats.pages_free_resident += 1;
-        let limit = resident_free_limit(state.stats.pages_in_use);
-        if state.stats.pages_free_resident > limit {
-            Self::release_down_to(&mut state, limit / 2);
-        }
+        None
     }
 
     /// Releases runs of resident free pages until at most `target` remain (or `madvise`
@@ -360,7 +409,7 @@ impl PageArena {
             for w in 0..WORDS {
                 assert_eq!(chunk.released[w] & !chunk.free[w], 0, "released page in use");
             }
-            let listed = state.partial.contains(&(chunk.free_pages, base));
+            let listed = state.partial.contains(&(bucket(chunk.free_pages), base));
             assert_eq!(listed, count > 0, "chunk {base:#x} partial listing");
             free += count;
             released += popcount(&chunk.released);
@@ -391,16 +440,24 @@ fn popcount(bits: &[u64; WORDS]) -> u64 {
     bits.iter().map(|w| u64::from(w.count_ones())).sum()
 }
 
-/// The first run of free, resident pages in any chunk: (base, first page, length).
+/// The first run of free, resident pages in any chunk: (base, first page, length). Scans
+/// 64 pages a word.
 fn first_resident_run(state: &ArenaState) -> Option<(usize, usize, usize)> {
     for (&base, chunk) in &state.chunks {
-        let resident = |page: usize| {
-            let (word, mask) = bit(page);
-            chunk.free[word] & !chunk.released[word] & mask != 0
-        };
-        let Some(first) = (0..CHUNK_PAGES).find(|&p| resident(p)) else { continue };
-        let count = (first..CHUNK_PAGES).take_while(|&p| resident(p)).count();
-        return Some((base, first, count));
+        let resident = |w: usize| chunk.free[w] & !chunk.released[w];
+        let Some(w) = (0..WORDS).find(|&w| resident(w) != 0) else { continue };
+        let first = w * 64 + resident(w).trailing_zeros() as usize;
+        // The run goes on while the bits stay set: through this word, then whole words.
+        let mut end = first;
+        while end < CHUNK_PAGES {
+            let rest = resident(end / 64) >> (end % 64);
+            let ones = rest.trailing_ones() as usize;
+            end += ones;
+            if ones == 0 || !end.is_multiple_of(64) {
+                break;
+            }
+        }
+        return Some((base, first, end - first));
     }
     None
 }
@@ -440,6 +497,33 @@ fn dont_need(addr: usize, len: usize) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn resident_runs_are_found_across_words_and_stop_at_released_pages() {
+        let mut state = ArenaState::default();
+        let mut chunk = Chunk { free: [0; WORDS], released: [0; WORDS], free_pages: 0 };
+        let mut set = |pages: std::ops::Range<usize>, released: bool| {
+            for page in pages {
+                let (word, mask) = bit(page);
+                chunk.free[word] |= mask;
+                if released {
+                    chunk.released[word] |= mask;
+                }
+            }
+        };
+        set(10..20, true); // free but released: not resident
+        set(60..200, false); // crosses two word edges
+        set(200..201, true); // ends the run
+        set(300..512, false); // runs to the chunk's end
+        state.chunks.insert(CHUNK_BYTES, chunk);
+        assert_eq!(first_resident_run(&state), Some((CHUNK_BYTES, 60, 140)));
+        let chunk = state.chunks.get_mut(&CHUNK_BYTES).unwrap();
+        for page in 60..200 {
+            let (word, mask) = bit(page);
+            chunk.released[word] |= mask;
+        }
+        assert_eq!(first_resident_run(&state), Some((CHUNK_BYTES, 300, 212)));
+    }
 
     #[test]
     fn pages_are_distinct_aligned_and_come_back() {

@@ -346,17 +346,19 @@ impl ZsPool {
     /// for the next zspage and freeing the rest. No lock held.
     fn release_zspage(&self, zspage: Box<ZsPage>) {
         let pages = zspage.page_count();
-        let mut freed = zspage.into_pages();
+        let mut freed = zspage.into_pages().peekable();
         let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
-        {
+        if self.spare_pages.load(Ordering::Relaxed) < keep {
             let mut spare = self.spare.lock();
             while spare.len() < keep {
-                let Some(page) = freed.pop() else { break };
+                let Some(page) = freed.next() else { break };
                 spare.push(page);
                 self.spare_pages.fetch_add(1, Ordering::Relaxed);
             }
         }
-        freed.into_iter().for_each(|page| self.arena.free(page)); // outside the spare lock
+        if freed.peek().is_some() {
+            self.arena.free_all(freed); // outside the spare lock
+        }
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);
         bump(&self.counters.zspages_freed);
     }

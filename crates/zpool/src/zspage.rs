@@ -127,9 +127,9 @@ impl ZsPage {
 
     /// Gives the zspage's pages back (it must be empty: its objects are dead).
     #[allow(clippy::boxed_local)] // zspages live boxed; taking the box avoids a move out
-    pub(crate) fn into_pages(self: Box<Self>) -> Vec<PoolPage> {
+    pub(crate) fn into_pages(self: Box<Self>) -> impl Iterator<Item = PoolPage> {
         debug_assert_eq!(self.inuse, 0, "pages of a zspage still in use");
-        self.pages.into_iter().flatten().collect()
+        self.pages.into_iter().flatten()
     }
 
     /// Objects in use.
