@@ -320,25 +320,33 @@ impl Core {
                     Ok(None) => Step::Again, // `failed` says why
                     Err(error) => {
                         drop(pt);
-                        folio.unlock(Unlock::Abandoned);
-                        self.delete_folio(folio, None);
+                        self.abandon(folio);
                         return self.source_failed(error);
                     }
                 }
             }
         };
-        let result = match failed {
+        match failed {
             Some(why) => {
                 folio.unlock(Unlock::Failed(why.clone()));
-                self.fail_swapin(region, first, order, entry, why)
+                let result = self.fail_swapin(region, first, order, entry, why);
+                self.delete_folio(folio, None);
+                result
             }
             None => {
-                folio.unlock(Unlock::Abandoned);
+                self.abandon(folio);
                 Ok(step)
             }
-        };
+        }
+    }
+
+    /// Ends an in-place page-in's folio, which holds no data: deleted from the swap cache
+    /// first, then unlocked Abandoned, so a waiter that looks again finds no folio to wait
+    /// on (unlocking first let it find this one again and again until it was deleted: a
+    /// spin the loom model caught as a branch explosion).
+    fn abandon(&self, folio: &Arc<Folio>) {
         self.delete_folio(folio, None);
-        result
+        folio.unlock(Unlock::Abandoned);
     }
 
     /// A loser of `add_or_get`: wait for the folio, then map from it.

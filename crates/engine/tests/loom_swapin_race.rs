@@ -23,7 +23,7 @@ use std::sync::Arc;
 const PAGE: usize = 4096;
 const BASE: u64 = 1 << 30;
 
-fn setup() -> (Arc<Engine>, Arc<MemorySource>) {
+fn setup(pool: bool) -> (Arc<Engine>, Arc<MemorySource>) {
     let source = Arc::new(MemorySource::new(BASE, 2));
     let dyn_source: Arc<dyn PageSource> = source.clone();
     let config = EngineConfig {
@@ -36,7 +36,13 @@ fn setup() -> (Arc<Engine>, Arc<MemorySource>) {
         // the pool and the read count (pswpin) was 0: the model stopped at its first
         // execution, and the planted bug went unseen. Loom is not in CI; run it by hand
         // (docs/TESTING.md) after engine changes.
-        zswap: None,
+        // With `pool`, pages go to a raw pool and come back in place (fault.rs, "In
+        // place"): the reads are then counted in zswpin.
+        zswap: pool.then(|| engine::config::ZswapSettings {
+            compressor: zswap::compress::CompressorKind::None,
+            max_pool_percent: 100,
+            ..engine::config::ZswapSettings::default()
+        }),
         ..EngineConfig::default()
     };
     let engine = Engine::new(config, dyn_source).expect("engine");
@@ -54,11 +60,11 @@ fn read(engine: &Engine, source: &MemorySource) -> Vec<u8> {
     buf
 }
 
-fn model(planted: bool) {
+fn model(planted: bool, pool: bool) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(move || {
-        let (engine, source) = setup();
+        let (engine, source) = setup(pool);
         source.write(&engine, BASE, &page(1)).expect("write");
         assert_eq!(engine.pageout(BASE, PAGE as u64).expect("pageout"), 1);
         if planted {
@@ -91,7 +97,8 @@ fn model(planted: bool) {
         // together (one inserts the folio, the other waits on it or finds the page mapped),
         // the second by whoever faults on B's data — unless that fault came while B's
         // page-out folio was still in the swap cache and was served from it.
-        let reads = engine.stats().counters.pswpin;
+        let counters = engine.stats().counters;
+        let reads = if pool { counters.zswpin } else { counters.pswpin };
         assert!((1..=2).contains(&reads), "{reads} reads of the device");
         engine.check_invariants();
     });
@@ -99,11 +106,57 @@ fn model(planted: bool) {
 
 #[test]
 fn seed000_two_pageins_and_a_pageout_reusing_the_slot() {
-    model(false);
+    model(false, false);
+}
+
+/// The same race through the pool, where the winner reads straight into the page and the
+/// folio unlocks with no data: the loser must look again, never map the empty folio.
+#[test]
+fn seed000_in_place_page_ins_and_a_pageout_reusing_the_slot() {
+    model(false, true);
 }
 
 #[test]
 #[should_panic(expected = "a stale folio was mapped")]
 fn seed000_planted_skip_revalidation_is_caught() {
-    model(true);
+    model(true, false);
+}
+
+/// A parent and its forked child fault in one pool-held page at once. The parent's page-in
+/// may run in place (no data in the folio) while the child waits on that folio: the child
+/// must look again and read the pool itself, never map the folio's empty buffer.
+#[test]
+fn in_place_page_in_with_a_forked_child_waiting_on_the_folio() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let (engine, parent) = setup(true);
+        parent.write(&engine, BASE, &page(1)).expect("write");
+        assert_eq!(engine.pageout(BASE, PAGE as u64).expect("pageout"), 1);
+        let child = Arc::new(parent.fork());
+        let child_source: Arc<dyn PageSource> = child.clone();
+        let child_mm = engine.fork(engine::region::MmId::DEFAULT, child_source).expect("fork");
+        let a = {
+            let (engine, parent) = (engine.clone(), parent.clone());
+            loom::thread::spawn(move || assert!(read(&engine, &parent) == page(1), "parent"))
+        };
+        let b = {
+            let (engine, child) = (engine.clone(), child.clone());
+            loom::thread::spawn(move || {
+                let mut buf = vec![0u8; PAGE];
+                for _ in 0..8 {
+                    if child.read_present(BASE, &mut buf) {
+                        break;
+                    }
+                    engine.handle_fault_in(child_mm, BASE, false).expect("child fault");
+                }
+                let first = buf[0];
+                assert!(buf == page(1), "the child mapped a folio with no data (byte {first})");
+            })
+        };
+        a.join().expect("A");
+        b.join().expect("B");
+        engine.exit_mm(child_mm);
+        engine.check_invariants();
+    });
 }
