@@ -520,11 +520,8 @@ impl Engine {
     ///
     /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
     pub fn set_outside_charge(&self, bytes: u64) {
-        let core = &self.core;
-        core.budget.set_outside(bytes);
-        if core.budget.pressure(core.pool_bytes(), 0) >= Pressure::BelowLow {
-            core.wake_kswapd();
-        }
+        self.core.budget.set_outside(bytes);
+        self.core.wake_kswapd_if_short();
     }
 
     /// Keeps `bytes` more of the budget free, for memory the embedder expects to charge in
@@ -535,11 +532,8 @@ impl Engine {
     ///
     /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
     pub fn set_reserve(&self, bytes: u64) {
-        let core = &self.core;
-        core.budget.set_reserve(bytes);
-        if core.budget.pressure(core.pool_bytes(), 0) >= Pressure::BelowLow {
-            core.wake_kswapd();
-        }
+        self.core.budget.set_reserve(bytes);
+        self.core.wake_kswapd_if_short();
     }
 
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool, and
@@ -621,9 +615,7 @@ impl Core {
             }
         }
         self.budget.charge_resident(adopted * PAGE_SIZE as u64);
-        if self.budget.pressure(self.pool_bytes(), 0) >= Pressure::BelowLow {
-            self.wake_kswapd();
-        }
+        self.wake_kswapd_if_short();
         adopted
     }
 

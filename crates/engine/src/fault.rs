@@ -31,7 +31,7 @@
 use crate::engine::{Core, FaultOutcome};
 use crate::lru::FolioOwner;
 use crate::page_source::{Mapped, SourceError};
-use crate::region::{Found, MmId, Pte, Region};
+use crate::region::{Found, MmId, PageTable, Pte, Region};
 use crate::stats::Stats;
 use crate::swap_cache::{AddOrGet, Folio, Outcome, Unlock};
 use crate::sync::Ordering;
@@ -164,14 +164,12 @@ impl Core {
         let pin = || device.try_pin_cache_range(entry, 1 << order).is_ok();
         match self.swap_cache.add_or_get(&folio, pin) {
             AddOrGet::Added(shadow) => {
-                let step = if region.managed()
-                    && region.source().fills_in_place()
-                    && self.storage.in_pool(entry)
-                {
-                    self.swapin_in_place(region, first, entry, &folio, shadow)
-                } else {
+                let in_place = (region.managed() && region.source().fills_in_place())
+                    .then(|| self.swapin_in_place(region, first, entry, &folio, shadow))
+                    .flatten();
+                let step = in_place.unwrap_or_else(|| {
                     self.swapin_read_and_map(region, first, entry, &folio, shadow, write)
-                };
+                });
                 if step.is_ok() && order == 0 && region.managed() {
                     self.readahead(region, index);
                 }
@@ -268,9 +266,11 @@ impl Core {
         step
     }
 
-    /// The winner of `add_or_get`, for a source that fills in place and data the pool
-    /// holds (module documentation, "In place"): read the pool straight into the pages
-    /// under the PTL, then unlock the folio with no data (Abandoned) and delete it.
+    /// The winner of `add_or_get`, for a source that fills in place (module documentation,
+    /// "In place"): under the PTL, read the pool straight into the pages; then delete the
+    /// folio, which holds no data, and unlock it Abandoned. `None` when the pool does not
+    /// hold the data (a zero page, a page on the device): nothing was done, the folio is
+    /// still locked, and the caller reads it the usual way (no device I/O under the PTL).
     fn swapin_in_place(
         &self,
         region: &Region,
@@ -278,75 +278,56 @@ impl Core {
         entry: SwapEntry,
         folio: &Arc<Folio>,
         shadow: Option<Shadow>,
-    ) -> Result<Step, Error> {
+    ) -> Option<Result<Step, Error>> {
         let order = folio.order();
-        Stats::add(&self.stats.counters.pgmajfault, 1);
-        self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
-        let activate = shadow.is_some_and(|s| self.refault(s, order));
-        let mut failed = None;
-        let step = {
-            let mut pt = region.lock();
-            // As in `map_from_folio`; our locked folio pins the slots, so the entry's data
-            // is the slot's current data for as long as the page table still refers to it.
-            if pt.lookup(first) != Some(Found { first, order, pte: Pte::Swap(entry) }) {
-                Stats::add(&self.stats.counters.swapin_raced, 1);
-                Step::Again
-            } else {
-                let (addr, len) = (region.addr_of(first), bytes_of(order));
-                let mapped = region.source().map_with(addr, len, &mut |i, page| match self
-                    .storage
-                    .read(entry.add(i as u64), page, &self.stats)
-                {
-                    Ok(_) => true,
-                    Err(why) => {
-                        failed = Some(why);
-                        false
-                    }
-                });
-                match mapped {
-                    Ok(Some(done)) => {
-                        if done == Mapped::AlreadyPresent {
-                            // As in `map_from_folio`: what is there stays.
-                            Stats::add(&self.stats.counters.map_error, 1);
-                        }
-                        let owner = FolioOwner { region: region.id(), index: first, order };
-                        let id = self.lru.add(owner, activate);
-                        pt.set(first, order, Pte::Resident(id));
-                        self.budget.charge_resident(len);
-                        self.put_entry(entry, 1 << order);
-                        Stats::add_order(&self.stats.per_order.swpin, order, 1);
-                        Step::Done(FaultOutcome::Mapped)
-                    }
-                    Ok(None) => Step::Again, // `failed` says why
-                    Err(error) => {
-                        drop(pt);
-                        self.abandon(folio);
-                        return self.source_failed(error);
-                    }
+        let mut pt = region.lock();
+        // As in `map_from_folio`; our locked folio pins the slots, so the pool's copy is the
+        // slot's current data for as long as the page table still refers to it.
+        let step = if pt.lookup(first) != Some(Found { first, order, pte: Pte::Swap(entry) }) {
+            Stats::add(&self.stats.counters.swapin_raced, 1);
+            Ok(Step::Again)
+        } else {
+            let (mut failed, mut missed) = (None, false);
+            let (addr, len) = (region.addr_of(first), bytes_of(order));
+            let mapped = region.source().map_with(addr, len, &mut |i, page| match self
+                .storage
+                .pool_read(entry.add(i as u64), page, &self.stats)
+            {
+                Ok(held) => {
+                    missed = !held;
+                    held
                 }
+                Err(why) => {
+                    failed = Some(why);
+                    false
+                }
+            });
+            if missed {
+                return None;
             }
-        };
-        match failed {
-            Some(why) => {
+            Stats::add(&self.stats.counters.pgmajfault, 1);
+            if let Some(why) = failed {
+                drop(pt);
                 folio.unlock(Unlock::Failed(why.clone()));
                 let result = self.fail_swapin(region, first, order, entry, why);
+                self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
                 self.delete_folio(folio, None);
-                result
+                return Some(result);
             }
-            None => {
-                self.abandon(folio);
-                Ok(step)
+            match mapped {
+                Ok(mapped) => {
+                    let activate = shadow.is_some_and(|s| self.refault(s, order));
+                    let mapped = mapped.expect("a refused page is a miss or a failure");
+                    Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate))
+                }
+                Err(error) => self.source_failed(error),
             }
-        }
-    }
-
-    /// Ends an in-place page-in's folio, which holds no data: deleted from the swap cache
-    /// first, then unlocked Abandoned, so a waiter that looks again finds no folio to wait
-    /// on (unlocking first let it find this one again and again until it was deleted: a
-    /// spin the loom model caught as a branch explosion).
-    fn abandon(&self, folio: &Arc<Folio>) {
+        };
+        drop(pt);
+        self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
         self.delete_folio(folio, None);
         folio.unlock(Unlock::Abandoned);
+        Some(step)
     }
 
     /// A loser of `add_or_get`: wait for the folio, then map from it.
@@ -493,22 +474,43 @@ impl Core {
             folio.with_data(|data| source.map(addr, &data[skip..skip + len as usize]))
         };
         match mapped {
-            Ok(Mapped::Done) => {}
-            Ok(Mapped::AlreadyPresent) => Stats::add(&self.stats.counters.map_error, 1),
-            Err(error) => return self.source_failed(error),
+            Ok(mapped) => {
+                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate))
+            }
+            Err(error) => self.source_failed(error),
+        }
+    }
+
+    /// Step 5's bookkeeping under the PTL, once the pages at `first` are mapped: the page
+    /// table and the LRU take the folio (a forked child's page is the kernel's from now
+    /// on), the budget its bytes, and the page table's reference to the slots is dropped.
+    /// `AlreadyPresent` (someone mapped first) is counted and what is there stays.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_map(
+        &self,
+        pt: &mut PageTable<'_>,
+        region: &Region,
+        first: u64,
+        order: u32,
+        entry: SwapEntry,
+        mapped: Mapped,
+        activate: bool,
+    ) -> Step {
+        if mapped == Mapped::AlreadyPresent {
+            Stats::add(&self.stats.counters.map_error, 1);
         }
         if region.managed() {
             let owner = FolioOwner { region: region.id(), index: first, order };
             let id = self.lru.add(owner, activate);
             pt.set(first, order, Pte::Resident(id));
-            self.budget.charge_resident(len);
+            self.budget.charge_resident(bytes_of(order));
         } else {
             // A forked child's page: served, then the kernel's like any other child page.
             pt.erase(first);
         }
         self.put_entry(entry, 1 << order);
         Stats::add_order(&self.stats.per_order.swpin, order, 1);
-        Ok(Step::Done(FaultOutcome::Mapped))
+        Step::Done(FaultOutcome::Mapped)
     }
 
     /// The data of `[first, first + 2^order)` (slots from `entry`) could not be read:

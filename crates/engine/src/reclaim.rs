@@ -51,8 +51,15 @@ const FRUITLESS_SCANS_MAX: u64 = 2;
 const LOCATE_TRIES_MAX: u32 = 4;
 
 impl Core {
+    /// Wakes the background reclaimer if the budget is below its low watermark.
+    pub(crate) fn wake_kswapd_if_short(&self) {
+        if self.budget.pressure(self.pool_bytes(), 0) >= Pressure::BelowLow {
+            self.wake_kswapd();
+        }
+    }
+
     /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
-    /// directly).
+    /// directly). A wake while one is pending costs a lock, no signal.
     pub(crate) fn wake_kswapd(&self) {
         if self.config.background_reclaim {
             let mut pending = self.kswapd_pending.lock();

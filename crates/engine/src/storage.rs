@@ -183,8 +183,14 @@ impl Storage {
         Ok(())
     }
 
-    /// Loads one page from the pool; `false` if the pool does not hold it.
-    fn pool_read(&self, entry: SwapEntry, page: &mut [u8], stats: &Stats) -> Result<bool, String> {
+    /// Loads one page from the pool; `false` if the pool does not hold it (a zero page, a
+    /// page on the device: zero pages are never stored).
+    pub(crate) fn pool_read(
+        &self,
+        entry: SwapEntry,
+        page: &mut [u8],
+        stats: &Stats,
+    ) -> Result<bool, String> {
         let Some(zswap) = &self.zswap else { return Ok(false) };
         let page: &mut [u8; PAGE_SIZE] = page.try_into().expect("one page");
         match zswap.load(entry, page) {
@@ -198,13 +204,6 @@ impl Storage {
                 Err(format!("pool load of slot {}: {error}", entry.offset()))
             }
         }
-    }
-
-    /// Does the pool hold `entry`'s page (not a zero page, not on the device)? A page-in
-    /// that reads it under the page-table lock costs no I/O there.
-    pub(crate) fn in_pool(&self, entry: SwapEntry) -> bool {
-        let Some(zswap) = &self.zswap else { return false };
-        !self.zeromap.test(entry.offset()) && zswap.contains(entry)
     }
 
     /// Are the `nr` slots from `first` all of one kind (all zero, all pool, or all device),

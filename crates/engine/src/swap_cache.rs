@@ -99,7 +99,8 @@ pub struct Folio {
     /// Guarded by its own mutex; waiters sleep on `unlocked`.
     state: Mutex<FolioState>,
     unlocked: Condvar,
-    /// Written only while `state` is Locked, by the thread that inserted the folio.
+    /// Written only while `state` is Locked, by the thread that inserted the folio; empty
+    /// until then.
     data: Mutex<Box<[u8]>>,
     /// Itself, so a folio found by reference in the XArray can be returned counted (the
     /// kernel's `folio_get` after a lookup).
@@ -109,9 +110,11 @@ pub struct Folio {
 }
 
 impl Folio {
-    /// A locked folio for `2^order` slots from `first_slot`, its data zeroed.
+    /// A locked folio for `2^order` slots from `first_slot`. Its buffer is taken at the
+    /// first write ([`Folio::with_data_mut`]): a page-in that fills the pages in place never
+    /// writes, and costs no buffer.
     ///
-    /// Context: allocates `PAGE_SIZE << order` bytes.
+    /// Context: allocates the folio (not its data).
     pub fn new_locked(first_slot: u64, order: u32) -> Arc<Folio> {
         assert!(order <= crate::MAX_ORDER);
         assert_eq!(first_slot % (1 << order), 0, "folio slots not aligned to the order");
@@ -120,7 +123,7 @@ impl Folio {
             order,
             state: Mutex::new(FolioState::Locked),
             unlocked: Condvar::new(),
-            data: Mutex::new(buffers::take(order)),
+            data: Mutex::new(Box::default()),
             me: me.clone(),
             charged: AtomicBool::new(false),
         })
@@ -175,6 +178,9 @@ impl Folio {
     pub fn with_data_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         assert!(self.is_locked(), "folio data written after unlock");
         let mut data = self.data.lock();
+        if data.is_empty() {
+            *data = buffers::take(self.order);
+        }
         f(&mut data)
     }
 
