@@ -5,6 +5,7 @@
 //! To profile only the page-ins with perf: `mkfifo /tmp/ctl; PERF_CTL=/tmp/ctl perf record
 //! --control fifo:/tmp/ctl -D -1 ... target/release/examples/pagein_profile` (the harness
 //! enables the profiler around the faults and disables it around the page-outs).
+//! It also counts the allocator's calls per folio paged out and in.
 
 use engine::config::ZswapSettings;
 use engine::mem_source::MemorySource;
@@ -13,6 +14,47 @@ use std::sync::Arc;
 use zswap::compress::CompressorKind;
 
 const PAGE: u64 = 4096;
+
+/// Counts allocations and frees, to report them per page-in.
+struct Counting;
+static ALLOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FREES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; the counters are atomics.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`.
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        FREES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::realloc`.
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        FREES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+fn counts() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (ALLOCS.load(Relaxed), FREES.load(Relaxed))
+}
 const BASE: u64 = 0x7e00_0000_0000;
 
 fn main() {
@@ -50,23 +92,38 @@ fn main() {
         }
     };
     let (mut out_ns, mut in_ns) = (0u128, 0u128);
+    let (mut in_allocs, mut in_frees, mut out_allocs, mut out_frees) = (0, 0, 0, 0);
     let mut faults = 0;
     for _ in 0..rounds {
+        let (a, f) = counts();
         let start = std::time::Instant::now();
         engine.pageout(BASE, pages * PAGE).expect("pageout");
         out_ns += start.elapsed().as_nanos();
+        let (a2, f2) = counts();
+        (out_allocs, out_frees) = (out_allocs + a2 - a, out_frees + f2 - f);
         control("enable\n");
+        let (a, f) = counts();
         let start = std::time::Instant::now();
         for page in (0..pages).step_by(1 << order) {
             engine.handle_fault(BASE + page * PAGE, false).expect("fault");
             faults += 1;
         }
         in_ns += start.elapsed().as_nanos();
+        let (a2, f2) = counts();
+        (in_allocs, in_frees) = (in_allocs + a2 - a, in_frees + f2 - f);
         control("disable\n");
     }
     println!(
         "{faults} faults: {:.0} ns per page-out, {:.0} ns per page-in (per folio)",
         out_ns as f64 / f64::from(faults),
         in_ns as f64 / f64::from(faults)
+    );
+    let per = |n: u64| n as f64 / f64::from(faults);
+    println!(
+        "per folio: page-out {:.2} allocs {:.2} frees, page-in {:.2} allocs {:.2} frees",
+        per(out_allocs),
+        per(out_frees),
+        per(in_allocs),
+        per(in_frees)
     );
 }

@@ -28,6 +28,7 @@
 //! Every step that finds the world changed returns [`Step::Again`] and the fault starts
 //! over from step 2, at most [`MAX_FAULT_PASSES`] times.
 
+use crate::config::LargeFolios;
 use crate::engine::{Core, FaultOutcome};
 use crate::lru::FolioOwner;
 use crate::page_source::{Mapped, SourceError};
@@ -102,7 +103,11 @@ impl Core {
     /// page for a read, zeroed memory for a write. In an unmanaged region (a forked child)
     /// the page is mapped and forgotten.
     fn first_touch(&self, region: &Region, index: u64, write: bool) -> Result<Step, Error> {
-        let order = if region.managed() { self.config.folio_order } else { 0 };
+        let order = if region.managed() && self.wants_large(&region.touch_next, index) {
+            self.config.folio_order
+        } else {
+            0
+        };
         if region.managed() {
             self.make_room(bytes_of(order));
         }
@@ -126,6 +131,7 @@ impl Core {
             return self.source_failed(error);
         }
         Stats::add(&self.stats.counters.pgfault_first_touch, 1);
+        region.touch_next.store(first + (1 << order), Ordering::Relaxed);
         if !region.managed() {
             return Ok(Step::Done(FaultOutcome::Mapped));
         }
@@ -202,16 +208,36 @@ impl Core {
     ) -> Option<(u64, u32, SwapEntry)> {
         let Pte::Swap(entry) = found.pte else { return None };
         if found.order == 0 {
+            region.swapin_next.store(found.first + 1, Ordering::Relaxed);
             return Some((found.first, 0, entry));
         }
-        if self.config.large_swapin && self.storage.uniform(entry, 1 << found.order) {
+        if self.config.large_swapin
+            && self.wants_large(&region.swapin_next, index)
+            && self.storage.uniform(entry, 1 << found.order)
+        {
+            region.swapin_next.store(found.first + (1 << found.order), Ordering::Relaxed);
             return Some((found.first, found.order, entry));
         }
+        region.swapin_next.store(index + 1, Ordering::Relaxed);
         Stats::add_order(&self.stats.per_order.swpin_fallback, found.order, 1);
         if !self.split_swap_entry(region, found) {
             return None;
         }
         Some((index, 0, found.swap_entry_of(index)?))
+    }
+
+    /// Whether a fault at `index` takes a large folio under the policy
+    /// ([`crate::LargeFolios`]), given where the last one of its kind ended (`next`):
+    /// always, or only within one folio forward of it. A hint read without a lock: racing
+    /// faults at worst choose the other size, which is correct either way.
+    fn wants_large(&self, next: &std::sync::atomic::AtomicU64, index: u64) -> bool {
+        match self.config.large_folios {
+            LargeFolios::Always => true,
+            LargeFolios::Sequential => {
+                let next = next.load(Ordering::Relaxed);
+                index >= next && index - next < 1 << self.config.folio_order
+            }
+        }
     }
 
     /// Splits a swapped multi-index entry into order-0 entries, if it is still there.
@@ -649,6 +675,96 @@ mod tests {
         let mut buf = vec![0u8; PAGE_SIZE];
         source.read(&engine, BASE, &mut buf).unwrap();
         assert_eq!(buf, data);
+        engine.check_invariants();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod large_folio_policy {
+    use super::*;
+    use crate::mem_source::MemorySource;
+    use crate::{Engine, EngineConfig, LargeFolios};
+
+    const BASE: u64 = 1 << 30;
+    const PAGES: u64 = 256;
+
+    fn engine(policy: LargeFolios) -> (Engine, Arc<MemorySource>) {
+        let source = Arc::new(MemorySource::new(BASE, PAGES));
+        let dyn_source: Arc<dyn crate::PageSource> = source.clone();
+        let config = EngineConfig {
+            budget_bytes: 4 << 20,
+            folio_order: 4,
+            large_folios: policy,
+            readahead_max_pages: 0,
+            background_reclaim: false,
+            ..Default::default()
+        };
+        let engine = Engine::new(config, dyn_source).unwrap();
+        engine.add_region(BASE, PAGES * PAGE).unwrap();
+        (engine, source)
+    }
+
+    fn page(index: u64) -> Vec<u8> {
+        vec![(index % 251) as u8 + 1; PAGE_SIZE]
+    }
+
+    /// Scattered pages (none within a folio forward of the one before), then pages 128..256
+    /// in order: under `Sequential` the scattered ones take one page each and the walk takes
+    /// whole folios; `Always` takes a folio everywhere. Every page reads back.
+    fn touch(engine: &Engine, source: &MemorySource) -> Vec<u64> {
+        let scattered = [100u64, 3, 77, 40, 21, 60];
+        for &index in &scattered {
+            source.write(engine, BASE + index * PAGE, &page(index)).unwrap();
+        }
+        for index in 128..PAGES {
+            source.write(engine, BASE + index * PAGE, &page(index)).unwrap();
+        }
+        scattered.to_vec()
+    }
+
+    fn check(engine: &Engine, source: &MemorySource, indices: impl Iterator<Item = u64>) {
+        let mut buf = vec![0u8; PAGE_SIZE];
+        for index in indices {
+            source.read(engine, BASE + index * PAGE, &mut buf).unwrap();
+            assert_eq!(buf, page(index), "page {index}");
+        }
+    }
+
+    #[test]
+    fn sequential_takes_large_folios_only_while_faults_walk_forward() {
+        let (engine, source) = engine(LargeFolios::Sequential);
+        let scattered = touch(&engine, &source);
+        let first_touches = engine.stats().counters.pgfault_first_touch;
+        // Six scattered pages one by one; the walk from 128: page 128 follows nothing (one
+        // page), 129..143 do not start an untouched aligned folio (one page each), then
+        // 144, 160, ..., 240 whole (7 folios).
+        assert_eq!(first_touches, 6 + 16 + 7, "first touches");
+        check(&engine, &source, scattered.iter().copied().chain(128..PAGES));
+
+        // Page out everything, then fault the scattered pages back: their large folios
+        // are split, one page each. Then walk 144..256: 144 follows nothing, so its folio
+        // is split and goes page by page; 160, 176, ..., 240 come back whole (6 folios).
+        assert_eq!(engine.pageout(BASE, PAGES * PAGE).unwrap(), 6 + 128);
+        let before = engine.stats();
+        check(&engine, &source, scattered.iter().copied());
+        let after = engine.stats();
+        assert_eq!(after.per_order.swpin[0] - before.per_order.swpin[0], 6, "one page each");
+        assert_eq!(after.per_order.swpin[4], before.per_order.swpin[4], "no folio taken whole");
+        check(&engine, &source, 144..PAGES);
+        let walked = engine.stats();
+        assert_eq!(walked.per_order.swpin[4] - after.per_order.swpin[4], 6, "the walk's folios");
+        assert_eq!(walked.per_order.swpin[0] - after.per_order.swpin[0], 16, "144..160");
+        engine.check_invariants();
+    }
+
+    #[test]
+    fn always_takes_a_large_folio_wherever_the_aligned_range_is_untouched() {
+        let (engine, source) = engine(LargeFolios::Always);
+        let scattered = touch(&engine, &source);
+        // 100 → folio 96..112, 3 → 0..16, 77 → 64..80, 40 → 32..48, 21 → 16..32,
+        // 60 → 48..64; the walk: 8 folios.
+        assert_eq!(engine.stats().counters.pgfault_first_touch, 6 + 8);
+        check(&engine, &source, scattered.iter().copied().chain(128..PAGES));
         engine.check_invariants();
     }
 }

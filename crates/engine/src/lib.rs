@@ -28,7 +28,7 @@ pub mod workingset;
 mod writeback;
 pub mod zeromap;
 
-pub use config::{BackendConfig, EngineConfig, SwapConfig};
+pub use config::{BackendConfig, EngineConfig, LargeFolios, SwapConfig};
 pub use engine::{Engine, FaultOutcome};
 pub use error::Error;
 pub use page_source::{Mapped, PageSource, SourceError, Taken};

@@ -118,6 +118,11 @@ pub struct Region {
     table: Mutex<XArray<NoItems>>,
     /// Readahead state; its own small lock (a leaf).
     pub(crate) readahead: Mutex<Readahead>,
+    /// Where the last first touch's folio ended (`LargeFolios::Sequential`). A hint, not
+    /// state: std's atomic even under loom (no model needs to interleave at it).
+    pub(crate) touch_next: std::sync::atomic::AtomicU64,
+    /// Where the last swap-in's folio ended (`LargeFolios::Sequential`), a hint as above.
+    pub(crate) swapin_next: std::sync::atomic::AtomicU64,
 }
 
 /// Per-region readahead state (the kernel keeps it per VMA in `swap_readahead_info`).
@@ -165,6 +170,8 @@ impl Region {
             nr_pages: len / page,
             table: Mutex::new(XArray::new()),
             readahead: Mutex::new(Readahead::default()),
+            touch_next: std::sync::atomic::AtomicU64::new(0),
+            swapin_next: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -11,7 +11,7 @@ use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
 use runstat::env::{self, RunConfig};
 use std::sync::{Arc, OnceLock};
-use uffd::{CompressorKind, HandlerOptions, PageMap, Uswap};
+use uffd::{CompressorKind, HandlerOptions, LargeFolios, PageMap, Uswap};
 
 /// The exit status of a process whose shim could not start.
 pub const START_FAILED: i32 = 125;
@@ -141,6 +141,11 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
     let mut builder = Uswap::builder()
         .budget_bytes(config.budget_bytes)
         .swap_size_bytes(config.swap_size_bytes)
+        .folio_order(config.folio_order)
+        .large_folios(match config.large_folios.as_str() {
+            "always" => LargeFolios::Always,
+            _ => LargeFolios::Sequential,
+        })
         .require_kernel_faults(true)
         .handler_options(options);
     builder = match &config.swap_file {

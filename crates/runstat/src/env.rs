@@ -28,9 +28,13 @@ pub const RECORD: &str = "USWAP_RECORD";
 pub const STATS_INTERVAL_MS: &str = "USWAP_STATS_INTERVAL_MS";
 /// The shim's own path, to take it out of `LD_PRELOAD` in unmanaged processes.
 pub const PRELOAD_PATH: &str = "USWAP_PRELOAD_PATH";
+/// The folio order first touches map and page-out moves whole (0 = 4 KiB pages).
+pub const FOLIO_ORDER: &str = "USWAP_FOLIO_ORDER";
+/// When a fault takes a large folio: `always` or `sequential`.
+pub const LARGE_FOLIOS: &str = "USWAP_LARGE_FOLIOS";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -41,6 +45,8 @@ pub const ALL: [&str; 10] = [
     RECORD,
     STATS_INTERVAL_MS,
     PRELOAD_PATH,
+    FOLIO_ORDER,
+    LARGE_FOLIOS,
 ];
 
 /// What the shim needs to manage a program.
@@ -66,6 +72,10 @@ pub struct RunConfig {
     pub stats_interval_ms: u64,
     /// The shim's path.
     pub preload_path: String,
+    /// The engine's folio order.
+    pub folio_order: u32,
+    /// `always` or `sequential`.
+    pub large_folios: String,
 }
 
 impl RunConfig {
@@ -80,6 +90,8 @@ impl RunConfig {
             (SWAP_SIZE, self.swap_size_bytes.to_string()),
             (STATS_INTERVAL_MS, self.stats_interval_ms.to_string()),
             (PRELOAD_PATH, self.preload_path.clone()),
+            (FOLIO_ORDER, self.folio_order.to_string()),
+            (LARGE_FOLIOS, self.large_folios.clone()),
         ];
         if let Some(path) = &self.swap_file {
             vars.push((SWAP_FILE, path.clone()));
@@ -110,6 +122,8 @@ impl RunConfig {
             record: get(RECORD),
             stats_interval_ms: number(STATS_INTERVAL_MS)?,
             preload_path: need(PRELOAD_PATH)?,
+            folio_order: number(FOLIO_ORDER)? as u32,
+            large_folios: need(LARGE_FOLIOS)?,
         })
     }
 }
@@ -140,6 +154,8 @@ mod tests {
             record: Some("/tmp/t".into()),
             stats_interval_ms: 1000,
             preload_path: "/x/libuswap_preload.so".into(),
+            folio_order: 4,
+            large_folios: "sequential".into(),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

@@ -14,7 +14,7 @@ use crate::buggify::{Faults, Site, NR_SITES};
 use crate::rng::SimRng;
 use crate::sched::SchedMode;
 use crate::world::Latency;
-use engine::PAGE_SIZE;
+use engine::{LargeFolios, PAGE_SIZE};
 use slots::{AllocPolicy, SWAPFILE_CLUSTER};
 use std::path::PathBuf;
 use zswap::{CompressorKind, Incompressible};
@@ -109,6 +109,9 @@ pub struct SimOptions {
     pub readahead_max_pages: u32,
     /// Swap large folios in whole.
     pub large_swapin: bool,
+    /// When a fault takes a large folio (drawn after everything else, so adding it kept
+    /// every earlier seed's other options).
+    pub large_folios: LargeFolios,
     /// Discard freed clusters.
     pub discard: bool,
     /// crc32c per slot (forced on by silent faults).
@@ -283,6 +286,7 @@ impl SimOptions {
             policy,
             readahead_max_pages,
             large_swapin,
+            large_folios: LargeFolios::Always,
             discard,
             checksums,
             reclaim_batch_pages,
@@ -309,6 +313,8 @@ impl SimOptions {
             o.mix.zipf_theta = 1.2;
         }
         o.draw_pool(&mut rng);
+        o.large_folios =
+            if rng.percent(50) { LargeFolios::Sequential } else { LargeFolios::Always };
         o
     }
 
@@ -428,8 +434,8 @@ impl SimOptions {
         let m = &self.mix;
         format!(
             "workload={} threads={} ops={} region={}p budget={}p swap={}p order={} policy={:?} \
-             readahead={} large_swapin={} discard={} checksums={} batch={} sched={} \
-             latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} pool={}% compressor={} \
+             readahead={} large_swapin={} large_folios={:?} discard={} checksums={} batch={} \
+             sched={} latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} pool={}% compressor={} \
              incompressible={:?} pool_checksum={} faults={} planted_bug={}",
             self.workload.name(),
             self.threads,
@@ -441,6 +447,7 @@ impl SimOptions {
             self.policy,
             self.readahead_max_pages,
             self.large_swapin,
+            self.large_folios,
             self.discard,
             self.checksums,
             self.reclaim_batch_pages,

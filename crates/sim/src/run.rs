@@ -173,6 +173,7 @@ pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>, world: &Arc<World
         watermarks: None,
         folio_order: o.folio_order,
         large_swapin: o.large_swapin,
+        large_folios: o.large_folios,
         readahead_max_pages: o.readahead_max_pages,
         swap: SwapConfig {
             backend: BackendConfig::Custom(backend),

@@ -44,6 +44,7 @@ use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
 use engine::config::ZswapSettings;
 use engine::stats::StatsSnapshot;
+pub use engine::LargeFolios;
 use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -78,6 +79,7 @@ pub enum SwapTarget {
 pub struct Builder {
     budget_bytes: u64,
     folio_order: u32,
+    large_folios: LargeFolios,
     delivery: Delivery,
     swap: SwapTarget,
     swap_size_bytes: u64,
@@ -96,6 +98,7 @@ impl Default for Builder {
         Builder {
             budget_bytes: 256 << 20,
             folio_order: 0,
+            large_folios: LargeFolios::Always,
             delivery: Delivery::DEFAULT,
             swap: SwapTarget::Dir(std::env::temp_dir()),
             swap_size_bytes: 4 << 30,
@@ -121,6 +124,13 @@ impl Builder {
     /// 2 = 16 KiB, 4 = 64 KiB, up to 9 (default 0).
     pub fn folio_order(mut self, order: u32) -> Self {
         self.folio_order = order;
+        self
+    }
+
+    /// When a fault takes a folio of `folio_order` rather than one page (default
+    /// [`LargeFolios::Always`]; [`LargeFolios::Sequential`]: only while faults walk forward).
+    pub fn large_folios(mut self, policy: LargeFolios) -> Self {
+        self.large_folios = policy;
         self
     }
 
@@ -239,6 +249,7 @@ impl Builder {
         let mut config = EngineConfig {
             budget_bytes: self.budget_bytes,
             folio_order: self.folio_order,
+            large_folios: self.large_folios,
             swap: SwapConfig {
                 backend,
                 size_bytes: self.swap_size_bytes,

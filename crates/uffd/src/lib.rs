@@ -64,7 +64,8 @@ pub mod types;
 mod uffd;
 
 pub use api::{
-    Builder, CompressorKind, Incompressible, Region, Stats, SwapTarget, Uswap, REQUIRED_FEATURES,
+    Builder, CompressorKind, Incompressible, LargeFolios, Region, Stats, SwapTarget, Uswap,
+    REQUIRED_FEATURES,
 };
 pub use delivery::{Delivery, SigbusStats};
 pub use error::{Error, Op};

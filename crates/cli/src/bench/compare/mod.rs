@@ -84,6 +84,15 @@ pub struct CompareArgs {
     /// Kill a run that takes longer than this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_s: u64,
+    /// The uswap side's folio order (`uswap run --folio-order`; default: run's, 4). 0 is
+    /// like for like with the kernel's default of 4 KiB anonymous pages (THP off or
+    /// madvise, mTHP never).
+    #[arg(long, value_name = "N")]
+    pub folio_order: Option<u32>,
+    /// The uswap side's large-folio policy (`uswap run --large-folios`: always or
+    /// sequential; default: run's, sequential).
+    #[arg(long, value_name = "POLICY")]
+    pub large_folios: Option<String>,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -149,6 +158,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         budget_bytes,
         seed: args.seed,
         timeout: Duration::from_secs(args.timeout_s),
+        uswap_folios: uswap_folios(args)?,
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
@@ -169,6 +179,22 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         bail!("pages read back wrong in: {} (data-safety failure)", bad.join(", "));
     }
     Ok(report)
+}
+
+/// The uswap side's folio flags, checked here so a typo fails before minutes of runs.
+fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
+    if args.folio_order.is_none() && args.large_folios.is_none() {
+        return Ok(None);
+    }
+    let order = args.folio_order.unwrap_or(4);
+    if order > engine::MAX_ORDER {
+        bail!("--folio-order {order}: use 0..={}", engine::MAX_ORDER);
+    }
+    let policy = args.large_folios.clone().unwrap_or_else(|| "sequential".into());
+    if !matches!(policy.as_str(), "always" | "sequential") {
+        bail!("--large-folios {policy}: use always or sequential");
+    }
+    Ok(Some((order, policy)))
 }
 
 fn verify_errors(row: &WorkloadRow) -> u64 {
@@ -261,6 +287,15 @@ fn describe(
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     table.row(["transparent hugepages".to_string(), thp.trim().to_string()]);
+    let folios = ctx.uswap_folios.as_ref().map_or_else(
+        || "uswap run's default (order 4, sequential)".to_string(),
+        |(order, policy)| format!("order {order}, {policy}"),
+    );
+    table.row(["uswap folios".to_string(), folios]);
+    if let Some((order, policy)) = &ctx.uswap_folios {
+        report.field("uswap_folio_order", *order);
+        report.field("uswap_large_folios", policy.clone());
+    }
     if let Err(why) = env {
         report.note(format!("kernel side skipped: {why:#}"));
     }

@@ -3,7 +3,8 @@
 //! ```text
 //!   uswap_available      `uswap run --help` answers?       no -> Skipped (this build lacks it)
 //!   execute              every process command is replaced by
-//!                          <this uswap> run --budget <budget> --zswap lz4 -- <program> <args>
+//!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
+//!                            --large-folios P] -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
@@ -58,9 +59,18 @@ fn uswap_run_available(exe: &Path) -> bool {
 
 /// `command` wrapped in `uswap run`: the same program, arguments, environment and
 /// directory.
-fn wrapped(exe: &Path, command: &Command, budget_bytes: u64) -> Command {
+fn wrapped(
+    exe: &Path,
+    command: &Command,
+    budget_bytes: u64,
+    folios: Option<&(u32, String)>,
+) -> Command {
     let mut wrapper = Command::new(exe);
-    wrapper.args(["run", "--budget", &budget_bytes.to_string(), "--zswap", "lz4", "--"]);
+    wrapper.args(["run", "--budget", &budget_bytes.to_string(), "--zswap", "lz4"]);
+    if let Some((order, policy)) = folios {
+        wrapper.args(["--folio-order", &order.to_string(), "--large-folios", policy]);
+    }
+    wrapper.arg("--");
     wrapper.arg(command.get_program()).args(command.get_args());
     for (key, value) in command.get_envs() {
         match value {
@@ -77,7 +87,7 @@ fn wrapped(exe: &Path, command: &Command, budget_bytes: u64) -> Command {
 fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOutcome> {
     let exe: PathBuf = exe.to_path_buf();
     let prepare = |command: &mut Command| -> Result<()> {
-        *command = wrapped(&exe, command, ctx.budget_bytes);
+        *command = wrapped(&exe, command, ctx.budget_bytes, ctx.uswap_folios.as_ref());
         Ok(())
     };
     let probe = TreeProbe;
@@ -152,7 +162,7 @@ mod tests {
     fn the_wrapper_keeps_program_arguments_and_environment() {
         let mut inner = Command::new("/bin/prog");
         inner.args(["-a", "b"]).env("K", "V").current_dir("/tmp");
-        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28);
+        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28, None);
         let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             args,
@@ -162,5 +172,10 @@ mod tests {
         let envs: Vec<_> = outer.get_envs().collect();
         assert_eq!(envs, [(std::ffi::OsStr::new("K"), Some(std::ffi::OsStr::new("V")))]);
         assert_eq!(outer.get_current_dir(), Some(Path::new("/tmp")));
+        let folios = (0, "always".to_string());
+        let outer = wrapped(Path::new("/x/uswap"), &inner, 4096, Some(&folios));
+        let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let flags = ["--folio-order", "0", "--large-folios", "always", "--"];
+        assert_eq!(args[5..10], flags, "{args:?}");
     }
 }

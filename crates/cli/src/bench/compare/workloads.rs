@@ -84,6 +84,8 @@ pub struct RunContext {
     pub seed: u64,
     /// A run longer than this is killed and reported as failed.
     pub timeout: Duration,
+    /// The uswap side's `--folio-order` and `--large-folios` (`uswap run`'s when `None`).
+    pub uswap_folios: Option<(u32, String)>,
 }
 
 /// How a side confines a workload and reads its memory.
@@ -340,6 +342,7 @@ mod tests {
             budget_bytes: 1 << 18,
             seed: 1,
             timeout: Duration::from_secs(1),
+            uswap_folios: None,
         };
         let redis = WorkloadSpec { name: "redis".into(), kind: WorkloadKind::Redis };
         assert!(redis.missing(&ctx).unwrap().contains("redis-server"));
