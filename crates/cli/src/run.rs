@@ -141,7 +141,8 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     }
     if budget_bytes < MIN_BUDGET_BYTES << args.folio_order {
         bail!(
-            "--budget {} is smaller than one folio of order {} ({} bytes)",
+            "--budget {} is smaller than one folio of order {} ({} bytes): raise it or \
+             lower --folio-order",
             format_size(budget_bytes),
             args.folio_order,
             MIN_BUDGET_BYTES << args.folio_order

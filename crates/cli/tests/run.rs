@@ -77,6 +77,9 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--zswap", "zstd:4", "--"], "--zswap zstd:4"),
         (vec!["run", "--zswap", "none", "--"], "--zswap none"),
         (vec!["run", "--", "/nonexistent/prog"], "no such file"),
+        (vec!["run", "--budget", "32K", "--"], "lower --folio-order"),
+        (vec!["run", "--folio-order", "10", "--"], "--folio-order 10: use 0..=9"),
+        (vec!["run", "--large-folios", "maybe", "--"], "use always or sequential"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
