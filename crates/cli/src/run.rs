@@ -12,15 +12,14 @@
 //! ```
 
 use anyhow::{anyhow, bail, Context, Result};
+use engine::LargeFolios;
 use runstat::env::RunConfig;
 use runstat::{format_size, parse_size, StatsFile, Summary};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The smallest budget: one folio of the default order (4 KiB).
-const MIN_BUDGET_BYTES: u64 = 4096;
-/// The largest folio order (2 MiB folios, the kernel's PMD size).
-const MAX_FOLIO_ORDER: u32 = 9;
+/// An order-0 folio: the smallest budget is one folio of the order in force.
+const PAGE_BYTES: u64 = 4096;
 /// The default budget's share of MemAvailable, percent.
 const DEFAULT_BUDGET_PERCENT: u64 = 50;
 /// The default swap device size (a sparse file).
@@ -56,8 +55,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The folio order: a first touch maps, and page-out moves, up to 2^N pages at once (0
-    /// = 4 KiB pages only, 4 = 64 KiB folios like the kernel's mTHP; at most 9). Large
-    /// folios take 1/16 of the faults on memory walked in order (see --large-folios).
+    /// = 4 KiB pages only, 4 = 64 KiB folios like the kernel's mTHP; at most 9). At order
+    /// 4 one fault maps 16 pages of memory walked in order (see --large-folios).
     #[arg(long, value_name = "N", default_value_t = 4)]
     folio_order: u32,
     /// When a fault takes a folio of --folio-order: `always` (every first touch, every
@@ -110,6 +109,18 @@ struct Plan {
     config: RunConfig,
 }
 
+/// Checks `--folio-order` and `--large-folios` (also for `uswap bench compare`'s uswap
+/// side, before minutes of runs).
+///
+/// # Errors
+/// One line naming the bad flag.
+pub fn check_folios(order: u32, policy: &str) -> Result<LargeFolios> {
+    if order > engine::MAX_ORDER {
+        bail!("--folio-order {order}: use 0..={}", engine::MAX_ORDER);
+    }
+    policy.parse().map_err(|e| anyhow!("--large-folios {e}"))
+}
+
 fn plan(args: &RunArgs) -> Result<Plan> {
     let cmd = args.cmd.clone();
     let Some(name) = cmd.first() else {
@@ -119,12 +130,6 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         Some(text) => parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?,
         None => mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100,
     };
-    if budget_bytes < MIN_BUDGET_BYTES {
-        bail!(
-            "--budget {} is smaller than one folio ({MIN_BUDGET_BYTES} bytes)",
-            format_size(budget_bytes)
-        );
-    }
     let swap_size_bytes = match &args.swap_size {
         Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
         None => DEFAULT_SWAP_BYTES,
@@ -133,19 +138,14 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if args.pool_percent == 0 || args.pool_percent > 100 {
         bail!("--pool-percent {}: use 1..=100", args.pool_percent);
     }
-    if !matches!(args.large_folios.as_str(), "always" | "sequential") {
-        bail!("--large-folios {}: use always or sequential", args.large_folios);
-    }
-    if args.folio_order > MAX_FOLIO_ORDER {
-        bail!("--folio-order {}: use 0..={MAX_FOLIO_ORDER}", args.folio_order);
-    }
-    if budget_bytes < MIN_BUDGET_BYTES << args.folio_order {
+    check_folios(args.folio_order, &args.large_folios)?;
+    if budget_bytes < PAGE_BYTES << args.folio_order {
         bail!(
             "--budget {} is smaller than one folio of order {} ({} bytes): raise it or \
              lower --folio-order",
             format_size(budget_bytes),
             args.folio_order,
-            MIN_BUDGET_BYTES << args.folio_order
+            PAGE_BYTES << args.folio_order
         );
     }
     let program = find_program(name)?;

@@ -105,10 +105,32 @@ pub enum LargeFolios {
     /// Only while the faults walk forward through the region: a first touch, or a swap-in
     /// of a large folio, within one folio after where the last one ended. Elsewhere one
     /// page is mapped and a swapped large folio is split (counted in `swpin_fallback`).
-    /// Sequential memory then takes 1/16 of the faults at order 4, while scattered touches
-    /// do not spend a 64 KiB folio of budget (and its page-in) on each 4 KiB used. The
-    /// kernel has no such policy; this follows its readahead window instead.
+    /// At order 4 one fault then maps 16 pages of memory walked in order, while scattered
+    /// touches do not spend a 64 KiB folio of budget (and its page-in) on each 4 KiB used.
+    /// The kernel has no such policy; this follows its readahead window instead.
     Sequential,
+}
+
+impl LargeFolios {
+    /// The policy's name, as `FromStr` reads it: `always` or `sequential`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LargeFolios::Always => "always",
+            LargeFolios::Sequential => "sequential",
+        }
+    }
+}
+
+impl std::str::FromStr for LargeFolios {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "always" => Ok(LargeFolios::Always),
+            "sequential" => Ok(LargeFolios::Sequential),
+            _ => Err(format!("{text}: use always or sequential")),
+        }
+    }
 }
 
 /// Everything the engine needs to start.

@@ -131,7 +131,7 @@ impl Core {
             return self.source_failed(error);
         }
         Stats::add(&self.stats.counters.pgfault_first_touch, 1);
-        region.touch_next.store(first + (1 << order), Ordering::Relaxed);
+        self.note_folio_end(&region.touch_next, first + (1 << order));
         if !region.managed() {
             return Ok(Step::Done(FaultOutcome::Mapped));
         }
@@ -208,17 +208,17 @@ impl Core {
     ) -> Option<(u64, u32, SwapEntry)> {
         let Pte::Swap(entry) = found.pte else { return None };
         if found.order == 0 {
-            region.swapin_next.store(found.first + 1, Ordering::Relaxed);
+            self.note_folio_end(&region.swapin_next, found.first + 1);
             return Some((found.first, 0, entry));
         }
         if self.config.large_swapin
             && self.wants_large(&region.swapin_next, index)
             && self.storage.uniform(entry, 1 << found.order)
         {
-            region.swapin_next.store(found.first + (1 << found.order), Ordering::Relaxed);
+            self.note_folio_end(&region.swapin_next, found.first + (1 << found.order));
             return Some((found.first, found.order, entry));
         }
-        region.swapin_next.store(index + 1, Ordering::Relaxed);
+        self.note_folio_end(&region.swapin_next, index + 1);
         Stats::add_order(&self.stats.per_order.swpin_fallback, found.order, 1);
         if !self.split_swap_entry(region, found) {
             return None;
@@ -237,6 +237,14 @@ impl Core {
                 let next = next.load(Ordering::Relaxed);
                 index >= next && index - next < 1 << self.config.folio_order
             }
+        }
+    }
+
+    /// Records where a fault's folio ended, for the next [`Core::wants_large`]. Only the
+    /// sequential policy reads it: under `Always` the fault path writes no shared line.
+    fn note_folio_end(&self, next: &std::sync::atomic::AtomicU64, end: u64) {
+        if self.config.large_folios == LargeFolios::Sequential {
+            next.store(end, Ordering::Relaxed);
         }
     }
 

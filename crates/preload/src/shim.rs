@@ -11,7 +11,7 @@ use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
 use runstat::env::{self, RunConfig};
 use std::sync::{Arc, OnceLock};
-use uffd::{CompressorKind, HandlerOptions, LargeFolios, PageMap, Uswap};
+use uffd::{CompressorKind, HandlerOptions, PageMap, Uswap};
 
 /// The exit status of a process whose shim could not start.
 pub const START_FAILED: i32 = 125;
@@ -142,10 +142,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .budget_bytes(config.budget_bytes)
         .swap_size_bytes(config.swap_size_bytes)
         .folio_order(config.folio_order)
-        .large_folios(match config.large_folios.as_str() {
-            "always" => LargeFolios::Always,
-            _ => LargeFolios::Sequential,
-        })
+        .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
         .require_kernel_faults(true)
         .handler_options(options);
     builder = match &config.swap_file {

@@ -187,14 +187,9 @@ fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
         return Ok(None);
     }
     let order = args.folio_order.unwrap_or(4);
-    if order > engine::MAX_ORDER {
-        bail!("--folio-order {order}: use 0..={}", engine::MAX_ORDER);
-    }
-    let policy = args.large_folios.clone().unwrap_or_else(|| "sequential".into());
-    if !matches!(policy.as_str(), "always" | "sequential") {
-        bail!("--large-folios {policy}: use always or sequential");
-    }
-    Ok(Some((order, policy)))
+    let policy = args.large_folios.as_deref().unwrap_or("sequential");
+    let policy = crate::run::check_folios(order, policy)?;
+    Ok(Some((order, policy.name().to_string())))
 }
 
 fn verify_errors(row: &WorkloadRow) -> u64 {
