@@ -131,6 +131,7 @@ struct Counters {
     cow_queue_full: AtomicU64,
     cow_broken: AtomicU64,
     drain_failed: AtomicU64,
+    take_uncounted: AtomicU64,
 }
 
 /// A snapshot of a source's counters.
@@ -150,6 +151,9 @@ pub struct SourceStats {
     pub take_gone: u64,
     /// Takes that failed otherwise.
     pub take_failed: u64,
+    /// Pages a move took past the progress it reported (found in staging, counted as moved:
+    /// `Staging::sync_present`).
+    pub take_uncounted: u64,
     /// Pages moved back into the region after a refused take.
     pub undo_pages: u64,
     /// Pages that could not be moved back at once (orphans, restored later).
@@ -307,6 +311,7 @@ impl UffdSource {
             take_retry: get(&c.take_retry),
             take_gone: get(&c.take_gone),
             take_failed: get(&c.take_failed),
+            take_uncounted: get(&c.take_uncounted),
             undo_pages: get(&c.undo_pages),
             orphaned_pages: get(&c.orphaned_pages),
             orphans_restored: get(&c.orphans_restored),
@@ -383,6 +388,14 @@ impl UffdSource {
             let busy = (done_pages * PAGE) as u64;
             self.queue_cow(addr + busy, dst.len() as u64 - busy);
         }
+        // Undo what staging really holds, not only what the kernel said it moved.
+        let done_pages = match lane.staging.sync_present(run) {
+            Ok(_) => run
+                .slots()
+                .rposition(|s| lane.staging.is_present(slot(s)))
+                .map_or(done_pages, |last| done_pages.max(last + 1)),
+            Err(_) => done_pages,
+        };
         self.undo(lane_index, &mut lane, run, addr, done_pages);
         Err(self.classify_take_error(error))
     }
@@ -407,6 +420,18 @@ impl UffdSource {
                 Ok(_) => return Ok(()),
                 Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => {
                     done += (done_bytes / PAGE) as u32;
+                }
+                // Our run was empty, so a present slot here is a page the move took but did
+                // not count (`Staging::sync_present`): count it, and go on after it.
+                Err(error @ Error::Exists { .. }) => {
+                    let uncounted = lane.staging.sync_present(rest).map_or(0, |_| {
+                        rest.slots().take_while(|&s| lane.staging.is_present(slot(s))).count()
+                    });
+                    if uncounted == 0 {
+                        return Err((error, done as usize));
+                    }
+                    add(&self.counters.take_uncounted, uncounted as u64);
+                    done += uncounted as u32;
                 }
                 Err(error) => {
                     let pages = done as usize + error.done_bytes() / PAGE;
@@ -765,4 +790,9 @@ impl Drop for UffdSource {
             }
         }
     }
+}
+
+/// Slot `s` of a staging area.
+fn slot(s: usize) -> SlotIndex {
+    SlotIndex(s as u32)
 }

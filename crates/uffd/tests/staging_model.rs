@@ -180,3 +180,39 @@ proptest! {
         }
     }
 }
+
+/// A move that took a page past the progress it reported (seen on 6.18, a batched MOVE
+/// racing a copy-on-write break: `Staging::sync_present`) leaves the bitmap short of the
+/// truth; `sync_present` reads the truth back from the kernel, so an undo moves the page
+/// home instead of stranding it in staging.
+#[test]
+fn sync_present_finds_a_page_a_move_did_not_count() {
+    let Some(uffd) = uffd_or_skip(Features::MOVE) else { return };
+    let mut world = World::new(uffd);
+    let run = world.staging.alloc_empty(4).unwrap();
+    let third = SlotIndex(run.first.0 + 2);
+    // Into the third slot behind staging's back: the kernel's view changes, the bitmap not.
+    world.source.store_u64(0, 0xfeed);
+    let moved = world.uffd.move_from(
+        world.staging.addr(third),
+        &world.source,
+        0,
+        PAGE_SIZE,
+        MoveMode::NONE,
+    );
+    assert_eq!(moved.unwrap(), PAGE_SIZE);
+    assert!(!world.staging.is_present(third), "the bitmap did not see it");
+    assert_eq!(world.staging.sync_present(run).unwrap(), 1);
+    for i in 0..4 {
+        let s = SlotIndex(run.first.0 + i);
+        assert_eq!(world.staging.is_present(s), s == third, "slot {s:?}");
+    }
+    assert_eq!(world.staging.load_u64(third, 0), 0xfeed);
+    // Home again through staging's own path, which the bitmap now allows.
+    let one = SlotRun { first: third, pages: 1 };
+    let back = world.staging.move_in(&world.uffd, one, world.sink.addr(), MoveMode::NONE);
+    assert_eq!(back.unwrap(), PAGE_SIZE);
+    assert_eq!(world.sink.load_u64(0), 0xfeed);
+    world.staging.free(run);
+    world.staging.check_invariants();
+}
