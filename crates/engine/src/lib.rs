@@ -14,6 +14,7 @@ mod engine;
 pub mod error;
 mod events;
 mod fault;
+mod frames;
 pub mod hooks;
 pub mod lru;
 pub mod mem_source;

@@ -13,8 +13,9 @@
 //! would. Accesses set a referenced bit that reclaim can test.
 
 use crate::engine::{Engine, FaultOutcome};
+use crate::frames::{Frames, Locked};
 use crate::page_source::{Mapped, PageSource, SourceError, Taken};
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
 
 /// What a page of simulated memory holds.
@@ -30,23 +31,21 @@ enum State {
     Poisoned,
 }
 
-/// A page of simulated memory. Its buffer, once allocated, is kept while the page is out,
-/// so taking and mapping a page costs a copy and no allocation (like the kernel's page
-/// allocator recycling pages, it is not what the engine is measured on).
-#[derive(Debug, Clone)]
+/// A page of simulated memory: its state, under the lock of its frame
+/// ([`crate::frames`]: contiguous memory, so taking and mapping a page costs a copy and no
+/// allocation, to a destination laid out as the kernel sees a process's memory; the frame
+/// of a page that is out keeps whatever it held).
+#[derive(Debug, Clone, Copy)]
 struct Page {
     state: State,
-    data: Option<Box<[u8]>>,
 }
 
 impl Page {
-    const MISSING: Page = Page { state: State::Missing, data: None };
-
-    /// The buffer, allocated on first use; its contents are whatever was there.
-    fn buffer(&mut self) -> &mut [u8] {
-        self.data.get_or_insert_with(|| vec![0u8; PAGE_SIZE].into_boxed_slice())
-    }
+    const MISSING: Page = Page { state: State::Missing };
 }
+
+/// A locked page: its state and its frame.
+type PageRef<'a> = Locked<'a, Page>;
 
 /// Why a simulated access failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +71,7 @@ const ACCESS_ROUNDS_MAX: u32 = 1000;
 #[derive(Debug)]
 pub struct MemorySource {
     base: u64,
-    pages: Box<[Mutex<Page>]>,
+    pages: Frames<Page>,
     referenced: Box<[AtomicBool]>,
     /// Pages holding data (what RSS would count; zero-page mappings cost nothing).
     data_pages: AtomicU64,
@@ -86,7 +85,7 @@ impl MemorySource {
         assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
         MemorySource {
             base,
-            pages: (0..nr_pages).map(|_| Mutex::new(Page::MISSING)).collect(),
+            pages: Frames::new(nr_pages as usize, |_| Page::MISSING),
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
@@ -127,7 +126,7 @@ impl MemorySource {
     /// [`AccessError`] when the page is poisoned or the engine refuses.
     pub fn read(&self, engine: &Engine, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
         self.access(engine, addr, false, |page| match page.state {
-            State::Data => buf.copy_from_slice(page.buffer()),
+            State::Data => buf.copy_from_slice(page.frame()),
             State::Zero => buf.fill(0),
             State::Missing | State::Poisoned => unreachable!("access() handles these"),
         })
@@ -136,9 +135,9 @@ impl MemorySource {
     /// Reads the page at `addr` if it is present, without faulting (a forked child's
     /// accesses are faulted by the test through the child's address space).
     pub fn read_present(&self, addr: u64, buf: &mut [u8]) -> bool {
-        let mut page = self.pages[self.page_index(addr)].lock();
+        let mut page = self.pages.lock(self.page_index(addr));
         match page.state {
-            State::Data => buf.copy_from_slice(page.buffer()),
+            State::Data => buf.copy_from_slice(page.frame()),
             State::Zero => buf.fill(0),
             State::Missing | State::Poisoned => return false,
         }
@@ -156,7 +155,7 @@ impl MemorySource {
                 self.data_pages.fetch_add(1, Ordering::Relaxed);
                 page.state = State::Data;
             }
-            page.buffer().copy_from_slice(data);
+            page.frame().copy_from_slice(data);
         })
     }
 
@@ -165,12 +164,12 @@ impl MemorySource {
         engine: &Engine,
         addr: u64,
         write: bool,
-        mut f: impl FnMut(&mut Page),
+        mut f: impl FnMut(&mut PageRef<'_>),
     ) -> Result<(), AccessError> {
         let index = self.page_index(addr);
         for _ in 0..ACCESS_ROUNDS_MAX {
             {
-                let mut page = self.pages[index].lock();
+                let mut page = self.pages.lock(index);
                 match page.state {
                     State::Poisoned => return Err(AccessError::Poisoned { addr }),
                     State::Data | State::Zero => {
@@ -198,7 +197,7 @@ impl MemorySource {
     pub fn drop_range(&self, addr: u64, len: u64) {
         let first = self.page_index(addr);
         for index in first..first + (len / PAGE_SIZE as u64) as usize {
-            let mut page = self.pages[index].lock();
+            let mut page = self.pages.lock(index);
             if page.state == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
@@ -211,12 +210,14 @@ impl MemorySource {
     /// and poisoned ones as they are. Call it while nothing else touches the source.
     pub fn fork(&self) -> MemorySource {
         let child = MemorySource::new(self.base, self.pages.len() as u64);
-        for (page, copy) in self.pages.iter().zip(child.pages.iter()) {
-            let page = page.lock().clone();
+        for index in 0..self.pages.len() {
+            let mut page = self.pages.lock(index);
+            let mut copy = child.pages.lock(index);
             if page.state == State::Data {
                 child.data_pages.fetch_add(1, Ordering::Relaxed);
+                copy.frame().copy_from_slice(page.frame());
             }
-            *copy.lock() = page;
+            copy.state = page.state;
         }
         child
     }
@@ -226,21 +227,27 @@ impl MemorySource {
     pub fn remap(&self, from: u64, to: u64, len: u64) {
         let pages = (len / PAGE_SIZE as u64) as usize;
         let (src, dst) = (self.page_index(from), self.page_index(to));
-        let moved: Vec<Page> = (src..src + pages)
-            .map(|i| std::mem::replace(&mut *self.pages[i].lock(), Page::MISSING))
+        let moved: Vec<(Page, Box<[u8; PAGE_SIZE]>)> = (src..src + pages)
+            .map(|i| {
+                let mut page = self.pages.lock(i);
+                let data = Box::new(*page.frame());
+                (std::mem::replace(&mut *page, Page::MISSING), data)
+            })
             .collect();
-        for (i, page) in moved.into_iter().enumerate() {
-            let old = std::mem::replace(&mut *self.pages[dst + i].lock(), page);
-            if old.state == State::Data {
+        for (i, (moved, data)) in moved.into_iter().enumerate() {
+            let mut page = self.pages.lock(dst + i);
+            if page.state == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
+            *page = moved;
+            page.frame().copy_from_slice(&*data);
         }
     }
 
     /// Locks the pages of `[addr, addr + len)` in address order.
-    fn lock_range(&self, addr: u64, len: usize) -> Vec<crate::sync::MutexGuard<'_, Page>> {
+    fn lock_range(&self, addr: u64, len: usize) -> Vec<PageRef<'_>> {
         let first = self.page_index(addr);
-        (first..first + len / PAGE_SIZE).map(|i| self.pages[i].lock()).collect()
+        (first..first + len / PAGE_SIZE).map(|i| self.pages.lock(i)).collect()
     }
 
     /// Installs pages at `addr` unless any is present: `data` gives each page's bytes, or
@@ -253,7 +260,7 @@ impl MemorySource {
         for (i, page) in pages.iter_mut().enumerate() {
             match data {
                 Some(data) => {
-                    page.buffer().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+                    page.frame().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
                     page.state = State::Data;
                     self.data_pages.fetch_add(1, Ordering::Relaxed);
                 }
@@ -276,7 +283,7 @@ impl PageSource for MemorySource {
         for (page, out) in pages.iter_mut().zip(dst.chunks_mut(PAGE_SIZE)) {
             match std::mem::replace(&mut page.state, State::Missing) {
                 State::Data => {
-                    out.copy_from_slice(page.buffer());
+                    out.copy_from_slice(page.frame());
                     self.data_pages.fetch_sub(1, Ordering::Relaxed);
                 }
                 State::Zero => out.fill(0),
@@ -314,7 +321,7 @@ impl PageSource for MemorySource {
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
         // the page's data only once every page is filled.
         for (i, page) in pages.iter_mut().enumerate() {
-            if !fill(i, page.buffer()) {
+            if !fill(i, page.frame()) {
                 return Ok(None);
             }
         }
