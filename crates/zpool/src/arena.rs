@@ -287,7 +287,7 @@ impl PageArena {
         self.free_all(std::iter::once(page));
     }
 
-    /// Gives pages back under one lock (a zspage's pages: up to 4).
+    /// Gives pages back under one lock (a zspage's pages, or a batch of zspages': up to 64).
     ///
     /// # Panics
     /// As [`PageArena::free`].

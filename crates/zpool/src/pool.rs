@@ -31,7 +31,7 @@ use crate::handle::Handle;
 use crate::state::ClassState;
 use crate::stats::{bump, ClassStats, CompactStats, LiveCounters, PoolStats};
 use crate::zspage::ZsPage;
-use crate::PAGE_SIZE;
+use crate::{MAX_PAGES_PER_ZSPAGE, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::fmt;
 use std::mem::size_of;
@@ -197,6 +197,9 @@ pub struct ZsPool {
 /// pool's limit; given back by [`ZsPool::compact`].
 const SPARE_PAGES_MAX: usize = 64;
 
+/// Handles [`ZsPool::free_many`] frees per round (a 64 KiB folio's pages).
+const FREE_BATCH: usize = 16;
+
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<ZsPool>();
@@ -345,22 +348,44 @@ impl ZsPool {
     /// Drops a zspage taken out of its class, keeping up to `SPARE_PAGES_MAX` of its pages
     /// for the next zspage and freeing the rest. No lock held.
     fn release_zspage(&self, zspage: Box<ZsPage>) {
-        let pages = zspage.page_count();
-        let mut freed = zspage.into_pages().peekable();
-        let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
-        if self.spare_pages.load(Ordering::Relaxed) < keep {
-            let mut spare = self.spare.lock();
-            while spare.len() < keep {
-                let Some(page) = freed.next() else { break };
-                spare.push(page);
-                self.spare_pages.fetch_add(1, Ordering::Relaxed);
+        self.release_zspages(&mut [Some(zspage)]);
+    }
+
+    /// As [`ZsPool::release_zspage`] for up to [`FREE_BATCH`] zspages (taken out of
+    /// `zspages`): the spare list's lock and the arena's taken once for all of their pages.
+    /// No lock held.
+    fn release_zspages(&self, zspages: &mut [Option<Box<ZsPage>>]) {
+        const MOST: usize = FREE_BATCH * MAX_PAGES_PER_ZSPAGE;
+        assert!(zspages.len() <= FREE_BATCH, "{} zspages in one release", zspages.len());
+        let mut rest: [Option<PoolPage>; MOST] = std::array::from_fn(|_| None);
+        let (mut nr_rest, mut pages, mut nr) = (0, 0, 0);
+        {
+            let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
+            let mut spare =
+                (self.spare_pages.load(Ordering::Relaxed) < keep).then(|| self.spare.lock());
+            for zspage in zspages.iter_mut().filter_map(Option::take) {
+                pages += zspage.page_count();
+                nr += 1;
+                for page in zspage.into_pages() {
+                    match spare.as_mut() {
+                        Some(spare) if spare.len() < keep => {
+                            spare.push(page);
+                            self.spare_pages.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            rest[nr_rest] = Some(page);
+                            nr_rest += 1;
+                        }
+                    }
+                }
             }
         }
-        if freed.peek().is_some() {
-            self.arena.free_all(freed); // outside the spare lock
+        if nr_rest > 0 {
+            // Outside the spare lock.
+            self.arena.free_all(rest[..nr_rest].iter_mut().filter_map(Option::take));
         }
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);
-        bump(&self.counters.zspages_freed);
+        self.counters.zspages_freed.fetch_add(nr, Ordering::Relaxed);
     }
 
     /// Brings the pool totals in step with what `state` holds now. Caller holds its lock.
@@ -468,6 +493,36 @@ impl ZsPool {
         bump(&self.counters.frees);
         if let Some(zspage) = emptied {
             self.release_zspage(zspage);
+        }
+    }
+
+    /// Frees the objects of `handles` (a freed folio's pages, say): each class lock taken
+    /// once per run of handles of that class, and the zspages left empty released together
+    /// after unlocking ([`ZsPool::release_zspages`]), with no allocation.
+    ///
+    /// # Panics
+    /// As [`ZsPool::free`]; the handles before the stale one are freed.
+    ///
+    /// Context: takes class locks in turn; frees zspages after unlocking.
+    pub fn free_many(&self, handles: &[Handle]) {
+        for batch in handles.chunks(FREE_BATCH) {
+            let mut emptied: [Option<Box<ZsPage>>; FREE_BATCH] = Default::default();
+            let (mut nr_emptied, mut rest) = (0, batch);
+            while let Some(&first) = rest.first() {
+                let run = rest.iter().take_while(|h| h.class() == first.class()).count();
+                let mut state = self.class_of(first).state.lock();
+                for &handle in &rest[..run] {
+                    if let Some(zspage) = state.free(handle) {
+                        emptied[nr_emptied] = Some(zspage);
+                        nr_emptied += 1;
+                    }
+                }
+                self.sync(&mut state);
+                drop(state);
+                rest = &rest[run..];
+            }
+            self.counters.frees.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.release_zspages(&mut emptied[..nr_emptied]);
         }
     }
 

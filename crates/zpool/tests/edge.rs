@@ -126,6 +126,44 @@ fn freeing_the_last_object_frees_the_zspage() {
 }
 
 #[test]
+fn free_many_frees_runs_of_classes_and_keeps_the_rest() {
+    let pool = pool();
+    // Mixed classes, more than one batch (16), whole pages among them (one zspage each).
+    let sizes = [PAGE_SIZE, PAGE_SIZE, 700, 700, PAGE_SIZE, 100, 100, 100, PAGE_SIZE];
+    let stored: Vec<(Handle, usize, u8)> = (0..40u8)
+        .map(|seed| {
+            let size = sizes[usize::from(seed) % sizes.len()];
+            (store(&pool, size, seed), size, seed)
+        })
+        .collect();
+    let (freed, kept): (Vec<_>, Vec<_>) = stored.iter().partition(|(_, _, seed)| seed % 3 != 0);
+    let handles: Vec<Handle> = freed.iter().map(|(handle, _, _)| *handle).collect();
+    let before = pool.counters();
+    pool.free_many(&handles);
+    pool.check_invariants();
+    let after = pool.counters();
+    assert_eq!(after.frees - before.frees, handles.len() as u64);
+    assert!(after.zspages_freed > before.zspages_freed, "whole-page objects free their zspages");
+    for &(handle, size, seed) in &kept {
+        assert_holds(&pool, handle, size, seed);
+    }
+    assert_eq!(pool.stats().objects, kept.len());
+    let rest: Vec<Handle> = kept.iter().map(|(handle, _, _)| *handle).collect();
+    pool.free_many(&rest);
+    pool.check_invariants();
+    assert_eq!(pool.pages_held(), 0);
+}
+
+#[test]
+#[should_panic(expected = "stale handle")]
+fn free_many_catches_a_double_free() {
+    let pool = pool();
+    let a = store(&pool, 100, 1);
+    let b = store(&pool, 100, 2);
+    pool.free_many(&[a, b, a]);
+}
+
+#[test]
 #[should_panic(expected = "stale handle")]
 fn double_free_is_caught() {
     let pool = pool();

@@ -38,6 +38,9 @@ use std::sync::Arc;
 use xarray::{Entry, EntryRef};
 use zpool::{Handle, PoolConfig, ZsPool};
 
+/// Slots [`Zswap::invalidate_range`] drops per round (a 64 KiB folio's).
+const INVALIDATE_BATCH: usize = 16;
+
 thread_local! {
     /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
     /// compressor's output on store, the object copied out of the pool on load.
@@ -525,49 +528,66 @@ impl Zswap {
         }
     }
 
-    /// Drops the entries of the `nr` slots from `first` (a freed folio's): the tree lock and
-    /// the LRU lock taken once for all of them, the objects freed after both are dropped.
+    /// Drops the entries of the `nr` slots from `first` (a freed folio's): per batch of
+    /// [`INVALIDATE_BATCH`] slots, the tree lock and the LRU lock taken once, and the objects
+    /// freed after both are dropped, together ([`ZsPool::free_many`]). No allocation.
     /// The slots must lie in one tree (a folio's slots do: at most 512, aligned).
     ///
     /// # Panics
     /// If the range leaves the device or crosses a tree (caller bugs).
     ///
-    /// Context: as [`Zswap::invalidate`]; allocates a small vector before locking.
+    /// Context: as [`Zswap::invalidate`].
     pub fn invalidate_range(&self, first: SwapEntry, nr: u64) {
         match nr {
             0 => return,
-            1 => return self.invalidate(first), // no vector for the common case
+            1 => return self.invalidate(first),
             _ => {}
         }
         let last = first.add(nr - 1);
         self.check_entry(last);
         let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
         assert!(same_tree, "slots {first:?}+{nr} cross a tree");
-        let mut erased = Vec::with_capacity(nr as usize);
+        for start in (0..nr).step_by(INVALIDATE_BATCH) {
+            let len = (nr - start).min(INVALIDATE_BATCH as u64);
+            self.invalidate_batch(first.add(start), len as usize);
+        }
+    }
+
+    /// [`Zswap::invalidate_range`]'s round: at most [`INVALIDATE_BATCH`] slots of one tree.
+    fn invalidate_batch(&self, first: SwapEntry, nr: usize) {
+        type Erased = Option<(Arc<ZswapEntry>, Arc<ZswapEntry>)>;
+        let mut erased: [Erased; INVALIDATE_BATCH] = Default::default();
+        let mut count = 0;
         {
             let (mut tree, key) = self.trees.lock(first.offset());
-            for i in 0..nr {
-                if self.find(&tree, key + i, first.add(i)).is_some() {
-                    erased.push(into_item(tree.xa.erase(key + i).expect("found above")));
+            let mut list = None;
+            for i in 0..nr as u64 {
+                if self.find(&tree, key + i, first.add(i)).is_none() {
+                    continue;
                 }
+                let entry = into_item(tree.xa.erase(key + i).expect("found above"));
+                let list = list.get_or_insert_with(|| self.lru.list.lock());
+                let in_lru = self.lru.remove(list, &entry);
+                self.count_stored(&entry, -1);
+                self.move_unowned(1);
+                erased[count] = Some((entry, in_lru));
+                count += 1;
             }
-            if erased.is_empty() {
+            if count == 0 {
                 return;
             }
-            self.trees.sync(&mut tree);
-            let mut list = self.lru.list.lock();
-            let unlinked: Vec<_> =
-                erased.iter().map(|entry| self.lru.remove(&mut list, entry)).collect();
             drop(list);
-            for entry in &erased {
-                self.count_stored(entry, -1);
-                self.move_unowned(1);
-            }
-            drop(tree);
-            for (entry, in_lru) in erased.into_iter().zip(unlinked) {
-                self.release((entry, in_lru));
-                bump(&self.counters.invalidated);
-            }
+            self.trees.sync(&mut tree);
+        }
+        let handle = |i: usize| erased[i].as_ref().expect("erased entries are packed").0.handle;
+        let mut handles = [handle(0); INVALIDATE_BATCH];
+        for (i, slot) in handles.iter_mut().enumerate().take(count) {
+            *slot = handle(i);
+        }
+        self.pool.free_many(&handles[..count]);
+        for _ in erased.iter_mut().filter_map(Option::take) {
+            self.move_unowned(-1);
+            bump(&self.counters.invalidated);
         }
     }
 
