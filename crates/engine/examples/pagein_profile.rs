@@ -94,6 +94,7 @@ fn main() {
     let (mut out_ns, mut in_ns) = (0u128, 0u128);
     let (mut in_allocs, mut in_frees, mut out_allocs, mut out_frees) = (0, 0, 0, 0);
     let mut faults = 0;
+    let mut best_in = f64::MAX;
     for _ in 0..rounds {
         let (a, f) = counts();
         let start = std::time::Instant::now();
@@ -108,7 +109,9 @@ fn main() {
             engine.handle_fault(BASE + page * PAGE, false).expect("fault");
             faults += 1;
         }
-        in_ns += start.elapsed().as_nanos();
+        let round = start.elapsed().as_nanos();
+        in_ns += round;
+        best_in = best_in.min(round as f64 / (pages >> order) as f64);
         let (a2, f2) = counts();
         (in_allocs, in_frees) = (in_allocs + a2 - a, in_frees + f2 - f);
         control("disable\n");
@@ -118,6 +121,7 @@ fn main() {
         out_ns as f64 / f64::from(faults),
         in_ns as f64 / f64::from(faults)
     );
+    println!("best round: {best_in:.0} ns per page-in (per folio)");
     let per = |n: u64| n as f64 / f64::from(faults);
     println!(
         "per folio: page-out {:.2} allocs {:.2} frees, page-in {:.2} allocs {:.2} frees",

@@ -403,10 +403,11 @@ impl SwapCache {
         xa.load(slot).and_then(|entry| entry.item().map(Folio::get))
     }
 
-    /// The folios caching any of the `nr` slots from `slot`.
+    /// The folios caching any of the `nr` slots from `slot` (inline up to two: a page-in
+    /// finds its own folio here, and allocates nothing for it).
     ///
     /// Context: takes one shard lock.
-    pub fn folios_in(&self, slot: u64, nr: u64) -> Vec<Arc<Folio>> {
+    pub fn folios_in(&self, slot: u64, nr: u64) -> smallvec::SmallVec<[Arc<Folio>; 2]> {
         let xa = self.shard(slot).lock();
         xa.iter_range(slot..=slot + nr - 1)
             .filter_map(|(_, _, entry)| entry.item().map(Folio::get))
