@@ -324,25 +324,11 @@ pub(crate) struct Nodes<P: Owner> {
     // Boxed: spares came from a `NodeReserve` and go into `table` without a copy.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Node<P>>>,
-    /// Freed nodes kept for the next allocation (the kernel's `radix_tree_node_cachep`: an
-    /// array that empties a node and soon needs one, as a swap cache does, pays the
-    /// allocator neither way). At most [`CACHED_NODES_MAX`]; boxed as the table holds them.
-    #[allow(clippy::vec_box)]
-    cached: Vec<Box<Node<P>>>,
 }
-
-/// Freed nodes an array keeps ([`Nodes`]'s `cached`): 4 of 544 bytes.
-const CACHED_NODES_MAX: usize = 4;
 
 impl<P: Owner> Nodes<P> {
     pub(crate) const fn new() -> Self {
-        Nodes {
-            table: Vec::new(),
-            free: Vec::new(),
-            live: 0,
-            spare: Vec::new(),
-            cached: Vec::new(),
-        }
+        Nodes { table: Vec::new(), free: Vec::new(), live: 0, spare: Vec::new() }
     }
 
     /// Takes a reserve's nodes as spares, and grows the id table so that placing them needs
@@ -362,22 +348,15 @@ impl<P: Owner> Nodes<P> {
         self.spare.len()
     }
 
-    /// A node for the tree: a spare one if any (returns true), else a cached one (a node
-    /// freed earlier), else a new one.
-    /// Context: allocates when no spare or cached node is left.
+    /// A node for the tree: a spare one if any (returns true), else a new one.
+    /// Context: allocates when no spare is left.
     pub(crate) fn alloc(&mut self, shift: u32, parent: NodeId, offset: usize) -> (NodeId, bool) {
         let (node, from_spare) = match self.spare.pop() {
             Some(mut node) => {
                 node.reset(shift, parent, offset);
                 (node, true)
             }
-            None => match self.cached.pop() {
-                Some(mut node) => {
-                    node.reset(shift, parent, offset);
-                    (node, false)
-                }
-                None => (Node::new(shift, parent, offset), false),
-            },
+            None => (Node::new(shift, parent, offset), false),
         };
         let id = self.place(node);
         (id, from_spare)
@@ -407,12 +386,6 @@ impl<P: Owner> Nodes<P> {
         assert_eq!(node.count, 0, "freeing a node that is not empty");
         self.live -= 1;
         self.free.push(id);
-        if self.cached.len() < CACHED_NODES_MAX && node.marks.iter().all(|&bits| bits == 0) {
-            if self.cached.capacity() == 0 {
-                self.cached.reserve_exact(CACHED_NODES_MAX);
-            }
-            self.cached.push(node);
-        }
     }
 
     #[inline]
@@ -442,8 +415,6 @@ impl<P: Owner> Nodes<P> {
             + self.free.capacity() * std::mem::size_of::<NodeId>()
             + self.spare.capacity() * std::mem::size_of::<Box<Node<P>>>()
             + self.spare.len() * std::mem::size_of::<Node<P>>()
-            + self.cached.capacity() * std::mem::size_of::<Box<Node<P>>>()
-            + self.cached.len() * std::mem::size_of::<Node<P>>()
     }
 
     /// Ids that are allocated, for `check_invariants`.
@@ -459,7 +430,7 @@ impl<P: Owner> Nodes<P> {
         for &id in &self.free {
             assert!(self.table[id as usize].is_none(), "free id {id} is in use");
         }
-        for node in self.spare.iter().chain(&self.cached) {
+        for node in &self.spare {
             assert_eq!(node.count, 0, "a spare node holds slots");
         }
     }
