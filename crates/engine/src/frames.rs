@@ -90,11 +90,10 @@ impl<T> Frames<T> {
         // SAFETY: the layout has a non-zero size.
         let base = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(base) = NonNull::new(base) else { std::alloc::handle_alloc_error(layout) };
-        let advice = rustix::mm::Advice::LinuxHugepage;
+        let (start, advice) = (base.as_ptr().cast(), rustix::mm::Advice::LinuxHugepage);
         // SAFETY: the range is ours and allocated; the advice changes no contents. Refused
         // (no transparent huge pages in this kernel) is harmless: base pages then.
-        let _no_thp_is_fine =
-            unsafe { rustix::mm::madvise(base.as_ptr().cast(), layout.size(), advice) };
+        let _no_thp_is_fine = unsafe { rustix::mm::madvise(start, layout.size(), advice) };
         let locks = (0..nr).map(init).map(Mutex::new).collect();
         Frames { base, locks }
     }
@@ -109,11 +108,12 @@ impl<T> Frames<T> {
     /// # Panics
     /// If `index` is out of range.
     pub(crate) fn lock(&self, index: usize) -> Locked<'_, T> {
-        let guard = self.locks[index].lock(); // panics out of range, before any pointer
-                                              // SAFETY: in bounds (the lock exists), page aligned (the base is 2 MiB aligned),
-                                              // valid until `self` is dropped (the borrow outlives the reference); exclusive:
-                                              // lock `index` is held by `guard`, which lives beside the reference in `Locked`,
-                                              // and this is the only place a frame is reached.
+        // Panics out of range, before any pointer is made.
+        let guard = self.locks[index].lock();
+        // SAFETY: in bounds (the lock exists), page aligned (the base is 2 MiB aligned),
+        // valid until `self` is dropped (the borrow outlives the reference); exclusive:
+        // lock `index` is held by `guard`, which lives beside the reference in `Locked`,
+        // and this is the only place a frame is reached.
         let frame = unsafe { &mut *self.base.as_ptr().add(index * PAGE_SIZE).cast() };
         Locked { frame, guard }
     }
