@@ -15,10 +15,19 @@
 //! mremap, munmap or REMOVE event) it fails with EAGAIN having done nothing and the engine
 //! keeps the folio. The data is copied to the engine's buffer (a slot the move left empty, a
 //! source hole, reads as zeros and is reported in [`Taken::Partial`]). Then the staging run
-//! is emptied *without an event*: staging is registered with the event uffd (it must be, to
-//! be a MOVE destination there), where `MADV_DONTNEED` would send REMOVE and wait for the
-//! handler; so its pages move on, through a second uffd that has no events, into a discard
-//! area registered with that uffd, and are dropped there (tests/frontend_facts.rs).
+//! is freed with its pages still in it, and once a lane holds [`DRAIN_BATCH`] such pages
+//! (or has no empty run left) they are emptied together *without an event*: staging is
+//! registered with the event uffd (it must be, to be a MOVE destination there), where
+//! `MADV_DONTNEED` would send REMOVE and wait for the handler; so its pages move on, through
+//! a second uffd that has no events, into a discard area registered with that uffd, and are
+//! dropped there (tests/frontend_facts.rs).
+//!
+//! Why in batches: each of those two calls flushes the TLB of every CPU running the program
+//! (staging is in its address space), an inter-processor interrupt per call, and in a
+//! virtual machine a VM exit each. Draining every take paid two of them per folio, beside
+//! the MOVE out's own: on dev-vm `smp_call_function_many_cond` and the x2APIC MSR write
+//! were the top two symbols of a uniform-random `uswap run` (21% of all samples, most of
+//! the reclaimer's time). A batch pays two per [`DRAIN_BATCH`] pages.
 //!
 //! **Take refused.** MOVE stops at a page shared with a forked child, or pinned (EBUSY).
 //! The page is queued for a copy-on-write break (`MADV_POPULATE_WRITE`, by a thread that
@@ -75,6 +84,10 @@ const PAGE: usize = PAGE_SIZE;
 /// `pageout` callers) each hold one. Four cover this machine's two vCPUs with room.
 const LANES: usize = 4;
 
+/// Pages a lane holds after their take before it drains them all at once (module essay):
+/// 128 KiB a lane, resident meanwhile (counted in the process's resident set, as any page).
+const DRAIN_BATCH: u32 = 32;
+
 /// Pages a COW-break queue holds; beyond, refusals are counted and forgotten (reclaim will
 /// meet the page again and queue it again).
 const COW_QUEUE_MAX: usize = 1024;
@@ -95,6 +108,8 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Lane {
     staging: Staging,
     discard: Mapping,
+    /// Pages in free slots awaiting the lane's next drain.
+    undrained: u32,
 }
 
 /// A page taken out of the region and not put back: it lives in staging until restored.
@@ -131,6 +146,7 @@ struct Counters {
     cow_queue_full: AtomicU64,
     cow_broken: AtomicU64,
     drain_failed: AtomicU64,
+    drains: AtomicU64,
     take_uncounted: AtomicU64,
 }
 
@@ -186,6 +202,8 @@ pub struct SourceStats {
     pub cow_broken: u64,
     /// Staging runs that could not be emptied (the lane loses those slots).
     pub drain_failed: u64,
+    /// Staging runs emptied (a MOVE to the discard area and a drop each: module essay).
+    pub drains: u64,
 }
 
 /// The event-less half of the managed source: the quiet uffd and the lanes.
@@ -229,7 +247,7 @@ impl UffdSource {
             .user_mode_only(uffd.is_user_mode_only())
             .require(Features::MOVE)
             .open()?;
-        let slots = (2 * folio_pages).max(16);
+        let slots = (2 * folio_pages).max(16) + DRAIN_BATCH as usize;
         let mut lanes = Vec::with_capacity(LANES);
         for _ in 0..LANES {
             let staging = Staging::new(&uffd, slots)?;
@@ -237,7 +255,7 @@ impl UffdSource {
             discard.advise(0, discard.len_bytes(), Advice::NoHugePage)?;
             discard.advise(0, discard.len_bytes(), Advice::DontFork)?;
             quiet.register(discard.range(), RegisterMode::WP)?;
-            lanes.push(Mutex::new(Lane { staging, discard }));
+            lanes.push(Mutex::new(Lane { staging, discard, undrained: 0 }));
         }
         let lanes = Lanes { quiet, lanes: lanes.into_boxed_slice(), next: AtomicUsize::new(0) };
         Ok(UffdSource::with(uffd, Some(lanes)))
@@ -269,7 +287,9 @@ impl UffdSource {
     }
 
     /// Asserts the source's invariants: every lane's staging is consistent, and every slot
-    /// is free and empty except an orphan's, which is allocated and holds its page.
+    /// is free except an orphan's, which is allocated and holds its page; a free slot holds a
+    /// page only while it awaits the lane's drain, and those are the lane's `undrained`,
+    /// fewer than [`DRAIN_BATCH`].
     ///
     /// # Panics
     /// On a violated invariant. Call it with no take in flight.
@@ -283,13 +303,18 @@ impl UffdSource {
         for (index, lane) in lanes.lanes.iter().enumerate() {
             let lane = lock(lane);
             lane.staging.check_invariants();
+            let mut waiting = 0;
             for slot in 0..lane.staging.capacity() {
                 let slot = SlotIndex(slot as u32);
                 let orphan = orphans.iter().any(|o| o.lane == index && o.slot == slot);
                 let allocated = lane.staging.is_allocated(slot);
                 assert_eq!(allocated, orphan, "lane {index} slot {slot:?}: allocated {allocated}");
-                assert_eq!(lane.staging.is_present(slot), orphan, "lane {index} slot {slot:?}");
+                let present = lane.staging.is_present(slot);
+                assert!(!orphan || present, "lane {index} orphan slot {slot:?} empty");
+                waiting += u32::from(present && !allocated);
             }
+            assert_eq!(waiting, lane.undrained, "lane {index}: pages awaiting the drain");
+            assert!(lane.undrained < DRAIN_BATCH, "lane {index}: {} undrained", lane.undrained);
         }
     }
 
@@ -328,6 +353,7 @@ impl UffdSource {
             cow_queue_full: get(&c.cow_queue_full),
             cow_broken: get(&c.cow_broken),
             drain_failed: get(&c.drain_failed),
+            drains: get(&c.drains),
         }
     }
 
@@ -343,22 +369,41 @@ impl UffdSource {
         (start, lock(&lanes.lanes[start]))
     }
 
-    /// Empties a staging run into its lane's discard area and frees it; on failure the
-    /// slots stay allocated (lost to the lane, counted).
+    /// Frees a staging run whose pages are done with; they leave with the lane's next
+    /// drain, due now once [`DRAIN_BATCH`] pages wait (module essay).
     fn release(&self, lanes: &Lanes, lane: &mut Lane, run: SlotRun) {
-        let offset = run.first.0 as usize * PAGE;
-        match lane.staging.drain(&lanes.quiet, run, &lane.discard, offset) {
-            Ok(()) => lane.staging.free(run),
-            Err(_) => {
-                add(&self.counters.drain_failed, 1);
+        lane.staging.free(run);
+        lane.undrained += run.pages;
+        if lane.undrained >= DRAIN_BATCH {
+            self.drain_lane(lanes, lane);
+        }
+    }
+
+    /// Empties every run of freed slots still holding pages into the lane's discard area;
+    /// on failure a run's slots stay allocated (lost to the lane, counted).
+    fn drain_lane(&self, lanes: &Lanes, lane: &mut Lane) {
+        while let Some(run) = lane.staging.alloc_undrained() {
+            let offset = run.first.0 as usize * PAGE;
+            match lane.staging.drain(&lanes.quiet, run, &lane.discard, offset) {
+                Ok(()) => {
+                    lane.staging.free(run);
+                    add(&self.counters.drains, 1);
+                }
+                Err(_) => add(&self.counters.drain_failed, 1),
             }
         }
+        lane.undrained = 0;
     }
 
     fn take_inner(&self, lanes: &Lanes, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
         let pages = dst.len() / PAGE;
         let (lane_index, mut lane) = Self::lock_lane(lanes);
-        let Some(run) = lane.staging.alloc_empty(pages) else {
+        let mut run = lane.staging.alloc_empty(pages);
+        if run.is_none() && lane.undrained > 0 {
+            self.drain_lane(lanes, &mut lane);
+            run = lane.staging.alloc_empty(pages);
+        }
+        let Some(run) = run else {
             // Only after drain failures or orphans filled the lane.
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);

@@ -211,6 +211,17 @@ impl Staging {
         }
     }
 
+    /// Takes the first run of free slots that still hold a page (a take's pages, copied out
+    /// and awaiting a drain), marking it allocated: the caller drains it, then frees it.
+    pub fn alloc_undrained(&mut self) -> Option<SlotRun> {
+        let waiting = |s: &Self, i: usize| !bit(&s.allocated, i) && bit(&s.present, i);
+        let start = (0..self.slots).find(|&i| waiting(self, i))?;
+        let end = (start..self.slots).find(|&i| !waiting(self, i)).unwrap_or(self.slots);
+        let run = SlotRun { first: SlotIndex(start as u32), pages: (end - start) as u32 };
+        run.slots().for_each(|i| set_bit(&mut self.allocated, i, true));
+        Some(run)
+    }
+
     /// Copies the page in `slot` out.
     ///
     /// # Panics

@@ -48,6 +48,26 @@ fn map_fills_the_missing_pages_and_keeps_the_present_ones() {
 }
 
 #[test]
+fn takes_are_drained_in_batches_and_lose_nothing() {
+    let Some((_uffd, source, region)) = setup(Features::NONE) else { return };
+    let addr = region.addr() as u64;
+    let mut dst = vec![0u8; FOLIO * PAGE_SIZE];
+    let rounds = 64u64;
+    for round in 0..rounds {
+        let data = folio_of([round, round + 1, round + 2, round + 3]);
+        assert_eq!(source.map(addr, &data), Ok(Mapped::Done));
+        assert_eq!(source.take(addr, &mut dst), Ok(Taken::All));
+        assert!(dst == data, "round {round}: the take copied what was mapped");
+        source.check_invariants();
+    }
+    // 256 pages taken: a drain per 32 pages a lane (plus, at most, one a lane for a run
+    // split at the end of its staging), not one per take.
+    let stats = source.stats();
+    assert_eq!((stats.takes, stats.take_pages, stats.drain_failed), (rounds, 4 * rounds, 0));
+    assert!(stats.drains >= 4 * rounds / 32 && stats.drains <= 4 * rounds / 32 + 8, "{stats:?}");
+}
+
+#[test]
 fn map_zero_and_poison_continue_past_present_pages() {
     let Some((uffd, source, region)) = setup(Features::NONE) else { return };
     uffd.copy(region.page_addr(0), &pattern(5), CopyMode::NONE).unwrap();
