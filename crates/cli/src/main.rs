@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod bench;
+mod cpus;
 mod report;
 mod run;
 mod sim;

@@ -64,6 +64,12 @@ pub struct RunArgs {
     /// scattered touches take one page).
     #[arg(long, value_name = "POLICY", default_value = "sequential")]
     large_folios: String,
+    /// Run the program (and uswap's threads inside it) on these CPUs only, as taskset does:
+    /// 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on one
+    /// CPU spares uswap the cross-CPU wake-ups and TLB-flush interrupts that dominate its
+    /// faults in a virtual machine (docs/RUN.md).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     cmd: Vec<String>,
@@ -75,6 +81,9 @@ pub struct RunArgs {
 /// Bad input or an environment that cannot run the shim: one line, before CMD starts.
 pub fn run(args: RunArgs) -> Result<i32> {
     let plan = plan(&args)?;
+    if let Some(cpus) = &plan.cpus {
+        cpus.apply()?;
+    }
     let dir = RunDir::create()?;
     let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
@@ -107,6 +116,7 @@ struct Plan {
     program: PathBuf,
     cmd: Vec<String>,
     config: RunConfig,
+    cpus: Option<crate::cpus::Cpus>,
 }
 
 /// Checks `--folio-order` and `--large-folios` (also for `uswap bench compare`'s uswap
@@ -148,6 +158,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
             PAGE_BYTES << args.folio_order
         );
     }
+    let cpus = args.cpus.as_deref().map(crate::cpus::Cpus::parse).transpose()?;
     let program = find_program(name)?;
     check_dynamic(&program)?;
     if let Some(path) = &args.swap_file {
@@ -173,7 +184,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         folio_order: args.folio_order,
         large_folios: args.large_folios.clone(),
     };
-    Ok(Plan { program, cmd, config })
+    Ok(Plan { program, cmd, config, cpus })
 }
 
 /// `--zswap`: off, or a compressor the pool knows (lz4, zstd, zstd:1..=3; `none`, which

@@ -80,6 +80,9 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--budget", "32K", "--"], "lower --folio-order"),
         (vec!["run", "--folio-order", "10", "--"], "--folio-order 10: use 0..=9"),
         (vec!["run", "--large-folios", "maybe", "--"], "use always or sequential"),
+        (vec!["run", "--cpus", "3-1", "--"], "--cpus 3-1: range 3-1 runs backwards"),
+        (vec!["run", "--cpus", "one", "--"], "is not a CPU number"),
+        (vec!["run", "--cpus", "1023", "--"], "none of these CPUs is available here"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
@@ -93,6 +96,22 @@ fn bad_input_is_one_line_and_nothing_runs() {
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(!marker.exists(), "{args:?} started the program");
     }
+}
+
+#[test]
+fn cpus_confine_the_program_and_the_engine_threads_inside_it() {
+    if !can_run() {
+        return;
+    }
+    // The shim's threads (the fault handler, the reclaimer) live in the program's process:
+    // every task of it must be confined, not only the main thread.
+    let script = "for t in /proc/$$/task/*; do grep Cpus_allowed_list $t/status; done";
+    let out = uswap(&["run", "--budget", "64M", "--cpus", "0", "--", "/bin/sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lists: Vec<&str> = stdout.lines().map(|l| l.rsplit('\t').next().unwrap().trim()).collect();
+    assert!(!lists.is_empty(), "no task listed: {stdout}");
+    assert!(lists.iter().all(|l| *l == "0"), "{stdout}");
 }
 
 #[test]

@@ -93,6 +93,12 @@ pub struct CompareArgs {
     /// sequential; default: run's, sequential).
     #[arg(long, value_name = "POLICY")]
     pub large_folios: Option<String>,
+    /// Run both sides' programs on these CPUs only (taskset's list syntax: 0, 0-1): the
+    /// harness pins itself, so the uswap side (program and engine threads) and the kernel
+    /// side's program inherit the same set; the kernel's own reclaim threads are not
+    /// confined. Default: every CPU this process may use.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -146,6 +152,9 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
     } else {
         "zram-lzo-rle,zram-lz4,zswap-lz4,zswap-lzo-rle"
     }))?;
+    if let Some(text) = &args.cpus {
+        crate::cpus::Cpus::parse(text)?.apply()?;
+    }
     sys::install_interrupt_handler().context("install the SIGINT handler")?;
     let scratch = Scratch(std::env::temp_dir().join(format!("uswap-bench-{}", std::process::id())));
     std::fs::create_dir_all(&scratch.0).with_context(|| format!("create {:?}", scratch.0))?;
@@ -271,6 +280,7 @@ fn describe(
     report.field("size_bytes", ctx.size_bytes);
     report.field("budget_bytes", ctx.budget_bytes);
     report.field("seed", ctx.seed);
+    report.field("cpus", crate::cpus::current());
     let keys: Vec<&str> = configs.iter().map(|c| c.key()).collect();
     report.field("kernel_configs", serde_json::json!(keys));
     report.field("uswap_available", false);
@@ -282,6 +292,8 @@ fn describe(
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     table.row(["transparent hugepages".to_string(), thp.trim().to_string()]);
+    let cpus = crate::cpus::current();
+    table.row(["CPUs (both sides' programs)".to_string(), cpus.clone()]);
     let folios = ctx.uswap_folios.as_ref().map_or_else(
         || "uswap run's default (order 4, sequential)".to_string(),
         |(order, policy)| format!("order {order}, {policy}"),
