@@ -41,6 +41,30 @@ fn pages_beyond_the_budget_come_back() {
     assert!(stats.counters.pswpin > 900 || stats.counters.swap_ra > 0);
 }
 
+/// A sequential walk through swapped memory under a full budget: readahead maps pages
+/// ahead of the faults, it does not wait for the budget to have room above the low
+/// watermark (where a full budget never is).
+#[test]
+fn readahead_runs_under_a_full_budget() {
+    let config = EngineConfig { budget_bytes: 512 * PAGE as u64, ..config(512) };
+    let (engine, source) = setup(config, 4096);
+    for page in 0..4096 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let before = engine.stats().counters;
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..2048 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    engine.check_invariants();
+    let after = engine.stats().counters;
+    let (faults, ahead) = (after.pgfault - before.pgfault, after.swap_ra - before.swap_ra);
+    eprintln!("{faults} faults, {ahead} pages read ahead");
+    assert!(ahead >= 1024, "{ahead} pages read ahead in a walk over 2048 swapped pages");
+    assert!(faults <= 1024, "{faults} faults for 2048 pages");
+}
+
 #[test]
 fn zero_pages_are_stored_as_bits_and_read_as_the_zero_page() {
     let (engine, source) = setup(config(64), 512);
