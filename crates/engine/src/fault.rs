@@ -352,7 +352,8 @@ impl Core {
                 Ok(mapped) => {
                     let activate = shadow.is_some_and(|s| self.refault(s, order));
                     let mapped = mapped.expect("a refused page is a miss or a failure");
-                    Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate))
+                    Ok(self
+                        .finish_map(&mut pt, region, first, order, entry, mapped, activate, true))
                 }
                 Err(error) => self.source_failed(error),
             }
@@ -509,7 +510,7 @@ impl Core {
         };
         match mapped {
             Ok(mapped) => {
-                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate))
+                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate, false))
             }
             Err(error) => self.source_failed(error),
         }
@@ -519,6 +520,11 @@ impl Core {
     /// table and the LRU take the folio (a forked child's page is the kernel's from now
     /// on), the budget its bytes, and the page table's reference to the slots is dropped.
     /// `AlreadyPresent` (someone mapped first) is counted and what is there stays.
+    ///
+    /// `own_locked`: the caller holds, locked, the one folio caching these slots (the
+    /// in-place page-in) and deletes it next, so dropping the reference needs no look for
+    /// cached folios to release: [`Core::put_entry`] would find only that one, and a locked
+    /// folio is its owner's to delete.
     #[allow(clippy::too_many_arguments)]
     fn finish_map(
         &self,
@@ -529,6 +535,7 @@ impl Core {
         entry: SwapEntry,
         mapped: Mapped,
         activate: bool,
+        own_locked: bool,
     ) -> Step {
         if mapped == Mapped::AlreadyPresent {
             Stats::add(&self.stats.counters.map_error, 1);
@@ -542,7 +549,11 @@ impl Core {
             // A forked child's page: served, then the kernel's like any other child page.
             pt.erase(first);
         }
-        self.put_entry(entry, 1 << order);
+        if own_locked {
+            self.device_op(self.storage.device.put(entry, 1 << order), "put", entry);
+        } else {
+            self.put_entry(entry, 1 << order);
+        }
         Stats::add_order(&self.stats.per_order.swpin, order, 1);
         Step::Done(FaultOutcome::Mapped)
     }
