@@ -595,11 +595,10 @@ impl Core {
     /// Reads and maps the swapped pages after a fault at `index`, up to a window that
     /// grows while faults come in sequence and shrinks when they do not (the kernel's
     /// `__swapin_nr_pages`). Readahead never reclaims itself: it stops when the free budget
-    /// would fall below the min watermark, and the next fault's `make_room` reclaims. It
-    /// used to stop at the low watermark, which a full budget sits at (the reclaimer
-    /// refills only to high, one step above): under a full budget readahead then hardly
-    /// ran, and a sequential walk through swapped memory faulted page by page
-    /// (docs/benchmarks.md: a third fewer faults on zipf and uniform with the change).
+    /// would fall below the min watermark, and the next fault's `make_room` reclaims. Not
+    /// at low: a full budget sits there (the reclaimer refills only to high, one step
+    /// above), so readahead would hardly run under pressure (docs/benchmarks.md,
+    /// "Readahead down to the min watermark").
     fn readahead(&self, region: &Region, index: u64) {
         let max = u64::from(self.config.readahead_max_pages);
         if max == 0 {

@@ -31,21 +31,11 @@ enum State {
     Poisoned,
 }
 
-/// A page of simulated memory: its state, under the lock of its frame
+/// A locked page of simulated memory: its state (through `Deref`) and its frame
 /// ([`crate::frames`]: contiguous memory, so taking and mapping a page costs a copy and no
 /// allocation, to a destination laid out as the kernel sees a process's memory; the frame
 /// of a page that is out keeps whatever it held).
-#[derive(Debug, Clone, Copy)]
-struct Page {
-    state: State,
-}
-
-impl Page {
-    const MISSING: Page = Page { state: State::Missing };
-}
-
-/// A locked page: its state and its frame.
-type PageRef<'a> = Locked<'a, Page>;
+type PageRef<'a> = Locked<'a, State>;
 
 /// Why a simulated access failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +61,7 @@ const ACCESS_ROUNDS_MAX: u32 = 1000;
 #[derive(Debug)]
 pub struct MemorySource {
     base: u64,
-    pages: Frames<Page>,
+    pages: Frames<State>,
     referenced: Box<[AtomicBool]>,
     /// Pages holding data (what RSS would count; zero-page mappings cost nothing).
     data_pages: AtomicU64,
@@ -85,7 +75,7 @@ impl MemorySource {
         assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
         MemorySource {
             base,
-            pages: Frames::new(nr_pages as usize, |_| Page::MISSING),
+            pages: Frames::new(nr_pages as usize, |_| State::Missing),
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
@@ -125,7 +115,7 @@ impl MemorySource {
     /// # Errors
     /// [`AccessError`] when the page is poisoned or the engine refuses.
     pub fn read(&self, engine: &Engine, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
-        self.access(engine, addr, false, |page| match page.state {
+        self.access(engine, addr, false, |page| match **page {
             State::Data => buf.copy_from_slice(page.frame()),
             State::Zero => buf.fill(0),
             State::Missing | State::Poisoned => unreachable!("access() handles these"),
@@ -136,7 +126,7 @@ impl MemorySource {
     /// accesses are faulted by the test through the child's address space).
     pub fn read_present(&self, addr: u64, buf: &mut [u8]) -> bool {
         let mut page = self.pages.lock(self.page_index(addr));
-        match page.state {
+        match *page {
             State::Data => buf.copy_from_slice(page.frame()),
             State::Zero => buf.fill(0),
             State::Missing | State::Poisoned => return false,
@@ -150,10 +140,10 @@ impl MemorySource {
     /// As [`MemorySource::read`].
     pub fn write(&self, engine: &Engine, addr: u64, data: &[u8]) -> Result<(), AccessError> {
         self.access(engine, addr, true, |page| {
-            if page.state == State::Zero {
+            if **page == State::Zero {
                 // Copy-on-write of the zero page: now it costs memory.
                 self.data_pages.fetch_add(1, Ordering::Relaxed);
-                page.state = State::Data;
+                **page = State::Data;
             }
             page.frame().copy_from_slice(data);
         })
@@ -170,7 +160,7 @@ impl MemorySource {
         for _ in 0..ACCESS_ROUNDS_MAX {
             {
                 let mut page = self.pages.lock(index);
-                match page.state {
+                match *page {
                     State::Poisoned => return Err(AccessError::Poisoned { addr }),
                     State::Data | State::Zero => {
                         self.referenced[index].store(true, Ordering::Relaxed);
@@ -198,10 +188,10 @@ impl MemorySource {
         let first = self.page_index(addr);
         for index in first..first + (len / PAGE_SIZE as u64) as usize {
             let mut page = self.pages.lock(index);
-            if page.state == State::Data {
+            if *page == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
-            page.state = State::Missing;
+            *page = State::Missing;
         }
     }
 
@@ -213,11 +203,11 @@ impl MemorySource {
         for index in 0..self.pages.len() {
             let mut page = self.pages.lock(index);
             let mut copy = child.pages.lock(index);
-            if page.state == State::Data {
+            if *page == State::Data {
                 child.data_pages.fetch_add(1, Ordering::Relaxed);
                 copy.frame().copy_from_slice(page.frame());
             }
-            copy.state = page.state;
+            *copy = *page;
         }
         child
     }
@@ -227,20 +217,23 @@ impl MemorySource {
     pub fn remap(&self, from: u64, to: u64, len: u64) {
         let pages = (len / PAGE_SIZE as u64) as usize;
         let (src, dst) = (self.page_index(from), self.page_index(to));
-        let moved: Vec<(Page, Box<[u8; PAGE_SIZE]>)> = (src..src + pages)
+        // A moved page's data, if it has any (the others move as their state alone).
+        let moved: Vec<(State, Option<Box<[u8; PAGE_SIZE]>>)> = (src..src + pages)
             .map(|i| {
                 let mut page = self.pages.lock(i);
-                let data = Box::new(*page.frame());
-                (std::mem::replace(&mut *page, Page::MISSING), data)
+                let data = (*page == State::Data).then(|| Box::new(*page.frame()));
+                (std::mem::replace(&mut *page, State::Missing), data)
             })
             .collect();
-        for (i, (moved, data)) in moved.into_iter().enumerate() {
+        for (i, (state, data)) in moved.into_iter().enumerate() {
             let mut page = self.pages.lock(dst + i);
-            if page.state == State::Data {
+            if *page == State::Data {
                 self.data_pages.fetch_sub(1, Ordering::Relaxed);
             }
-            *page = moved;
-            page.frame().copy_from_slice(&*data);
+            *page = state;
+            if let Some(data) = data {
+                page.frame().copy_from_slice(&*data);
+            }
         }
     }
 
@@ -254,17 +247,17 @@ impl MemorySource {
     /// `None` for the zero page.
     fn install(&self, addr: u64, len: usize, data: Option<&[u8]>) -> Mapped {
         let mut pages = self.lock_range(addr, len);
-        if pages.iter().any(|p| p.state != State::Missing) {
+        if pages.iter().any(|p| **p != State::Missing) {
             return Mapped::AlreadyPresent;
         }
         for (i, page) in pages.iter_mut().enumerate() {
             match data {
                 Some(data) => {
                     page.frame().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
-                    page.state = State::Data;
+                    **page = State::Data;
                     self.data_pages.fetch_add(1, Ordering::Relaxed);
                 }
-                None => page.state = State::Zero,
+                None => **page = State::Zero,
             }
         }
         Mapped::Done
@@ -281,7 +274,7 @@ impl PageSource for MemorySource {
         let mut holes = 0;
         let mut pages = self.lock_range(addr, dst.len());
         for (page, out) in pages.iter_mut().zip(dst.chunks_mut(PAGE_SIZE)) {
-            match std::mem::replace(&mut page.state, State::Missing) {
+            match std::mem::replace(&mut **page, State::Missing) {
                 State::Data => {
                     out.copy_from_slice(page.frame());
                     self.data_pages.fetch_sub(1, Ordering::Relaxed);
@@ -315,7 +308,7 @@ impl PageSource for MemorySource {
         fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         let mut pages = self.lock_range(addr, len as usize);
-        if pages.iter().any(|p| p.state != State::Missing) {
+        if pages.iter().any(|p| **p != State::Missing) {
             return Ok(Some(Mapped::AlreadyPresent));
         }
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
@@ -326,7 +319,7 @@ impl PageSource for MemorySource {
             }
         }
         for page in pages.iter_mut() {
-            page.state = State::Data;
+            **page = State::Data;
         }
         self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         Ok(Some(Mapped::Done))
@@ -334,8 +327,8 @@ impl PageSource for MemorySource {
 
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
         for mut page in self.lock_range(addr, len as usize) {
-            if page.state == State::Missing {
-                page.state = State::Poisoned;
+            if *page == State::Missing {
+                *page = State::Poisoned;
             }
         }
         Ok(())

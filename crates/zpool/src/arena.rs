@@ -23,11 +23,10 @@
 //!   released whole (one `MADV_DONTNEED`: its memory goes back to the kernel) and kept, up
 //!   to [`EMPTY_CHUNKS_MAX`] of them, as address space for the next chunk the pool needs;
 //!   past that it goes back to the global allocator. Why: a pool draining as pages come back
-//!   in empties chunk after chunk, and handing each back to glibc cost a `munmap` (twice a
-//!   `MADV_DONTNEED`'s time, measured on dev-vm: 20 vs 10 us per chunk) and, for a chunk
-//!   carved from the heap, a consolidation of glibc's free lists on every later small free
-//!   near it (`malloc_consolidate`: 5% of a 64 KiB page-in). Resident free pages are
-//!   bounded: past
+//!   in empties chunk after chunk, and handing each back to glibc cost a `munmap`, twice a
+//!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c` on dev-vm: 18-23 against 9-10 us
+//!   per chunk; docs/benchmarks.md), and the next chunk the pool needs a fresh allocation and
+//!   huge-page advice again. Resident free pages are bounded: past
 //!   [`max(CHUNK_PAGES, in use / 8)`](resident_free_limit), runs of them are released to
 //!   the kernel (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed
 //!   page) down to half that bound, so a stream of frees (a pool draining as pages come
@@ -304,7 +303,7 @@ impl PageArena {
         self.free_all(std::iter::once(page));
     }
 
-    /// Gives pages back under one lock (a zspage's pages, or a batch of zspages': up to 64).
+    /// Gives pages back under one lock (a zspage's pages: up to 4).
     ///
     /// # Panics
     /// As [`PageArena::free`].

@@ -31,8 +31,9 @@ use crate::handle::Handle;
 use crate::state::ClassState;
 use crate::stats::{bump, ClassStats, CompactStats, LiveCounters, PoolStats};
 use crate::zspage::ZsPage;
-use crate::{MAX_PAGES_PER_ZSPAGE, PAGE_SIZE};
+use crate::PAGE_SIZE;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::fmt;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -197,9 +198,6 @@ pub struct ZsPool {
 /// pool's limit; given back by [`ZsPool::compact`].
 const SPARE_PAGES_MAX: usize = 64;
 
-/// Handles [`ZsPool::free_many`] frees per round (a 64 KiB folio's pages).
-const FREE_BATCH: usize = 16;
-
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<ZsPool>();
@@ -348,44 +346,22 @@ impl ZsPool {
     /// Drops a zspage taken out of its class, keeping up to `SPARE_PAGES_MAX` of its pages
     /// for the next zspage and freeing the rest. No lock held.
     fn release_zspage(&self, zspage: Box<ZsPage>) {
-        self.release_zspages(&mut [Some(zspage)]);
-    }
-
-    /// As [`ZsPool::release_zspage`] for up to [`FREE_BATCH`] zspages (taken out of
-    /// `zspages`): the spare list's lock and the arena's taken once for all of their pages.
-    /// No lock held.
-    fn release_zspages(&self, zspages: &mut [Option<Box<ZsPage>>]) {
-        const MOST: usize = FREE_BATCH * MAX_PAGES_PER_ZSPAGE;
-        assert!(zspages.len() <= FREE_BATCH, "{} zspages in one release", zspages.len());
-        let mut rest: [Option<PoolPage>; MOST] = std::array::from_fn(|_| None);
-        let (mut nr_rest, mut pages, mut nr) = (0, 0, 0);
-        {
-            let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
-            let mut spare =
-                (self.spare_pages.load(Ordering::Relaxed) < keep).then(|| self.spare.lock());
-            for zspage in zspages.iter_mut().filter_map(Option::take) {
-                pages += zspage.page_count();
-                nr += 1;
-                for page in zspage.into_pages() {
-                    match spare.as_mut() {
-                        Some(spare) if spare.len() < keep => {
-                            spare.push(page);
-                            self.spare_pages.fetch_add(1, Ordering::Relaxed);
-                        }
-                        _ => {
-                            rest[nr_rest] = Some(page);
-                            nr_rest += 1;
-                        }
-                    }
-                }
+        let pages = zspage.page_count();
+        let mut freed = zspage.into_pages().peekable();
+        let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
+        if self.spare_pages.load(Ordering::Relaxed) < keep {
+            let mut spare = self.spare.lock();
+            while spare.len() < keep {
+                let Some(page) = freed.next() else { break };
+                spare.push(page);
+                self.spare_pages.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if nr_rest > 0 {
-            // Outside the spare lock.
-            self.arena.free_all(rest[..nr_rest].iter_mut().filter_map(Option::take));
+        if freed.peek().is_some() {
+            self.arena.free_all(freed); // outside the spare lock
         }
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);
-        self.counters.zspages_freed.fetch_add(nr, Ordering::Relaxed);
+        bump(&self.counters.zspages_freed);
     }
 
     /// Brings the pool totals in step with what `state` holds now. Caller holds its lock.
@@ -497,33 +473,22 @@ impl ZsPool {
     }
 
     /// Frees the objects of `handles` (a freed folio's pages, say): each class lock taken
-    /// once per run of handles of that class, and the zspages left empty released together
-    /// after unlocking ([`ZsPool::release_zspages`]), with no allocation.
+    /// once per run of handles of that class, and the zspages left empty released after
+    /// unlocking; no allocation for up to 16 of them.
     ///
     /// # Panics
     /// As [`ZsPool::free`]; the handles before the stale one are freed.
     ///
     /// Context: takes class locks in turn; frees zspages after unlocking.
     pub fn free_many(&self, handles: &[Handle]) {
-        for batch in handles.chunks(FREE_BATCH) {
-            let mut emptied: [Option<Box<ZsPage>>; FREE_BATCH] = Default::default();
-            let (mut nr_emptied, mut rest) = (0, batch);
-            while let Some(&first) = rest.first() {
-                let run = rest.iter().take_while(|h| h.class() == first.class()).count();
-                let mut state = self.class_of(first).state.lock();
-                for &handle in &rest[..run] {
-                    if let Some(zspage) = state.free(handle) {
-                        emptied[nr_emptied] = Some(zspage);
-                        nr_emptied += 1;
-                    }
-                }
-                self.sync(&mut state);
-                drop(state);
-                rest = &rest[run..];
-            }
-            self.counters.frees.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            self.release_zspages(&mut emptied[..nr_emptied]);
+        let mut emptied: SmallVec<[Box<ZsPage>; 16]> = SmallVec::new();
+        for run in handles.chunk_by(|a, b| a.class() == b.class()) {
+            let mut state = self.class_of(run[0]).state.lock();
+            emptied.extend(run.iter().filter_map(|&handle| state.free(handle)));
+            self.sync(&mut state);
         }
+        self.counters.frees.fetch_add(handles.len() as u64, Ordering::Relaxed);
+        emptied.into_iter().for_each(|zspage| self.release_zspage(zspage));
     }
 
     /// Moves objects out of sparse zspages into fuller ones and frees the emptied zspages,

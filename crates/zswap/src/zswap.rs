@@ -27,10 +27,11 @@ use crate::config::{Incompressible, Limits, ZswapConfig};
 use crate::entry::{ZswapEntry, ENTRY_BYTES};
 use crate::error::{Error, Reject};
 use crate::faults::FaultHooks;
-use crate::lru::LruList;
+use crate::lru::{Lru, LruList};
 use crate::stats::{bump, Counters, ZswapStats};
 use crate::tree::{Tree, Trees};
 use slots::SwapEntry;
+use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -38,8 +39,8 @@ use std::sync::Arc;
 use xarray::{Entry, EntryRef};
 use zpool::{Handle, PoolConfig, ZsPool};
 
-/// Slots [`Zswap::invalidate_range`] drops per round (a 64 KiB folio's).
-const INVALIDATE_BATCH: usize = 16;
+/// An entry erased from its tree, with the LRU's reference to it.
+type Erased = (Arc<ZswapEntry>, Arc<ZswapEntry>);
 
 thread_local! {
     /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
@@ -528,9 +529,9 @@ impl Zswap {
         }
     }
 
-    /// Drops the entries of the `nr` slots from `first` (a freed folio's): per batch of
-    /// [`INVALIDATE_BATCH`] slots, the tree lock and the LRU lock taken once, and the objects
-    /// freed after both are dropped, together ([`ZsPool::free_many`]). No allocation.
+    /// Drops the entries of the `nr` slots from `first` (a freed folio's): the tree lock and
+    /// the LRU lock taken once for all of them, the objects freed together after both are
+    /// dropped ([`ZsPool::free_many`]); no allocation for a 64 KiB folio's 16.
     /// The slots must lie in one tree (a folio's slots do: at most 512, aligned).
     ///
     /// # Panics
@@ -547,45 +548,27 @@ impl Zswap {
         self.check_entry(last);
         let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
         assert!(same_tree, "slots {first:?}+{nr} cross a tree");
-        for start in (0..nr).step_by(INVALIDATE_BATCH) {
-            let len = (nr - start).min(INVALIDATE_BATCH as u64);
-            self.invalidate_batch(first.add(start), len as usize);
-        }
-    }
-
-    /// [`Zswap::invalidate_range`]'s round: at most [`INVALIDATE_BATCH`] slots of one tree.
-    fn invalidate_batch(&self, first: SwapEntry, nr: usize) {
-        type Erased = Option<(Arc<ZswapEntry>, Arc<ZswapEntry>)>;
-        let mut erased: [Erased; INVALIDATE_BATCH] = Default::default();
-        let mut count = 0;
+        let mut erased: SmallVec<[Erased; 16]> = SmallVec::new();
         {
             let (mut tree, key) = self.trees.lock(first.offset());
             let mut list = None;
-            for i in 0..nr as u64 {
-                if self.find(&tree, key + i, first.add(i)).is_none() {
-                    continue;
+            for i in 0..nr {
+                if self.find(&tree, key + i, first.add(i)).is_some() {
+                    let entry = into_item(tree.xa.erase(key + i).expect("found above"));
+                    let list = list.get_or_insert_with(|| self.lru.list.lock());
+                    erased.push(self.unlink(list, entry));
                 }
-                let entry = into_item(tree.xa.erase(key + i).expect("found above"));
-                let list = list.get_or_insert_with(|| self.lru.list.lock());
-                let in_lru = self.lru.remove(list, &entry);
-                self.count_stored(&entry, -1);
-                self.move_unowned(1);
-                erased[count] = Some((entry, in_lru));
-                count += 1;
             }
-            if count == 0 {
+            if erased.is_empty() {
                 return;
             }
             drop(list);
             self.trees.sync(&mut tree);
         }
-        let handle = |i: usize| erased[i].as_ref().expect("erased entries are packed").0.handle;
-        let mut handles = [handle(0); INVALIDATE_BATCH];
-        for (i, slot) in handles.iter_mut().enumerate().take(count) {
-            *slot = handle(i);
-        }
-        self.pool.free_many(&handles[..count]);
-        for _ in erased.iter_mut().filter_map(Option::take) {
+        let handles: SmallVec<[Handle; 16]> =
+            erased.iter().map(|(entry, _)| entry.handle).collect();
+        self.pool.free_many(&handles);
+        for _ in erased {
             self.move_unowned(-1);
             bump(&self.counters.invalidated);
         }
@@ -610,24 +593,24 @@ impl Zswap {
 
     /// Erases `key` from a locked tree and unlinks the entry from the LRU. Returns the
     /// entry and the LRU's reference to it, for [`Zswap::release`] after unlocking.
-    fn erase_locked(
-        &self,
-        tree: &mut Tree,
-        key: u64,
-    ) -> Option<(Arc<ZswapEntry>, Arc<ZswapEntry>)> {
+    fn erase_locked(&self, tree: &mut Tree, key: u64) -> Option<Erased> {
         let erased = into_item(tree.xa.erase(key)?);
         self.trees.sync(tree);
-        let in_lru = {
-            let mut list = self.lru.list.lock();
-            self.lru.remove(&mut list, &erased)
-        };
-        self.count_stored(&erased, -1);
+        Some(self.unlink(&mut self.lru.list.lock(), erased))
+    }
+
+    /// Unlinks an entry just erased from its tree from the LRU (`list`, locked) and counts
+    /// it gone; returns it with the LRU's reference, for [`Zswap::release`] after unlocking.
+    /// Caller holds the entry's tree lock.
+    fn unlink(&self, list: &mut Lru, entry: Arc<ZswapEntry>) -> Erased {
+        let in_lru = self.lru.remove(list, &entry);
+        self.count_stored(&entry, -1);
         self.move_unowned(1);
-        Some((erased, in_lru))
+        (entry, in_lru)
     }
 
     /// Frees an erased entry's object, then the entry. No lock held.
-    fn release(&self, (erased, in_lru): (Arc<ZswapEntry>, Arc<ZswapEntry>)) {
+    fn release(&self, (erased, in_lru): Erased) {
         self.pool.free(erased.handle);
         self.move_unowned(-1);
         drop(in_lru);

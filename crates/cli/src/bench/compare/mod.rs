@@ -280,7 +280,8 @@ fn describe(
     report.field("size_bytes", ctx.size_bytes);
     report.field("budget_bytes", ctx.budget_bytes);
     report.field("seed", ctx.seed);
-    report.field("cpus", crate::cpus::current());
+    let cpus = crate::cpus::current();
+    report.field("cpus", cpus.clone());
     let keys: Vec<&str> = configs.iter().map(|c| c.key()).collect();
     report.field("kernel_configs", serde_json::json!(keys));
     report.field("uswap_available", false);
@@ -292,8 +293,7 @@ fn describe(
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     table.row(["transparent hugepages".to_string(), thp.trim().to_string()]);
-    let cpus = crate::cpus::current();
-    table.row(["CPUs (both sides' programs)".to_string(), cpus.clone()]);
+    table.row(["CPUs (both sides' programs)".to_string(), cpus]);
     let folios = ctx.uswap_folios.as_ref().map_or_else(
         || "uswap run's default (order 4, sequential)".to_string(),
         |(order, policy)| format!("order {order}, {policy}"),
