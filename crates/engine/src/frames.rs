@@ -8,9 +8,9 @@
 //! page aligned (each frame straddled two pages) nor huge-mapped, so every cold copy paid a
 //! page walk, a two-dimensional one in a virtual machine. `bench/probes/copy.c` on dev-vm,
 //! over 128 MiB: a 4 KiB copy costs 410-430 ns between sequential frames and 840-920 ns
-//! between scattered ones (docs/benchmarks.md). `uswap bench engine` measures the engine, so its simulated memory is
-//! laid out as a process's memory is seen by the kernel (docs/benchmarks.md has the before
-//! and after).
+//! between scattered ones. `uswap bench engine` measures the engine, so its simulated
+//! memory is laid out as a process's memory is seen by the kernel (docs/benchmarks.md has
+//! the probe's output, and the before and after).
 //!
 //! Memory: the allocation is zeroed lazily by the kernel (the global allocator maps it), so
 //! frames never written cost nothing; a written frame stays resident while its page is out,
