@@ -17,6 +17,7 @@ use crate::frames::{Frames, Locked};
 use crate::page_source::{Mapped, PageSource, SourceError, Taken};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
+use smallvec::SmallVec;
 
 /// What a page of simulated memory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,8 +238,9 @@ impl MemorySource {
         }
     }
 
-    /// Locks the pages of `[addr, addr + len)` in address order.
-    fn lock_range(&self, addr: u64, len: usize) -> Vec<PageRef<'_>> {
+    /// Locks the pages of `[addr, addr + len)` in address order; a folio of up to 16 pages
+    /// (order 4) needs no allocation.
+    fn lock_range(&self, addr: u64, len: usize) -> SmallVec<[PageRef<'_>; 16]> {
         let first = self.page_index(addr);
         (first..first + len / PAGE_SIZE).map(|i| self.pages.lock(i)).collect()
     }

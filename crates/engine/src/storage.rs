@@ -217,8 +217,8 @@ impl Storage {
             return true;
         }
         let Some(zswap) = &self.zswap else { return true };
-        let first_in_pool = zswap.contains(first);
-        (1..nr).all(|i| zswap.contains(first.add(i)) == first_in_pool)
+        let in_pool = zswap.count_range(first, nr);
+        in_pool == 0 || in_pool == nr
     }
 
     /// Bytes the pool holds (its pages and its metadata).

@@ -346,22 +346,37 @@ impl ZsPool {
     /// Drops a zspage taken out of its class, keeping up to `SPARE_PAGES_MAX` of its pages
     /// for the next zspage and freeing the rest. No lock held.
     fn release_zspage(&self, zspage: Box<ZsPage>) {
-        let pages = zspage.page_count();
-        let mut freed = zspage.into_pages().peekable();
+        self.release_zspages([zspage]);
+    }
+
+    /// As [`ZsPool::release_zspage`] for several: the spare lock, the arena lock and each
+    /// count taken once for all of them.
+    fn release_zspages(&self, zspages: impl IntoIterator<Item = Box<ZsPage>>) {
+        let (mut nr, mut pages) = (0, 0);
+        let mut freed = zspages
+            .into_iter()
+            .flat_map(|zspage| {
+                nr += 1;
+                pages += zspage.page_count();
+                zspage.into_pages()
+            })
+            .peekable();
         let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
         if self.spare_pages.load(Ordering::Relaxed) < keep {
             let mut spare = self.spare.lock();
+            let before = spare.len();
             while spare.len() < keep {
                 let Some(page) = freed.next() else { break };
                 spare.push(page);
-                self.spare_pages.fetch_add(1, Ordering::Relaxed);
             }
+            self.spare_pages.fetch_add(spare.len() - before, Ordering::Relaxed);
         }
         if freed.peek().is_some() {
-            self.arena.free_all(freed); // outside the spare lock
+            self.arena.free_all(&mut freed); // outside the spare lock
         }
+        drop(freed);
         self.pages_reserved.fetch_sub(pages, Ordering::Relaxed);
-        bump(&self.counters.zspages_freed);
+        self.counters.zspages_freed.fetch_add(nr, Ordering::Relaxed);
     }
 
     /// Brings the pool totals in step with what `state` holds now. Caller holds its lock.
@@ -488,7 +503,9 @@ impl ZsPool {
             self.sync(&mut state);
         }
         self.counters.frees.fetch_add(handles.len() as u64, Ordering::Relaxed);
-        emptied.into_iter().for_each(|zspage| self.release_zspage(zspage));
+        if !emptied.is_empty() {
+            self.release_zspages(emptied);
+        }
     }
 
     /// Moves objects out of sparse zspages into fuller ones and frees the emptied zspages,

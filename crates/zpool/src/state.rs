@@ -142,7 +142,7 @@ impl ClassState {
     /// `ZsPage` itself (its page pointers inline) and its object slots.
     pub(crate) fn meta_bytes(&self) -> usize {
         let id = size_of::<u32>();
-        let per_zspage = size_of::<ZsPage>() + self.geometry.objs_per_zspage * 4;
+        let per_zspage = ZsPage::meta_bytes(self.geometry.objs_per_zspage);
         self.zspages.capacity() * size_of::<Option<Box<ZsPage>>>()
             + self.free_zspage_ids.capacity() * id
             + self.groups.iter().map(|g| g.capacity() * id).sum::<usize>()

@@ -16,6 +16,10 @@
 //!   pages: [ page 0 ......................][ page 1 ..........] ...
 //! ```
 //!
+//! A zspage of one object (the huge classes, where a page holds one object: every raw page
+//! the pool keeps) has its one slot inline, so storing such a page makes one allocation,
+//! not two (the kernel's one `zspage` slab object).
+//!
 //! The page pointers live inline in the `ZsPage` (not in a boxed slice beside it): a load
 //! reaches an object's bytes through the handle table and the `ZsPage`, two dependent
 //! memory reads, not three. On a cold load each is a likely cache miss, so a load first
@@ -29,6 +33,7 @@
 
 use crate::arena::PoolPage;
 use crate::{MAX_PAGES_PER_ZSPAGE, PAGE_SIZE};
+use std::mem::size_of;
 
 /// Marks the end of a free list.
 const NO_OBJ: u16 = u16::MAX;
@@ -58,12 +63,36 @@ impl ObjSlot {
     }
 }
 
+/// A zspage's object slots: inline when it holds one object, else boxed. The same 16 bytes
+/// either way (the one slot sits beside the box's non-null pointer niche).
+#[derive(Debug)]
+enum Slots {
+    One(ObjSlot),
+    Many(Box<[ObjSlot]>),
+}
+
+impl Slots {
+    fn as_slice(&self) -> &[ObjSlot] {
+        match self {
+            Slots::One(slot) => std::slice::from_ref(slot),
+            Slots::Many(slots) => slots,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [ObjSlot] {
+        match self {
+            Slots::One(slot) => std::slice::from_mut(slot),
+            Slots::Many(slots) => slots,
+        }
+    }
+}
+
 /// A chain of pages and the objects in it.
 #[derive(Debug)]
 pub(crate) struct ZsPage {
     pages: [Option<PoolPage>; MAX_PAGES_PER_ZSPAGE],
     page_count: u8,
-    objs: Box<[ObjSlot]>,
+    objs: Slots,
     free_head: u16,
     inuse: u16,
     /// The fullness group this zspage is listed in, and its position in that list.
@@ -101,7 +130,7 @@ impl ZsPage {
         assert!(pages <= MAX_PAGES_PER_ZSPAGE, "a zspage of {pages} pages");
         let mut chain: [Option<PoolPage>; MAX_PAGES_PER_ZSPAGE] = Default::default();
         let mut slots = Vec::new();
-        let complete = slots.try_reserve_exact(objs).is_ok()
+        let complete = (objs == 1 || slots.try_reserve_exact(objs).is_ok())
             && chain.iter_mut().take(pages).all(|slot| {
                 *slot = page();
                 slot.is_some()
@@ -110,14 +139,19 @@ impl ZsPage {
             chain.into_iter().flatten().for_each(&mut give_back);
             return None;
         }
-        for obj in 0..objs {
-            let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
-            slots.push(ObjSlot::free(next));
-        }
+        let objs_slots = if objs == 1 {
+            Slots::One(ObjSlot::free(NO_OBJ))
+        } else {
+            for obj in 0..objs {
+                let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
+                slots.push(ObjSlot::free(next));
+            }
+            Slots::Many(slots.into_boxed_slice())
+        };
         Some(Box::new(ZsPage {
             pages: chain,
             page_count: pages as u8,
-            objs: slots.into_boxed_slice(),
+            objs: objs_slots,
             free_head: if objs > 0 { 0 } else { NO_OBJ },
             inuse: 0,
             group: 0,
@@ -132,6 +166,20 @@ impl ZsPage {
         self.pages.into_iter().flatten()
     }
 
+    fn slots(&self) -> &[ObjSlot] {
+        self.objs.as_slice()
+    }
+
+    fn slots_mut(&mut self) -> &mut [ObjSlot] {
+        self.objs.as_mut_slice()
+    }
+
+    /// Heap bytes a zspage of `objs` objects takes: the struct, and the boxed slots unless
+    /// it has only one.
+    pub(crate) fn meta_bytes(objs: usize) -> usize {
+        std::mem::size_of::<ZsPage>() + if objs == 1 { 0 } else { objs * size_of::<ObjSlot>() }
+    }
+
     /// Objects in use.
     pub(crate) fn inuse(&self) -> usize {
         usize::from(self.inuse)
@@ -139,7 +187,7 @@ impl ZsPage {
 
     /// Objects this zspage holds when full.
     pub(crate) fn capacity(&self) -> usize {
-        self.objs.len()
+        self.slots().len()
     }
 
     /// Pages in the chain.
@@ -172,9 +220,9 @@ impl ZsPage {
             return None;
         }
         let obj = self.free_head;
-        let next = self.objs[usize::from(obj)].next_free();
+        let next = self.slots()[usize::from(obj)].next_free();
         self.free_head = next.unwrap_or_else(|| panic!("free list reached used object {obj}"));
-        self.objs[usize::from(obj)] = ObjSlot::used(owner);
+        self.slots_mut()[usize::from(obj)] = ObjSlot::used(owner);
         self.inuse += 1;
         Some(obj)
     }
@@ -185,7 +233,7 @@ impl ZsPage {
     /// If `obj` is already free (a double free inside the pool).
     pub(crate) fn free_obj(&mut self, obj: u16) -> u32 {
         let owner = self.owner(obj).unwrap_or_else(|| panic!("double free of object {obj}"));
-        self.objs[usize::from(obj)] = ObjSlot::free(self.free_head);
+        self.slots_mut()[usize::from(obj)] = ObjSlot::free(self.free_head);
         self.free_head = obj;
         self.inuse -= 1;
         owner
@@ -193,12 +241,12 @@ impl ZsPage {
 
     /// The handle slot owning object `obj`, or `None` if it is free.
     pub(crate) fn owner(&self, obj: u16) -> Option<u32> {
-        self.objs[usize::from(obj)].owner()
+        self.slots()[usize::from(obj)].owner()
     }
 
     /// The used objects, in index order.
     pub(crate) fn used_objs(&self) -> impl Iterator<Item = u16> + '_ {
-        self.objs.iter().enumerate().filter(|(_, s)| s.owner().is_some()).map(|(i, _)| i as u16)
+        self.slots().iter().enumerate().filter(|(_, s)| s.owner().is_some()).map(|(i, _)| i as u16)
     }
 
     /// Copies `data` into the chain at byte `offset`, across a page edge if need be.
@@ -250,7 +298,7 @@ impl ZsPage {
         for (index, page) in self.pages.iter().enumerate() {
             assert_eq!(page.is_some(), index < pages_per_zspage, "page slot {index}");
         }
-        let mut seen = vec![false; self.objs.len()];
+        let mut seen = vec![false; self.slots().len()];
         let mut free = 0;
         let mut cursor = self.free_head;
         while cursor != NO_OBJ {
@@ -258,10 +306,11 @@ impl ZsPage {
             assert!(!seen[obj], "free list loops at object {obj}");
             seen[obj] = true;
             free += 1;
-            cursor = self.objs[obj].next_free().unwrap_or_else(|| panic!("used obj {obj} listed"));
+            cursor =
+                self.slots()[obj].next_free().unwrap_or_else(|| panic!("used obj {obj} listed"));
         }
-        let used = self.objs.iter().filter(|s| s.owner().is_some()).count();
-        assert_eq!(used + free, self.objs.len(), "objects neither used nor on the free list");
+        let used = self.slots().iter().filter(|s| s.owner().is_some()).count();
+        assert_eq!(used + free, self.slots().len(), "objects neither used nor on the free list");
         assert_eq!(used, self.inuse(), "in-use count");
     }
 }
@@ -269,6 +318,23 @@ impl ZsPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_object_zspage_keeps_its_slot_inline() {
+        // The inline slot costs the struct no size.
+        assert_eq!(size_of::<Slots>(), size_of::<Box<[ObjSlot]>>());
+        let arena = crate::arena::PageArena::new();
+        let Some(mut zspage) = ZsPage::alloc(&arena, 1, 1) else { panic!("no memory") };
+        assert!(matches!(zspage.objs, Slots::One(_)));
+        assert_eq!(zspage.alloc_obj(7), Some(0));
+        assert_eq!(zspage.alloc_obj(8), None, "one object only");
+        assert_eq!(zspage.owner(0), Some(7));
+        assert_eq!(zspage.free_obj(0), 7);
+        zspage.check_invariants(1);
+        assert_eq!(zspage.alloc_obj(9), Some(0), "the freed object is taken again");
+        assert_eq!(ZsPage::meta_bytes(1), size_of::<ZsPage>());
+        assert_eq!(ZsPage::meta_bytes(3), size_of::<ZsPage>() + 12);
+    }
 
     #[test]
     fn straddling_object_round_trips() {

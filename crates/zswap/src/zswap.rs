@@ -310,10 +310,10 @@ impl Zswap {
         Ok(())
     }
 
-    /// Moves the count of unowned objects by `delta` (+1 or -1) and bumps its change count.
-    fn move_unowned(&self, delta: i32) {
+    /// Moves the count of unowned objects by `delta` and its change count by `|delta|`.
+    fn move_unowned(&self, delta: i64) {
         const CHANGE: u64 = 1 << 32;
-        let step = if delta > 0 { CHANGE + 1 } else { CHANGE - 1 };
+        let step = (CHANGE * delta.unsigned_abs()).wrapping_add_signed(delta);
         self.unowned.fetch_add(step, Relaxed);
     }
 
@@ -325,16 +325,18 @@ impl Zswap {
     /// Moves `stored_pages` (and `stored_incompressible_pages` for a raw entry) by `delta`.
     /// Caller holds the entry's tree lock.
     fn count_stored(&self, entry: &ZswapEntry, delta: i64) {
-        let add = |counter: &std::sync::atomic::AtomicU64| {
-            if delta > 0 {
-                counter.fetch_add(delta as u64, Relaxed);
-            } else {
-                counter.fetch_sub(delta.unsigned_abs(), Relaxed);
-            }
+        self.count_stored_n(delta, if entry.is_raw() { delta } else { 0 });
+    }
+
+    /// Moves `stored_pages` by `delta` and `stored_incompressible_pages` by `raw`. Caller
+    /// holds the entries' tree lock.
+    fn count_stored_n(&self, delta: i64, raw: i64) {
+        let add = |counter: &std::sync::atomic::AtomicU64, delta: i64| {
+            counter.fetch_add(delta as u64, Relaxed); // two's complement: a wrapping add
         };
-        add(&self.counters.stored_pages);
-        if entry.is_raw() {
-            add(&self.counters.stored_incompressible_pages);
+        add(&self.counters.stored_pages, delta);
+        if raw != 0 {
+            add(&self.counters.stored_incompressible_pages, raw);
         }
     }
 
@@ -514,6 +516,25 @@ impl Zswap {
         tree.xa.load(key).is_some()
     }
 
+    /// How many of the `nr` slots from `first` the pool holds. The slots must lie in one
+    /// tree, as a folio's do.
+    ///
+    /// # Panics
+    /// As [`Zswap::invalidate_range`].
+    ///
+    /// Context: takes the tree lock once.
+    pub fn count_range(&self, first: SwapEntry, nr: u64) -> u64 {
+        if nr == 0 {
+            return 0;
+        }
+        let last = first.add(nr - 1);
+        self.check_entry(last);
+        let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
+        assert!(same_tree, "slots {first:?}+{nr} cross a tree");
+        let (tree, key) = self.trees.lock(first.offset());
+        (key..key + nr).filter(|&k| tree.xa.load(k).is_some()).count() as u64
+    }
+
     /// Drops the entry if present.
     ///
     /// # Panics
@@ -551,27 +572,31 @@ impl Zswap {
         let mut erased: SmallVec<[Erased; 16]> = SmallVec::new();
         {
             let (mut tree, key) = self.trees.lock(first.offset());
-            let mut list = None;
+            let (mut list, mut raw) = (None, 0);
             for i in 0..nr {
                 if self.find(&tree, key + i, first.add(i)).is_some() {
                     let entry = into_item(tree.xa.erase(key + i).expect("found above"));
                     let list = list.get_or_insert_with(|| self.lru.list.lock());
-                    erased.push(self.unlink(list, entry));
+                    raw += i64::from(entry.is_raw());
+                    let in_lru = self.lru.remove(list, &entry);
+                    erased.push((entry, in_lru));
                 }
             }
             if erased.is_empty() {
                 return;
             }
             drop(list);
+            // As `unlink` does for each, once for all of them.
+            let n = erased.len() as i64;
+            self.count_stored_n(-n, -raw);
+            self.move_unowned(n);
             self.trees.sync(&mut tree);
         }
         let handles: SmallVec<[Handle; 16]> =
             erased.iter().map(|(entry, _)| entry.handle).collect();
         self.pool.free_many(&handles);
-        for _ in erased {
-            self.move_unowned(-1);
-            bump(&self.counters.invalidated);
-        }
+        self.move_unowned(-(erased.len() as i64));
+        self.counters.invalidated.fetch_add(erased.len() as u64, Relaxed);
     }
 
     /// Erases `entry`'s slot, only if it holds `expected` when one is given (pointer

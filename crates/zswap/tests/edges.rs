@@ -488,7 +488,11 @@ fn invalidate_range_drops_every_entry_of_a_folio_and_nothing_else() {
     for offset in [16, 17, 19, 24] {
         zswap.store(slot(offset), &page).expect("store");
     }
+    assert_eq!(zswap.count_range(slot(16), 8), 3, "16, 17 and 19 of 16..24");
+    assert_eq!(zswap.count_range(slot(16), 9), 4);
+    assert_eq!(zswap.count_range(slot(16), 0), 0);
     zswap.invalidate_range(slot(16), 8); // slots 16..24: three entries and five holes
+    assert_eq!(zswap.count_range(slot(16), 8), 0);
     for offset in [16, 17, 19] {
         assert!(!zswap.contains(slot(offset)), "slot {offset} kept");
     }
