@@ -15,6 +15,13 @@
 use anyhow::{bail, Context, Result};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`), whatever this process may
+/// use; `None` if the file cannot be read or parsed.
+pub fn online() -> Option<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    Cpus::parse(&text).ok().map(|cpus| cpus.set.count() as usize)
+}
+
 /// A parsed `--cpus` list.
 #[derive(Debug, Clone)]
 pub struct Cpus {
@@ -101,6 +108,15 @@ pub fn current() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn online_counts_the_machine_not_the_affinity() {
+        let online = online().expect("/sys/devices/system/cpu/online");
+        let allowed = sched_getaffinity(None).unwrap().count() as usize;
+        assert!(online >= allowed, "{online} online, {allowed} allowed");
+        // The file's text ends in a newline, which the list syntax must take.
+        assert_eq!(Cpus::parse("0-1\n").unwrap().set.count(), 2);
+    }
 
     #[test]
     fn lists_parse_and_print_back() {

@@ -219,7 +219,10 @@ pub fn machine_description() -> String {
         .unwrap_or("unknown cpu")
         .trim()
         .to_string();
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    // The machine's CPUs, not the ones this process may use: under `--cpus` those are
+    // reported on their own (the `cpus` field).
+    let allowed = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let cpus = crate::cpus::online().unwrap_or(allowed);
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem_kib: u64 = meminfo
         .lines()
