@@ -72,14 +72,34 @@ enum Slots {
 }
 
 impl Slots {
-    fn as_slice(&self) -> &[ObjSlot] {
+    /// `objs` free slots chained in order into a free list; `None` when memory could not be
+    /// had.
+    fn new(objs: usize) -> Option<Slots> {
+        if objs == 1 {
+            return Some(Slots::One(ObjSlot::free(NO_OBJ)));
+        }
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(objs).ok()?;
+        slots.extend(
+            (0..objs)
+                .map(|obj| ObjSlot::free(if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ })),
+        );
+        Some(Slots::Many(slots.into_boxed_slice()))
+    }
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [ObjSlot];
+    fn deref(&self) -> &[ObjSlot] {
         match self {
             Slots::One(slot) => std::slice::from_ref(slot),
             Slots::Many(slots) => slots,
         }
     }
+}
 
-    fn as_mut_slice(&mut self) -> &mut [ObjSlot] {
+impl std::ops::DerefMut for Slots {
+    fn deref_mut(&mut self) -> &mut [ObjSlot] {
         match self {
             Slots::One(slot) => std::slice::from_mut(slot),
             Slots::Many(slots) => slots,
@@ -129,8 +149,8 @@ impl ZsPage {
     ) -> Option<Box<Self>> {
         assert!(pages <= MAX_PAGES_PER_ZSPAGE, "a zspage of {pages} pages");
         let mut chain: [Option<PoolPage>; MAX_PAGES_PER_ZSPAGE] = Default::default();
-        let mut slots = Vec::new();
-        let complete = (objs == 1 || slots.try_reserve_exact(objs).is_ok())
+        let slots = Slots::new(objs);
+        let complete = slots.is_some()
             && chain.iter_mut().take(pages).all(|slot| {
                 *slot = page();
                 slot.is_some()
@@ -139,19 +159,10 @@ impl ZsPage {
             chain.into_iter().flatten().for_each(&mut give_back);
             return None;
         }
-        let objs_slots = if objs == 1 {
-            Slots::One(ObjSlot::free(NO_OBJ))
-        } else {
-            for obj in 0..objs {
-                let next = if obj + 1 < objs { (obj + 1) as u16 } else { NO_OBJ };
-                slots.push(ObjSlot::free(next));
-            }
-            Slots::Many(slots.into_boxed_slice())
-        };
         Some(Box::new(ZsPage {
             pages: chain,
             page_count: pages as u8,
-            objs: objs_slots,
+            objs: slots?,
             free_head: if objs > 0 { 0 } else { NO_OBJ },
             inuse: 0,
             group: 0,
@@ -166,18 +177,10 @@ impl ZsPage {
         self.pages.into_iter().flatten()
     }
 
-    fn slots(&self) -> &[ObjSlot] {
-        self.objs.as_slice()
-    }
-
-    fn slots_mut(&mut self) -> &mut [ObjSlot] {
-        self.objs.as_mut_slice()
-    }
-
     /// Heap bytes a zspage of `objs` objects takes: the struct, and the boxed slots unless
     /// it has only one.
     pub(crate) fn meta_bytes(objs: usize) -> usize {
-        std::mem::size_of::<ZsPage>() + if objs == 1 { 0 } else { objs * size_of::<ObjSlot>() }
+        size_of::<ZsPage>() + if objs == 1 { 0 } else { objs * size_of::<ObjSlot>() }
     }
 
     /// Objects in use.
@@ -187,7 +190,7 @@ impl ZsPage {
 
     /// Objects this zspage holds when full.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots().len()
+        self.objs.len()
     }
 
     /// Pages in the chain.
@@ -220,9 +223,9 @@ impl ZsPage {
             return None;
         }
         let obj = self.free_head;
-        let next = self.slots()[usize::from(obj)].next_free();
+        let next = self.objs[usize::from(obj)].next_free();
         self.free_head = next.unwrap_or_else(|| panic!("free list reached used object {obj}"));
-        self.slots_mut()[usize::from(obj)] = ObjSlot::used(owner);
+        self.objs[usize::from(obj)] = ObjSlot::used(owner);
         self.inuse += 1;
         Some(obj)
     }
@@ -233,7 +236,7 @@ impl ZsPage {
     /// If `obj` is already free (a double free inside the pool).
     pub(crate) fn free_obj(&mut self, obj: u16) -> u32 {
         let owner = self.owner(obj).unwrap_or_else(|| panic!("double free of object {obj}"));
-        self.slots_mut()[usize::from(obj)] = ObjSlot::free(self.free_head);
+        self.objs[usize::from(obj)] = ObjSlot::free(self.free_head);
         self.free_head = obj;
         self.inuse -= 1;
         owner
@@ -241,12 +244,12 @@ impl ZsPage {
 
     /// The handle slot owning object `obj`, or `None` if it is free.
     pub(crate) fn owner(&self, obj: u16) -> Option<u32> {
-        self.slots()[usize::from(obj)].owner()
+        self.objs[usize::from(obj)].owner()
     }
 
     /// The used objects, in index order.
     pub(crate) fn used_objs(&self) -> impl Iterator<Item = u16> + '_ {
-        self.slots().iter().enumerate().filter(|(_, s)| s.owner().is_some()).map(|(i, _)| i as u16)
+        self.objs.iter().enumerate().filter(|(_, s)| s.owner().is_some()).map(|(i, _)| i as u16)
     }
 
     /// Copies `data` into the chain at byte `offset`, across a page edge if need be.
@@ -298,7 +301,7 @@ impl ZsPage {
         for (index, page) in self.pages.iter().enumerate() {
             assert_eq!(page.is_some(), index < pages_per_zspage, "page slot {index}");
         }
-        let mut seen = vec![false; self.slots().len()];
+        let mut seen = vec![false; self.objs.len()];
         let mut free = 0;
         let mut cursor = self.free_head;
         while cursor != NO_OBJ {
@@ -306,11 +309,10 @@ impl ZsPage {
             assert!(!seen[obj], "free list loops at object {obj}");
             seen[obj] = true;
             free += 1;
-            cursor =
-                self.slots()[obj].next_free().unwrap_or_else(|| panic!("used obj {obj} listed"));
+            cursor = self.objs[obj].next_free().unwrap_or_else(|| panic!("used obj {obj} listed"));
         }
-        let used = self.slots().iter().filter(|s| s.owner().is_some()).count();
-        assert_eq!(used + free, self.slots().len(), "objects neither used nor on the free list");
+        let used = self.objs.iter().filter(|s| s.owner().is_some()).count();
+        assert_eq!(used + free, self.objs.len(), "objects neither used nor on the free list");
         assert_eq!(used, self.inuse(), "in-use count");
     }
 }

@@ -27,7 +27,7 @@ use crate::config::{Incompressible, Limits, ZswapConfig};
 use crate::entry::{ZswapEntry, ENTRY_BYTES};
 use crate::error::{Error, Reject};
 use crate::faults::FaultHooks;
-use crate::lru::{Lru, LruList};
+use crate::lru::LruList;
 use crate::stats::{bump, Counters, ZswapStats};
 use crate::tree::{Tree, Trees};
 use slots::SwapEntry;
@@ -288,7 +288,7 @@ impl Zswap {
             assert_eq!(old.swpentry, new.swpentry, "slot holds another device's entry");
         }
         self.trees.sync(&mut tree);
-        self.count_stored(&new, 1);
+        self.count_stored(1, raw_share(&new));
         self.move_unowned(-1);
         let old_in_lru = {
             let mut list = self.lru.list.lock();
@@ -296,8 +296,7 @@ impl Zswap {
             old.as_ref().map(|old| self.lru.remove(&mut list, old))
         };
         if let Some(old) = &old {
-            self.count_stored(old, -1);
-            self.move_unowned(1);
+            self.count_gone(1, raw_share(old));
         }
         drop(tree);
         if let Some(old) = old {
@@ -322,22 +321,22 @@ impl Zswap {
         self.unowned.load(Relaxed)
     }
 
-    /// Moves `stored_pages` (and `stored_incompressible_pages` for a raw entry) by `delta`.
-    /// Caller holds the entry's tree lock.
-    fn count_stored(&self, entry: &ZswapEntry, delta: i64) {
-        self.count_stored_n(delta, if entry.is_raw() { delta } else { 0 });
+    /// Moves `stored_pages` by `delta` and `stored_incompressible_pages` by `raw` (the raw
+    /// entries among them; two's complement adds, so either may be negative). Caller holds
+    /// the entries' tree lock.
+    fn count_stored(&self, delta: i64, raw: i64) {
+        self.counters.stored_pages.fetch_add(delta as u64, Relaxed);
+        if raw != 0 {
+            self.counters.stored_incompressible_pages.fetch_add(raw as u64, Relaxed);
+        }
     }
 
-    /// Moves `stored_pages` by `delta` and `stored_incompressible_pages` by `raw`. Caller
-    /// holds the entries' tree lock.
-    fn count_stored_n(&self, delta: i64, raw: i64) {
-        let add = |counter: &std::sync::atomic::AtomicU64, delta: i64| {
-            counter.fetch_add(delta as u64, Relaxed); // two's complement: a wrapping add
-        };
-        add(&self.counters.stored_pages, delta);
-        if raw != 0 {
-            add(&self.counters.stored_incompressible_pages, raw);
-        }
+    /// Counts `n` entries just erased from their tree and the LRU (`raw` of them stored raw)
+    /// as no longer stored: their objects are unowned until [`Zswap::release`] or
+    /// [`ZsPool::free_many`] frees them. Caller holds the entries' tree lock.
+    fn count_gone(&self, n: i64, raw: i64) {
+        self.count_stored(-n, -raw);
+        self.move_unowned(n);
     }
 
     // ---- limits ----------------------------------------------------------------------
@@ -527,10 +526,7 @@ impl Zswap {
         if nr == 0 {
             return 0;
         }
-        let last = first.add(nr - 1);
-        self.check_entry(last);
-        let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
-        assert!(same_tree, "slots {first:?}+{nr} cross a tree");
+        self.check_folio_range(first, nr);
         let (tree, key) = self.trees.lock(first.offset());
         (key..key + nr).filter(|&k| tree.xa.load(k).is_some()).count() as u64
     }
@@ -565,19 +561,16 @@ impl Zswap {
             1 => return self.invalidate(first),
             _ => {}
         }
-        let last = first.add(nr - 1);
-        self.check_entry(last);
-        let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
-        assert!(same_tree, "slots {first:?}+{nr} cross a tree");
+        self.check_folio_range(first, nr);
         let mut erased: SmallVec<[Erased; 16]> = SmallVec::new();
         {
             let (mut tree, key) = self.trees.lock(first.offset());
-            let (mut list, mut raw) = (None, 0);
+            let (mut list, mut nr_raw) = (None, 0);
             for i in 0..nr {
                 if self.find(&tree, key + i, first.add(i)).is_some() {
                     let entry = into_item(tree.xa.erase(key + i).expect("found above"));
                     let list = list.get_or_insert_with(|| self.lru.list.lock());
-                    raw += i64::from(entry.is_raw());
+                    nr_raw += raw_share(&entry);
                     let in_lru = self.lru.remove(list, &entry);
                     erased.push((entry, in_lru));
                 }
@@ -586,10 +579,7 @@ impl Zswap {
                 return;
             }
             drop(list);
-            // As `unlink` does for each, once for all of them.
-            let n = erased.len() as i64;
-            self.count_stored_n(-n, -raw);
-            self.move_unowned(n);
+            self.count_gone(erased.len() as i64, nr_raw);
             self.trees.sync(&mut tree);
         }
         let handles: SmallVec<[Handle; 16]> =
@@ -621,17 +611,9 @@ impl Zswap {
     fn erase_locked(&self, tree: &mut Tree, key: u64) -> Option<Erased> {
         let erased = into_item(tree.xa.erase(key)?);
         self.trees.sync(tree);
-        Some(self.unlink(&mut self.lru.list.lock(), erased))
-    }
-
-    /// Unlinks an entry just erased from its tree from the LRU (`list`, locked) and counts
-    /// it gone; returns it with the LRU's reference, for [`Zswap::release`] after unlocking.
-    /// Caller holds the entry's tree lock.
-    fn unlink(&self, list: &mut Lru, entry: Arc<ZswapEntry>) -> Erased {
-        let in_lru = self.lru.remove(list, &entry);
-        self.count_stored(&entry, -1);
-        self.move_unowned(1);
-        (entry, in_lru)
+        let in_lru = self.lru.remove(&mut self.lru.list.lock(), &erased);
+        self.count_gone(1, raw_share(&erased));
+        Some((erased, in_lru))
     }
 
     /// Frees an erased entry's object, then the entry. No lock held.
@@ -640,6 +622,16 @@ impl Zswap {
         self.move_unowned(-1);
         drop(in_lru);
         drop(erased);
+    }
+
+    /// # Panics
+    /// If the `nr` (at least one) slots from `first` leave the device or cross a tree (a
+    /// folio's slots never do: at most 512, aligned).
+    fn check_folio_range(&self, first: SwapEntry, nr: u64) {
+        let last = first.add(nr - 1);
+        self.check_entry(last);
+        let same_tree = first.offset() >> crate::TREE_SHIFT == last.offset() >> crate::TREE_SHIFT;
+        assert!(same_tree, "slots {first:?}+{nr} cross a tree");
     }
 
     /// # Panics
@@ -728,4 +720,9 @@ impl fmt::Debug for Zswap {
             .field("total_bytes", &self.total_bytes())
             .finish()
     }
+}
+
+/// 1 for an entry stored raw, else 0: its share of `stored_incompressible_pages`.
+fn raw_share(entry: &ZswapEntry) -> i64 {
+    i64::from(entry.is_raw())
 }
