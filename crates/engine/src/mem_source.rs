@@ -257,10 +257,12 @@ impl MemorySource {
                 Some(data) => {
                     page.frame().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
                     **page = State::Data;
-                    self.data_pages.fetch_add(1, Ordering::Relaxed);
                 }
                 None => **page = State::Zero,
             }
+        }
+        if data.is_some() {
+            self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         }
         Mapped::Done
     }

@@ -475,16 +475,7 @@ impl ZsPool {
     ///
     /// Context: takes the class lock; may free a zspage after unlocking.
     pub fn free(&self, handle: Handle) {
-        let emptied = {
-            let mut state = self.class_of(handle).state.lock();
-            let emptied = state.free(handle);
-            self.sync(&mut state);
-            emptied
-        };
-        bump(&self.counters.frees);
-        if let Some(zspage) = emptied {
-            self.release_zspage(zspage);
-        }
+        self.free_many(std::slice::from_ref(&handle));
     }
 
     /// Frees the objects of `handles` (a freed folio's pages, say): each class lock taken
@@ -492,7 +483,7 @@ impl ZsPool {
     /// unlocking; no allocation for up to 16 of them.
     ///
     /// # Panics
-    /// As [`ZsPool::free`]; the handles before the stale one are freed.
+    /// On a stale handle (a double free); the handles before it are freed.
     ///
     /// Context: takes class locks in turn; frees zspages after unlocking.
     pub fn free_many(&self, handles: &[Handle]) {
