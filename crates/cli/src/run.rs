@@ -17,6 +17,7 @@ use runstat::env::RunConfig;
 use runstat::{format_size, parse_size, StatsFile, Summary};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use uffd::idle::{IdlePage, IdlePolling, Pollers};
 
 /// An order-0 folio: the smallest budget is one folio of the order in force.
 const PAGE_BYTES: u64 = 4096;
@@ -70,6 +71,14 @@ pub struct RunArgs {
     /// faults in a virtual machine (docs/RUN.md).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
+    /// Keep the program's idle CPUs polling through bursts of faults, so that waking a
+    /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
+    /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
+    /// after the last fault the pollers spin (default 200 microseconds). The pollers are
+    /// threads of uswap run, pinned one per CPU at SCHED_IDLE: they use only CPU time
+    /// nothing else wants, and the summary says how much.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    idle_poll: String,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     cmd: Vec<String>,
@@ -87,9 +96,20 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let dir = RunDir::create()?;
     let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
+    let pollers = start_pollers(plan.idle_poll, &dir.path)?;
+    config.idle_page = pollers.as_ref().map(|_| dir.path.join(IDLE_PAGE).display().to_string());
     let started = Instant::now();
     let outcome = sys::spawn_and_wait(&plan.program, &plan.cmd[1..], &plan.cmd[0], &config, &args)?;
     let mut total = collect(&dir.path);
+    if let Some(pollers) = pollers {
+        let idle = pollers.stats();
+        drop(pollers);
+        total.set("idle_pollers", idle.pollers);
+        total.set("idle_poll_ns", idle.poll_ns);
+        total.set("idle_poll_episodes", idle.episodes);
+        total.set("idle_poll_wakes", idle.wakes);
+        total.set("idle_poll_setup_errors", idle.setup_errors);
+    }
     let hwm = total.get("vm_hwm_bytes").max(outcome.maxrss_bytes);
     total.set("vm_hwm_bytes", hwm);
     total.set("budget_bytes", config.budget_bytes);
@@ -117,6 +137,30 @@ struct Plan {
     cmd: Vec<String>,
     config: RunConfig,
     cpus: Option<crate::cpus::Cpus>,
+    idle_poll: IdlePolling,
+}
+
+/// The idle pollers' page in the run directory.
+const IDLE_PAGE: &str = "idle";
+
+/// Starts the idle pollers `polling` asks for on this process's CPU set (which the program
+/// inherits), watching a page in `dir`; `None` when there are none to start.
+///
+/// # Errors
+/// The page cannot be made or a thread started.
+fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<Pollers>> {
+    let allowed = uffd::sys::process::allowed_cpus()
+        .map_err(|e| anyhow!("read this process's CPU affinity: {e}"))?;
+    let cpus = polling.cpus(allowed);
+    if cpus.is_empty() {
+        return Ok(None);
+    }
+    let path = dir.join(IDLE_PAGE);
+    let page = IdlePage::create(&path)
+        .with_context(|| format!("--idle-poll: create {}", path.display()))?;
+    let pollers = Pollers::spawn(std::sync::Arc::new(page), &cpus, polling.window())
+        .context("--idle-poll: start the pollers")?;
+    Ok(Some(pollers))
 }
 
 /// Checks `--folio-order` and `--large-folios` (also for `uswap bench compare`'s uswap
@@ -159,6 +203,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         );
     }
     let cpus = args.cpus.as_deref().map(crate::cpus::Cpus::parse).transpose()?;
+    let idle_poll: IdlePolling = args.idle_poll.parse().map_err(|e| anyhow!("--idle-poll {e}"))?;
     let program = find_program(name)?;
     check_dynamic(&program)?;
     if let Some(path) = &args.swap_file {
@@ -183,8 +228,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         preload_path: preload.display().to_string(),
         folio_order: args.folio_order,
         large_folios: args.large_folios.clone(),
+        idle_page: None,
     };
-    Ok(Plan { program, cmd, config, cpus })
+    Ok(Plan { program, cmd, config, cpus, idle_poll })
 }
 
 /// `--zswap`: off, or a compressor the pool knows (lz4, zstd, zstd:1..=3; `none`, which

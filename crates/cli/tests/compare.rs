@@ -84,11 +84,13 @@ fn compare_quick_json_on_the_kernel_side() {
             assert!(row["uswap_s"].as_f64().unwrap() > 0.0, "{row}");
             assert_eq!(row["uswap_verify_errors"], 0, "{row}");
             assert!(row["uswap_peak_rss_bytes"].as_u64().unwrap() > 0, "{row}");
+            assert_eq!(json["uswap_available"], true);
         }
         Some(why) => {
             assert!(!why.starts_with("failed"), "the uswap side failed: {why}");
             eprintln!("uswap side skipped: {why}");
             assert!(row["uswap_s"].is_null() && row["ratio_vs_zram_lz4"].is_null(), "{row}");
+            assert_eq!(json["uswap_available"], false);
         }
     }
     match row["kernel_zram_lz4_skipped"].as_str() {

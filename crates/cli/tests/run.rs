@@ -83,6 +83,8 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--cpus", "3-1", "--"], "--cpus 3-1: range 3-1 runs backwards"),
         (vec!["run", "--cpus", "one", "--"], "is not a CPU number"),
         (vec!["run", "--cpus", "1023", "--"], "none of these CPUs is available here"),
+        (vec!["run", "--idle-poll", "sometimes", "--"], "--idle-poll sometimes: use auto"),
+        (vec!["run", "--idle-poll", "on:0", "--"], "use a window of 1..=100000 microseconds"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
@@ -112,6 +114,33 @@ fn cpus_confine_the_program_and_the_engine_threads_inside_it() {
     let lists: Vec<&str> = stdout.lines().map(|l| l.rsplit('\t').next().unwrap().trim()).collect();
     assert!(!lists.is_empty(), "no task listed: {stdout}");
     assert!(lists.iter().all(|l| *l == "0"), "{stdout}");
+}
+
+#[test]
+fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("exec_check", &[]);
+    let exe = exe.to_str().unwrap();
+    let cpus = uffd::sys::process::allowed_cpus().unwrap();
+    if cpus.len() >= 2 {
+        // Both images (before and after the exec) fault; each tells the pollers of
+        // `uswap run`, which outlive them.
+        let out = uswap(&["run", "--budget", "8M", "--idle-poll", "on:500", "--", exe]);
+        assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+        let err = stderr(&out);
+        let line = err.lines().find(|l| l.contains("idle polling:")).expect(&err);
+        let pollers = format!("idle polling: {} pollers spun", cpus.len());
+        assert!(line.contains(&pollers), "{line}");
+        let spun: f64 =
+            line.split("spun ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(spun > 0.0, "the pollers never spun: {line}");
+    }
+    // One CPU: nobody to wake on another, so no pollers even when asked for.
+    let out = uswap(&["run", "--budget", "8M", "--cpus", "0", "--idle-poll", "on", "--", exe]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("idle polling:"), "{}", stderr(&out));
 }
 
 #[test]

@@ -136,6 +136,8 @@ pub struct ShimHooks {
     trace: Option<Mutex<Trace>>,
     counters: Counters,
     t0: Instant,
+    /// `uswap run`'s idle pollers' page (told of every fault), if they run.
+    idle: Option<uffd::idle::IdlePage>,
 }
 
 const THREADS_MAX: usize = 4096;
@@ -163,6 +165,13 @@ impl ShimHooks {
                 Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64) }))
             }
         };
+        let idle = match &config.idle_page {
+            None => None,
+            Some(path) => Some(
+                uffd::idle::IdlePage::open(std::path::Path::new(path))
+                    .map_err(|e| format!("cannot map the idle pollers' page {path}: {e}"))?,
+            ),
+        };
         let scanner = Scanner {
             text: Vec::with_capacity(1 << 20),
             candidates: Vec::with_capacity(4096),
@@ -184,6 +193,7 @@ impl ShimHooks {
             trace,
             counters: Counters::default(),
             t0: Instant::now(),
+            idle,
         })
     }
 
@@ -385,6 +395,9 @@ impl PageOutHook for ShimHooks {
 
 impl uffd::Hooks for ShimHooks {
     fn fault(&self, _mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
+        if let Some(idle) = &self.idle {
+            idle.note_faults();
+        }
         self.fault_ns.record(wait_ns);
         let kind = if write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
         self.record(kind, thread_id, addr & !(PAGE - 1), PAGE);

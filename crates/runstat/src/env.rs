@@ -32,9 +32,11 @@ pub const PRELOAD_PATH: &str = "USWAP_PRELOAD_PATH";
 pub const FOLIO_ORDER: &str = "USWAP_FOLIO_ORDER";
 /// When a fault takes a large folio: `always` or `sequential`.
 pub const LARGE_FOLIOS: &str = "USWAP_LARGE_FOLIOS";
+/// The page `uswap run`'s idle pollers watch (uffd's `IdlePage`); unset: no pollers.
+pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -47,6 +49,7 @@ pub const ALL: [&str; 12] = [
     PRELOAD_PATH,
     FOLIO_ORDER,
     LARGE_FOLIOS,
+    IDLE_PAGE,
 ];
 
 /// What the shim needs to manage a program.
@@ -76,6 +79,8 @@ pub struct RunConfig {
     pub folio_order: u32,
     /// `always` or `sequential`.
     pub large_folios: String,
+    /// The idle pollers' page, if they run.
+    pub idle_page: Option<String>,
 }
 
 impl RunConfig {
@@ -98,6 +103,9 @@ impl RunConfig {
         }
         if let Some(path) = &self.record {
             vars.push((RECORD, path.clone()));
+        }
+        if let Some(path) = &self.idle_page {
+            vars.push((IDLE_PAGE, path.clone()));
         }
         vars
     }
@@ -124,6 +132,7 @@ impl RunConfig {
             preload_path: need(PRELOAD_PATH)?,
             folio_order: number(FOLIO_ORDER)? as u32,
             large_folios: need(LARGE_FOLIOS)?,
+            idle_page: get(IDLE_PAGE),
         })
     }
 }
@@ -156,6 +165,7 @@ mod tests {
             preload_path: "/x/libuswap_preload.so".into(),
             folio_order: 4,
             large_folios: "sequential".into(),
+            idle_page: Some("/tmp/uswap-x/idle".into()),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

@@ -104,7 +104,7 @@ impl StatsFile {
 }
 
 /// Names that are maxima, not counts ([`StatsFile::absorb`]).
-const PEAKS: [&str; 4] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pid"];
+const PEAKS: [&str; 5] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pid", "idle_pollers"];
 
 /// The figures `uswap run` prints at exit (and `uswap stat` live).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -137,6 +137,10 @@ pub struct Summary {
     pub fault_ns_p50: u64,
     /// The 99th percentile.
     pub fault_ns_p99: u64,
+    /// Idle pollers running (0: idle polling off).
+    pub idle_pollers: u64,
+    /// Their spinning time, summed, nanoseconds.
+    pub idle_poll_ns: u64,
 }
 
 impl Summary {
@@ -163,13 +167,15 @@ impl Summary {
             faults: file.fault_ns.total(),
             fault_ns_p50: file.fault_ns.quantile(0.5).unwrap_or(0),
             fault_ns_p99: file.fault_ns.quantile(0.99).unwrap_or(0),
+            idle_pollers: file.get("idle_pollers"),
+            idle_poll_ns: file.get("idle_poll_ns"),
         }
     }
 
     /// Lines for people, each starting with `prefix`.
     pub fn to_lines(&self, prefix: &str) -> Vec<String> {
         let us = |ns: u64| ns as f64 / 1000.0;
-        vec![
+        let mut lines = vec![
             format!(
                 "{prefix}budget {}, peak resident {}, peak charged {}",
                 format_size(self.budget_bytes),
@@ -198,7 +204,15 @@ impl Summary {
                 us(self.fault_ns_p50),
                 us(self.fault_ns_p99)
             ),
-        ]
+        ];
+        if self.idle_pollers > 0 {
+            lines.push(format!(
+                "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",
+                self.idle_pollers,
+                self.idle_poll_ns as f64 / 1e9
+            ));
+        }
+        lines
     }
 }
 

@@ -52,6 +52,7 @@ pub mod delivery;
 pub mod error;
 pub mod event;
 pub mod handler;
+pub mod idle;
 pub mod mm;
 pub mod pagemap;
 pub mod probe;

@@ -1,4 +1,5 @@
-//! [`Mapping`]: an owned private anonymous range, reached only through volatile and atomic
+//! [`Mapping`]: an owned private anonymous range (or a shared file's pages, for memory two
+//! processes share), reached only through volatile and atomic
 //! methods (the essay of `crate::mm` says why). It lives in `sys` because every method is
 //! a raw access or syscall whose safety rests on one invariant, kept here: no Rust
 //! reference ever covers a mapping's memory, and the range stays mapped until drop.
@@ -8,7 +9,7 @@ use crate::mm::{Advice, Prot};
 use crate::sys::mem;
 use crate::types::Range;
 use crate::PAGE_SIZE;
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU32, AtomicU64};
 
 /// An owned private anonymous mapping (see the module essay).
 #[derive(Debug)]
@@ -32,6 +33,23 @@ impl Mapping {
     /// As [`Mapping::anonymous`].
     pub fn reserve(len_bytes: usize) -> Result<Mapping, Error> {
         Mapping::map(len_bytes, Prot::None, libc::MAP_NORESERVE)
+    }
+
+    /// The first `len_bytes` (rounded up to pages) of the file `fd`, read-write and shared
+    /// with every process that maps them.
+    ///
+    /// # Errors
+    /// As [`Mapping::anonymous`].
+    pub fn shared_file(
+        fd: std::os::fd::BorrowedFd<'_>,
+        len_bytes: usize,
+    ) -> Result<Mapping, Error> {
+        let len = round_up(len_bytes);
+        if len == 0 {
+            return Err(Error::Misaligned { addr: 0, len_bytes });
+        }
+        let addr = mem::mmap_shared_file(fd, len).map_err(|e| Error::os(Op::Mmap, e))?;
+        Ok(Mapping { addr, len_bytes: len })
     }
 
     fn map(len_bytes: usize, prot: Prot, extra: i32) -> Result<Mapping, Error> {
@@ -248,6 +266,16 @@ impl Mapping {
         // being unmapped or moved (those need `&mut self` or ownership); (3) every access to
         // mapping memory is volatile, atomic, or by the kernel.
         unsafe { mem::atomic_u64(self.addr + offset) }
+    }
+
+    /// An atomic view of the 4 bytes at `offset` (a futex word), borrowed from the mapping.
+    ///
+    /// # Panics
+    /// If out of bounds or not 4-byte aligned.
+    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        self.check(offset, 4, 4).unwrap_or_else(|e| panic!("atomic_u32: {e}"));
+        // SAFETY: as for `atomic_u64`; AtomicU32 has the size and alignment of u32.
+        unsafe { AtomicU32::from_ptr((self.addr + offset) as *mut u32) }
     }
 }
 

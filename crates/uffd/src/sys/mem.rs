@@ -26,6 +26,21 @@ pub fn mmap_anonymous(len: usize, prot: i32, extra: i32) -> Result<usize, Errno>
     }
 }
 
+/// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)`: a file's first `len` bytes,
+/// shared with every other process that maps them. Safe for the reason
+/// [`mmap_anonymous`] is.
+pub fn mmap_shared_file(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> Result<usize, Errno> {
+    use std::os::fd::AsRawFd;
+    let (prot, flags) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED);
+    // SAFETY: no MAP_FIXED, so the new mapping replaces nothing; `fd` is open.
+    let addr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, fd.as_raw_fd(), 0) };
+    if addr == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        Ok(addr as usize)
+    }
+}
+
 /// `munmap(addr, len)`.
 ///
 /// # Safety

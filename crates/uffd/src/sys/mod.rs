@@ -12,7 +12,8 @@
 //!   sys::mapping Mapping: owned anonymous memory, volatile/atomic access only
 //!   sys::moves   UFFDIO_MOVE: the raw (unsafe) form and the safe Mapping-sourced forms
 //!   sys::signal  sigaction(SIGBUS), the handler's lock-free table, SigbusResolver
-//!   sys::process pthread_atfork, getpid, sched_yield, byte views of managed regions
+//!   sys::process pthread_atfork, getpid, sched_yield, CPU affinity and policy, byte views
+//!                of managed regions
 //!   sys::abi     constants, #[repr(C)] structs, ioctl numbers, compile-time asserts
 //! ```
 //!

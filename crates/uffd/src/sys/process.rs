@@ -9,6 +9,7 @@
 //! (`MADV_DONTNEED`) or unmap it while such a borrow lives.
 
 use super::{check, Errno};
+use std::time::Duration;
 
 /// `pthread_atfork(prepare, parent, child)`.
 ///
@@ -70,4 +71,58 @@ pub unsafe fn region_bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
 pub unsafe fn region_bytes_mut<'a>(addr: usize, len: usize) -> &'a mut [u8] {
     // SAFETY: the caller's contract.
     unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+/// The CPUs this thread may run on (`sched_getaffinity(2)`), in order.
+pub fn allowed_cpus() -> Result<Vec<usize>, Errno> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    let ret = unsafe { libc::sched_getaffinity(0, core::mem::size_of_val(&set), &mut set) };
+    check(libc::c_long::from(ret))?;
+    let max = 8 * core::mem::size_of_val(&set);
+    // SAFETY: every `cpu` is below the set's size in bits.
+    Ok((0..max).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
+}
+
+/// Pins this thread to `cpu` (`sched_setaffinity(2)`); EINVAL for a CPU beyond the set.
+pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    if cpu >= 8 * core::mem::size_of_val(&set) {
+        return Err(Errno(libc::EINVAL));
+    }
+    // SAFETY: `cpu` is below the set's size in bits (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    let ret = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) };
+    check(libc::c_long::from(ret)).map(drop)
+}
+
+/// Puts this thread in `SCHED_IDLE` (`sched_setscheduler(2)`): it runs only where nothing
+/// else wants the CPU.
+pub fn set_idle_policy() -> Result<(), Errno> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a live sched_param; pid 0 is this thread.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    check(libc::c_long::from(ret)).map(drop)
+}
+
+/// `futex(FUTEX_WAIT)` on a word that may be shared between processes: sleeps while `word`
+/// holds `expected`, until a [`futex_wake`] or `timeout`. Returns at once (EAGAIN, as `Ok`)
+/// if the word already differs; spurious returns happen: the caller checks again.
+pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `word` is a live, aligned u32 for the call; `ts` a live timespec.
+    let _ =
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts) };
+}
+
+/// `futex(FUTEX_WAKE)`: wakes every waiter on `word` (in any process that maps it).
+pub fn futex_wake_all(word: &core::sync::atomic::AtomicU32) {
+    // SAFETY: `word` is a live, aligned u32; waking touches no memory.
+    let _ = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }

@@ -99,6 +99,10 @@ pub struct CompareArgs {
     /// confined. Default: every CPU this process may use.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+    /// The uswap side's idle polling (`uswap run --idle-poll`: auto, on, off, auto:US,
+    /// on:US; default: run's, auto).
+    #[arg(long, value_name = "MODE")]
+    pub idle_poll: Option<String>,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -168,6 +172,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         seed: args.seed,
         timeout: Duration::from_secs(args.timeout_s),
         uswap_folios: uswap_folios(args)?,
+        uswap_idle_poll: uswap_idle_poll(args)?,
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
@@ -199,6 +204,14 @@ fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
     let policy = args.large_folios.as_deref().unwrap_or("sequential");
     let policy = crate::run::check_folios(order, policy)?;
     Ok(Some((order, policy.name().to_string())))
+}
+
+/// The uswap side's `--idle-poll`, checked here for the same reason.
+fn uswap_idle_poll(args: &CompareArgs) -> Result<Option<String>> {
+    let Some(text) = &args.idle_poll else { return Ok(None) };
+    let polling: uffd::idle::IdlePolling =
+        text.parse().map_err(|e| anyhow::anyhow!("--idle-poll {e}"))?;
+    Ok(Some(polling.to_string()))
 }
 
 fn verify_errors(row: &WorkloadRow) -> u64 {
@@ -284,7 +297,6 @@ fn describe(
     report.field("cpus", cpus.clone());
     let keys: Vec<&str> = configs.iter().map(|c| c.key()).collect();
     report.field("kernel_configs", serde_json::json!(keys));
-    report.field("uswap_available", false);
     let table = report.table("Run", &["what", "value"]);
     table.row(["data size per workload", &format_size(ctx.size_bytes)]);
     table.row(["budget (cgroup limit)", &format_size(ctx.budget_bytes)]);
@@ -299,9 +311,14 @@ fn describe(
         |(order, policy)| format!("order {order}, {policy}"),
     );
     table.row(["uswap folios".to_string(), folios]);
+    let idle = ctx.uswap_idle_poll.clone().unwrap_or_else(|| "uswap run's default (auto)".into());
+    table.row(["uswap idle polling".to_string(), idle]);
     if let Some((order, policy)) = &ctx.uswap_folios {
         report.field("uswap_folio_order", *order);
         report.field("uswap_large_folios", policy.clone());
+    }
+    if let Some(idle) = &ctx.uswap_idle_poll {
+        report.field("uswap_idle_poll", idle.clone());
     }
     if let Err(why) = env {
         report.note(format!("kernel side skipped: {why:#}"));

@@ -54,6 +54,8 @@ fn side_cells(outcome: &RunOutcome) -> Vec<String> {
 
 /// Adds the tables and the `workloads` field to `report`.
 pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
+    let uswap_ran = rows.iter().any(|row| row.uswap.outcome().is_some());
+    report.field("uswap_available", uswap_ran);
     let header = [
         "workload / side",
         "wall s",

@@ -4,7 +4,7 @@
 //!   uswap_available      `uswap run --help` answers?       no -> Skipped (this build lacks it)
 //!   execute              every process command is replaced by
 //!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
-//!                            --large-folios P] -- <program> <args>
+//!                            --large-folios P] [--idle-poll MODE] -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
@@ -64,11 +64,15 @@ fn wrapped(
     command: &Command,
     budget_bytes: u64,
     folios: Option<&(u32, String)>,
+    idle_poll: Option<&str>,
 ) -> Command {
     let mut wrapper = Command::new(exe);
     wrapper.args(["run", "--budget", &budget_bytes.to_string(), "--zswap", "lz4"]);
     if let Some((order, policy)) = folios {
         wrapper.args(["--folio-order", &order.to_string(), "--large-folios", policy]);
+    }
+    if let Some(mode) = idle_poll {
+        wrapper.args(["--idle-poll", mode]);
     }
     wrapper.arg("--");
     wrapper.arg(command.get_program()).args(command.get_args());
@@ -87,7 +91,13 @@ fn wrapped(
 fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOutcome> {
     let exe: PathBuf = exe.to_path_buf();
     let prepare = |command: &mut Command| -> Result<()> {
-        *command = wrapped(&exe, command, ctx.budget_bytes, ctx.uswap_folios.as_ref());
+        *command = wrapped(
+            &exe,
+            command,
+            ctx.budget_bytes,
+            ctx.uswap_folios.as_ref(),
+            ctx.uswap_idle_poll.as_deref(),
+        );
         Ok(())
     };
     let probe = TreeProbe;
@@ -162,7 +172,7 @@ mod tests {
     fn the_wrapper_keeps_program_arguments_and_environment() {
         let mut inner = Command::new("/bin/prog");
         inner.args(["-a", "b"]).env("K", "V").current_dir("/tmp");
-        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28, None);
+        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28, None, None);
         let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             args,
@@ -173,9 +183,9 @@ mod tests {
         assert_eq!(envs, [(std::ffi::OsStr::new("K"), Some(std::ffi::OsStr::new("V")))]);
         assert_eq!(outer.get_current_dir(), Some(Path::new("/tmp")));
         let folios = (0, "always".to_string());
-        let outer = wrapped(Path::new("/x/uswap"), &inner, 4096, Some(&folios));
+        let outer = wrapped(Path::new("/x/uswap"), &inner, 4096, Some(&folios), Some("off"));
         let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        let flags = ["--folio-order", "0", "--large-folios", "always", "--"];
-        assert_eq!(args[5..10], flags, "{args:?}");
+        let flags = ["--folio-order", "0", "--large-folios", "always", "--idle-poll", "off", "--"];
+        assert_eq!(args[5..12], flags, "{args:?}");
     }
 }

@@ -86,6 +86,8 @@ pub struct RunContext {
     pub timeout: Duration,
     /// The uswap side's `--folio-order` and `--large-folios` (`uswap run`'s when `None`).
     pub uswap_folios: Option<(u32, String)>,
+    /// The uswap side's `--idle-poll` (`uswap run`'s when `None`).
+    pub uswap_idle_poll: Option<String>,
 }
 
 /// How a side confines a workload and reads its memory.
@@ -343,6 +345,7 @@ mod tests {
             seed: 1,
             timeout: Duration::from_secs(1),
             uswap_folios: None,
+            uswap_idle_poll: None,
         };
         let redis = WorkloadSpec { name: "redis".into(), kind: WorkloadKind::Redis };
         assert!(redis.missing(&ctx).unwrap().contains("redis-server"));

@@ -1,0 +1,402 @@
+//! Idle polling: the program's CPUs kept awake through a burst of faults.
+//!
+//! ```text
+//!   managed program                          uswap run (another process)
+//!   thread (CPU 0)      handler (CPU 1)       poller 0 (CPU 0)     poller 1 (CPU 1)
+//!   fault: sleeps ───> read, resolve ─────>  page.epoch += 1      (SCHED_IDLE, pinned:
+//!   CPU 0 would halt;  wake the thread        spinning until no    they run only where
+//!   poller 0 runs      (an IPI to a running   fault for `window`,  nothing else wants
+//!   instead            vCPU, not a VM exit)   then parked (futex)  the CPU)
+//! ```
+//!
+//! Why: a userfault is two cross-CPU wake-ups (the faulting thread wakes the handler, the
+//! handler wakes it back) whenever the scheduler puts the two on different CPUs. Waking an
+//! idle CPU costs what its idle state costs to leave. In a guest whose idle loop halts at
+//! once (`haltpoll.guest_halt_poll_ns=0`, as on dev-vm) that is a VM exit and the host's
+//! wake-up of the vCPU thread: 15-70 us, against a 2-3 us fault resolution. The kernel's
+//! own answer is its idle loop's polling (cpuidle-haltpoll); this is the same done from
+//! user space, and only while faults arrive: one thread per CPU of the program's CPU set,
+//! pinned, at `SCHED_IDLE`, spinning while a fault was resolved within the last `window`,
+//! parked on a futex until the next one. docs/benchmarks.md ("Idle polling") has the figures.
+//!
+//! Why in another process: a poller that is a thread of the managed program keeps the
+//! program's address space live on every CPU, and every page-out (a `UFFDIO_MOVE` out of
+//! the program) then sends a TLB-flush interrupt to each of them. Measured: 3.7x the TLB
+//! shootdowns and a third of the gain lost. So the pollers run in `uswap run`, and the
+//! two processes share one page ([`IdlePage`], a file in the private run directory): the
+//! handler's side bumps its epoch after each fault ([`IdlePage::note_faults`]; one atomic
+//! increment, and a futex wake once per burst, when the pollers are parked).
+//!
+//! Cost: CPU time nothing else wanted, for as long as a burst of faults lasts plus one
+//! window; counted in [`IdleStats::poll_ns`].
+//!
+//! Parking, without a lost wake-up: a poller increments `parked`, checks `epoch`, and sleeps
+//! in `FUTEX_WAIT` on `epoch` with the value it checked (the kernel compares again before
+//! sleeping); the notifier increments `epoch`, then reads `parked` (all `SeqCst`). Either the
+//! poller's check sees the new epoch, or the notifier sees it parked and wakes the futex, or
+//! the futex's own comparison fails.
+
+use crate::sys::mapping::Mapping;
+use crate::sys::process;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The window of [`IdlePolling::auto`]: as long as the kernel's haltpoll polls by default.
+pub const DEFAULT_WINDOW: Duration = Duration::from_micros(200);
+/// [`IdlePolling::auto`] polls only on CPU sets of at most this many CPUs: on a larger
+/// machine the program's threads may run on any of many CPUs, and a poller on each would
+/// burn many of them for a gain on few.
+pub const AUTO_MAX_CPUS: usize = 8;
+/// The longest window accepted (a poller spinning longer is a CPU lost, not a wake-up
+/// saved).
+pub const MAX_WINDOW: Duration = Duration::from_millis(100);
+/// How long a parked poller sleeps before it looks at the stop flag again.
+const PARK_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Whether and how to poll (see the module essay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdlePolling {
+    /// No pollers.
+    Off,
+    /// Poll for `window` after each fault on every CPU of the process's CPU set when it has
+    /// 2 to [`AUTO_MAX_CPUS`] CPUs, else not at all.
+    Auto {
+        /// How long after the last fault the pollers spin.
+        window: Duration,
+    },
+    /// Poll for `window` after each fault on every CPU of the process's CPU set (with one
+    /// CPU: none, there is no other CPU to wake).
+    On {
+        /// How long after the last fault the pollers spin.
+        window: Duration,
+    },
+}
+
+impl IdlePolling {
+    /// Auto with [`DEFAULT_WINDOW`].
+    pub const fn auto() -> IdlePolling {
+        IdlePolling::Auto { window: DEFAULT_WINDOW }
+    }
+
+    /// The CPUs to poll on, given the program's CPU set (empty: no pollers).
+    pub fn cpus(self, allowed: Vec<usize>) -> Vec<usize> {
+        match self {
+            IdlePolling::Off => Vec::new(),
+            _ if allowed.len() < 2 => Vec::new(),
+            IdlePolling::Auto { .. } if allowed.len() > AUTO_MAX_CPUS => Vec::new(),
+            IdlePolling::Auto { .. } | IdlePolling::On { .. } => allowed,
+        }
+    }
+
+    /// How long the pollers spin after the last fault (zero when off).
+    pub fn window(self) -> Duration {
+        match self {
+            IdlePolling::Off => Duration::ZERO,
+            IdlePolling::Auto { window } | IdlePolling::On { window } => window,
+        }
+    }
+}
+
+/// Written as `off`, `auto:US` or `on:US` (US: the window in microseconds); read from those,
+/// and from `auto` and `on` (the default window).
+impl std::fmt::Display for IdlePolling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdlePolling::Off => write!(f, "off"),
+            IdlePolling::Auto { window } => write!(f, "auto:{}", window.as_micros()),
+            IdlePolling::On { window } => write!(f, "on:{}", window.as_micros()),
+        }
+    }
+}
+
+impl std::str::FromStr for IdlePolling {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<IdlePolling, String> {
+        let (mode, window) = match text.split_once(':') {
+            Some((mode, us)) => {
+                let us: u64 = us.parse().map_err(|_| {
+                    format!(
+                        "{text}: the window {us} is not \
+                    a number of microseconds"
+                    )
+                })?;
+                if us == 0 || us > MAX_WINDOW.as_micros() as u64 {
+                    return Err(format!(
+                        "{text}: use a window of 1..={} microseconds",
+                        MAX_WINDOW.as_micros()
+                    ));
+                }
+                (mode, Duration::from_micros(us))
+            }
+            None => (text, DEFAULT_WINDOW),
+        };
+        match mode {
+            "off" if text == "off" => Ok(IdlePolling::Off),
+            "auto" => Ok(IdlePolling::Auto { window }),
+            "on" => Ok(IdlePolling::On { window }),
+            _ => Err(format!("{text}: use auto, on or off (auto:US, on:US for a window)")),
+        }
+    }
+}
+
+/// Counters of the pollers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdleStats {
+    /// Poller threads (one per CPU polled).
+    pub pollers: u64,
+    /// Time spent spinning, summed over the pollers, in nanoseconds.
+    pub poll_ns: u64,
+    /// Times a poller started spinning (woken by a fault after its window ran out).
+    pub episodes: u64,
+    /// Times the program's side woke parked pollers.
+    pub wakes: u64,
+    /// Pollers that could not pin themselves or take `SCHED_IDLE` (they exited: unpinned or
+    /// at normal priority they would take CPU time from the program).
+    pub setup_errors: u64,
+}
+
+/// One page shared between the pollers and the program's handler (module essay): the
+/// epoch (the futex word, bumped after every fault resolved) at 0, the parked pollers at 4,
+/// the notifier's futex wakes at 8.
+#[derive(Debug)]
+pub struct IdlePage {
+    map: Mapping,
+    /// Kept open for the mapping's life.
+    _file: File,
+}
+
+impl IdlePage {
+    /// Creates the page as a new file at `path` (which must not exist) and maps it.
+    ///
+    /// # Errors
+    /// The file cannot be created, sized or mapped.
+    pub fn create(path: &Path) -> std::io::Result<IdlePage> {
+        let file =
+            std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        file.set_len(crate::PAGE_SIZE as u64)?;
+        IdlePage::map(file)
+    }
+
+    /// Maps the page another process created at `path`.
+    ///
+    /// # Errors
+    /// The file cannot be opened or mapped, or is not a page long.
+    pub fn open(path: &Path) -> std::io::Result<IdlePage> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() != crate::PAGE_SIZE as u64 {
+            return Err(std::io::Error::other(format!("{} is not one page", path.display())));
+        }
+        IdlePage::map(file)
+    }
+
+    fn map(file: File) -> std::io::Result<IdlePage> {
+        let map = Mapping::shared_file(file.as_fd(), crate::PAGE_SIZE)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(IdlePage { map, _file: file })
+    }
+
+    fn epoch(&self) -> &AtomicU32 {
+        self.map.atomic_u32(0)
+    }
+
+    fn parked(&self) -> &AtomicU32 {
+        self.map.atomic_u32(4)
+    }
+
+    fn wakes(&self) -> &AtomicU64 {
+        self.map.atomic_u64(8)
+    }
+
+    /// A fault was resolved: spinning pollers keep spinning, parked ones start.
+    /// Context: any thread; no allocation, no lock (a futex wake when pollers are parked).
+    pub fn note_faults(&self) {
+        self.epoch().fetch_add(1, SeqCst);
+        if self.parked().load(SeqCst) > 0 {
+            process::futex_wake_all(self.epoch());
+            self.wakes().fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// What the pollers share among themselves.
+#[derive(Debug, Default)]
+struct Local {
+    stop: AtomicBool,
+    poll_ns: AtomicU64,
+    episodes: AtomicU64,
+    setup_errors: AtomicU64,
+}
+
+/// The poller threads; stopped and joined on drop.
+#[derive(Debug)]
+pub struct Pollers {
+    page: Arc<IdlePage>,
+    local: Arc<Local>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pollers {
+    /// Starts one poller per CPU in `cpus` ([`IdlePolling::cpus`]) on `page`, each spinning
+    /// for `window` after the last fault.
+    ///
+    /// # Errors
+    /// A thread cannot be started (those started are stopped).
+    pub fn spawn(
+        page: Arc<IdlePage>,
+        cpus: &[usize],
+        window: Duration,
+    ) -> std::io::Result<Pollers> {
+        let local = Arc::new(Local::default());
+        let mut pollers = Pollers { page, local, threads: Vec::with_capacity(cpus.len()) };
+        for &cpu in cpus {
+            let (page, local) = (pollers.page.clone(), pollers.local.clone());
+            let thread = std::thread::Builder::new()
+                .name("uswap-poll".into())
+                .stack_size(64 << 10)
+                .spawn(move || poll(&page, &local, cpu, window))?;
+            pollers.threads.push(thread);
+        }
+        Ok(pollers)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> IdleStats {
+        IdleStats {
+            pollers: self.threads.len() as u64,
+            poll_ns: self.local.poll_ns.load(Relaxed),
+            episodes: self.local.episodes.load(Relaxed),
+            wakes: self.page.wakes().load(Relaxed),
+            setup_errors: self.local.setup_errors.load(Relaxed),
+        }
+    }
+}
+
+impl Drop for Pollers {
+    fn drop(&mut self) {
+        self.local.stop.store(true, SeqCst);
+        // A parked poller sees the flag within `PARK_TIMEOUT`; a bump wakes it now.
+        self.page.note_faults();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One poller: pinned to `cpu`, at `SCHED_IDLE`, parked until a fault, spinning until none
+/// for `window`.
+fn poll(page: &IdlePage, local: &Local, cpu: usize, window: Duration) {
+    if process::pin_to_cpu(cpu).and_then(|()| process::set_idle_policy()).is_err() {
+        local.setup_errors.fetch_add(1, Relaxed);
+        return;
+    }
+    let (epoch, parked) = (page.epoch(), page.parked());
+    let mut seen = epoch.load(SeqCst);
+    while !local.stop.load(SeqCst) {
+        parked.fetch_add(1, SeqCst);
+        if epoch.load(SeqCst) == seen {
+            process::futex_wait(epoch, seen, PARK_TIMEOUT);
+        }
+        parked.fetch_sub(1, SeqCst);
+        if epoch.load(SeqCst) == seen {
+            continue; // a timeout or a spurious return
+        }
+        local.episodes.fetch_add(1, Relaxed);
+        let mut last_fault = Instant::now();
+        let mut accounted = last_fault;
+        loop {
+            // No `spin_loop` hint: a stream of PAUSEs is what a hypervisor's pause-loop
+            // exiting takes for a lock waiter and deschedules, the halt this avoids.
+            let now_epoch = epoch.load(Relaxed);
+            let now = Instant::now();
+            if now_epoch != seen {
+                (seen, last_fault) = (now_epoch, now);
+            }
+            let done = now.duration_since(last_fault) >= window || local.stop.load(Relaxed);
+            // Accounted every millisecond, so a long burst shows while it lasts.
+            if done || now.duration_since(accounted) >= Duration::from_millis(1) {
+                let ns = now.duration_since(accounted).as_nanos();
+                local.poll_ns.fetch_add(u64::try_from(ns).unwrap_or(u64::MAX), Relaxed);
+                accounted = now;
+            }
+            if done {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_polls_small_cpu_sets_only() {
+        let window = DEFAULT_WINDOW;
+        assert_eq!(IdlePolling::auto().cpus(vec![3]), Vec::<usize>::new());
+        assert_eq!(IdlePolling::auto().cpus(vec![0, 1]), vec![0, 1]);
+        let many: Vec<usize> = (0..=AUTO_MAX_CPUS).collect();
+        assert!(IdlePolling::auto().cpus(many.clone()).is_empty());
+        assert_eq!(IdlePolling::On { window }.cpus(many.clone()), many);
+        assert!(IdlePolling::On { window }.cpus(vec![0]).is_empty());
+        assert!(IdlePolling::Off.cpus(vec![0, 1]).is_empty());
+    }
+
+    #[test]
+    fn polling_round_trips_through_text_and_refuses_bad_input() {
+        for polling in [
+            IdlePolling::Off,
+            IdlePolling::auto(),
+            IdlePolling::On { window: Duration::from_micros(50) },
+        ] {
+            assert_eq!(polling.to_string().parse::<IdlePolling>(), Ok(polling));
+        }
+        assert_eq!("on".parse(), Ok(IdlePolling::On { window: DEFAULT_WINDOW }));
+        for bad in ["", "yes", "off:5", "auto:", "auto:0", "on:x", "on:100001", "auto:-1"] {
+            assert!(bad.parse::<IdlePolling>().is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn pollers_spin_after_a_fault_and_park_after_the_window() {
+        let cpus = process::allowed_cpus().unwrap();
+        let dir = std::env::temp_dir().join(format!("uswap-idle-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("idle");
+        let page = Arc::new(IdlePage::create(&path).unwrap());
+        assert!(IdlePage::create(&path).is_err(), "an existing file is not taken over");
+        let program = IdlePage::open(&path).unwrap(); // the other process's mapping
+        let window = Duration::from_millis(20);
+        let pollers = Pollers::spawn(page.clone(), &cpus[..cpus.len().min(2)], window).unwrap();
+        // Parked before any fault: no episode, no spinning.
+        std::thread::sleep(Duration::from_millis(50));
+        let before = pollers.stats();
+        assert_eq!((before.episodes, before.poll_ns, before.setup_errors), (0, 0, 0));
+        program.note_faults();
+        // Every poller spins one window (a little more), then parks again. Waited for with
+        // a deadline, not a sleep: at SCHED_IDLE a poller runs only when its CPU has
+        // nothing else to do, which a busy test run may delay.
+        let parked_again = |stats: &IdleStats| {
+            stats.episodes == stats.pollers
+                && u64::from(page.parked().load(SeqCst)) == stats.pollers
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut after = pollers.stats();
+        while !parked_again(&after) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            after = pollers.stats();
+        }
+        assert!(parked_again(&after), "{after:?}");
+        assert!(after.wakes >= 1, "{after:?}");
+        let window_ns = window.as_nanos() as u64;
+        assert!(after.poll_ns >= after.pollers * window_ns, "{after:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pollers.stats(), after, "parked pollers stay parked");
+        drop(pollers); // joins: a poller that did not see the stop would hang here
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
