@@ -49,7 +49,6 @@ use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::Duration;
 pub use zswap::{CompressorKind, Incompressible};
 
 /// The uffd features every managed process needs: eviction by MOVE, every event, poison.
@@ -367,7 +366,7 @@ impl Breaker {
             .name("uswap-cow".into())
             .spawn(move || {
                 while !flag.load(SeqCst) {
-                    work.break_cow_wait(Duration::from_millis(100));
+                    work.break_cow_wait(&flag);
                 }
             })
             .map_err(|error| Error::Thread { what: "the copy-on-write breaker", error })?;

@@ -698,14 +698,18 @@ impl UffdSource {
         ranges.len()
     }
 
-    /// Waits up to `timeout` for queued COW breaks, then does them (the breaker thread's
-    /// loop body). Returns ranges broken.
-    pub fn break_cow_wait(&self, timeout: std::time::Duration) -> usize {
+    /// Waits for a queued COW break or for `stop`, then does one break (the breaker
+    /// thread's loop body). Returns ranges broken. No timeout: whoever sets `stop` calls
+    /// [`UffdSource::wake_cow_breaker`], which notifies under the queue's lock, and `stop`
+    /// is read under it, so the wake-up cannot fall between the check and the wait.
+    pub fn break_cow_wait(&self, stop: &std::sync::atomic::AtomicBool) -> usize {
         {
             let queue = lock(&self.cow);
             let _ready = self
                 .cow_ready
-                .wait_timeout_while(queue, timeout, |q| q.is_empty())
+                .wait_while(queue, |q| {
+                    q.is_empty() && !stop.load(std::sync::atomic::Ordering::SeqCst)
+                })
                 .unwrap_or_else(PoisonError::into_inner);
         }
         // Held from the pop to the end of the break: a `break_cow_pending` caller that finds
@@ -721,8 +725,9 @@ impl UffdSource {
         }
     }
 
-    /// Wakes a thread in [`UffdSource::break_cow_wait`] (to stop it).
+    /// Wakes a thread in [`UffdSource::break_cow_wait`] (to stop it: set its flag first).
     pub fn wake_cow_breaker(&self) {
+        let _queue = lock(&self.cow);
         self.cow_ready.notify_all();
     }
 

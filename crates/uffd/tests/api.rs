@@ -83,3 +83,47 @@ fn swap_file_on_a_read_only_path_is_refused() {
     assert!(matches!(e, Error::SwapFile { .. }), "{e}");
     assert!(e.to_string().contains("/proc/uswap-swap"), "{e}");
 }
+
+/// Voluntary context switches of every `uswap-cow` thread of this process, by thread id.
+fn breaker_switches() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim() != "uswap-cow" {
+            continue;
+        }
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        let switches = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok());
+        if let Some(switches) = switches {
+            out.push((task.file_name().to_string_lossy().into_owned(), switches));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_copy_on_write_breaker_sleeps_until_there_is_work() {
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    // A new thread names itself once it runs: wait for that, then for it to reach its wait.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while breaker_switches().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let before = breaker_switches();
+    assert!(!before.is_empty(), "no uswap-cow thread");
+    // Without a fork nothing is queued: the breaker must not wake at all (it used to wake
+    // every 100 ms to look at its stop flag).
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    let after = breaker_switches();
+    for (tid, switches) in &before {
+        if let Some((_, now)) = after.iter().find(|(t, _)| t == tid) {
+            assert_eq!(now, switches, "uswap-cow {tid} woke without work");
+        }
+    }
+    drop(swap); // the stop reaches a breaker that waits without a timeout: no hang
+}
