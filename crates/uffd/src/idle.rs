@@ -54,8 +54,6 @@ pub const AUTO_MAX_CPUS: usize = 8;
 /// The longest window accepted (a poller spinning longer is a CPU lost, not a wake-up
 /// saved).
 pub const MAX_WINDOW: Duration = Duration::from_millis(100);
-/// How long a parked poller sleeps before it looks at the stop flag again.
-const PARK_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Whether and how to poll (see the module essay).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,12 +117,8 @@ impl std::str::FromStr for IdlePolling {
     fn from_str(text: &str) -> Result<IdlePolling, String> {
         let (mode, window) = match text.split_once(':') {
             Some((mode, us)) => {
-                let us: u64 = us.parse().map_err(|_| {
-                    format!(
-                        "{text}: the window {us} is not \
-                    a number of microseconds"
-                    )
-                })?;
+                let not_a_number = || format!("{text}: {us} is not a number of microseconds");
+                let us: u64 = us.parse().map_err(|_| not_a_number())?;
                 if us == 0 || us > MAX_WINDOW.as_micros() as u64 {
                     return Err(format!(
                         "{text}: use a window of 1..={} microseconds",
@@ -279,7 +273,8 @@ impl Pollers {
 impl Drop for Pollers {
     fn drop(&mut self) {
         self.local.stop.store(true, SeqCst);
-        // A parked poller sees the flag within `PARK_TIMEOUT`; a bump wakes it now.
+        // The bump wakes parked pollers, which then see the flag (the module essay's
+        // parking protocol: no wake-up is lost).
         self.page.note_faults();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -299,11 +294,11 @@ fn poll(page: &IdlePage, local: &Local, cpu: usize, window: Duration) {
     while !local.stop.load(SeqCst) {
         parked.fetch_add(1, SeqCst);
         if epoch.load(SeqCst) == seen {
-            process::futex_wait(epoch, seen, PARK_TIMEOUT);
+            process::futex_wait(epoch, seen);
         }
         parked.fetch_sub(1, SeqCst);
         if epoch.load(SeqCst) == seen {
-            continue; // a timeout or a spurious return
+            continue; // a spurious return
         }
         local.episodes.fetch_add(1, Relaxed);
         let mut last_fault = Instant::now();

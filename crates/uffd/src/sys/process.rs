@@ -9,7 +9,6 @@
 //! (`MADV_DONTNEED`) or unmap it while such a borrow lives.
 
 use super::{check, Errno};
-use std::time::Duration;
 
 /// `pthread_atfork(prepare, parent, child)`.
 ///
@@ -109,16 +108,14 @@ pub fn set_idle_policy() -> Result<(), Errno> {
 }
 
 /// `futex(FUTEX_WAIT)` on a word that may be shared between processes: sleeps while `word`
-/// holds `expected`, until a [`futex_wake`] or `timeout`. Returns at once (EAGAIN, as `Ok`)
-/// if the word already differs; spurious returns happen: the caller checks again.
-pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+/// holds `expected`, until a [`futex_wake_all`]. Returns at once if the word already
+/// differs; spurious returns (a signal) happen: the caller checks again.
+pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32) {
+    let no_timeout: *const libc::timespec = core::ptr::null();
+    // SAFETY: `word` is a live, aligned u32 for the call; a null timeout means none.
+    let _ = unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, no_timeout)
     };
-    // SAFETY: `word` is a live, aligned u32 for the call; `ts` a live timespec.
-    let _ =
-        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts) };
 }
 
 /// `futex(FUTEX_WAKE)`: wakes every waiter on `word` (in any process that maps it).
