@@ -17,7 +17,7 @@ use runstat::env::RunConfig;
 use runstat::{format_size, parse_size, StatsFile, Summary};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use uffd::idle::{IdlePage, IdlePolling, Pollers};
+use uffd::idle::{IdlePage, IdlePolling, IdleStats, Pollers};
 
 /// An order-0 folio: the smallest budget is one folio of the order in force.
 const PAGE_BYTES: u64 = 4096;
@@ -74,9 +74,9 @@ pub struct RunArgs {
     /// Keep the program's idle CPUs polling through bursts of faults, so that waking a
     /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
     /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
-    /// after the last fault the pollers spin (default 200 microseconds). The pollers are
-    /// threads of uswap run, pinned one per CPU at SCHED_IDLE: they use only CPU time
-    /// nothing else wants, and the summary says how much.
+    /// after the last fault the pollers spin (default 200 microseconds). The pollers run in
+    /// a process uswap run forks for them, pinned one per CPU at SCHED_IDLE and nice 19:
+    /// they use only CPU time nothing else wants, and the summary says how much.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     idle_poll: String,
     /// The program and its arguments.
@@ -102,8 +102,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let outcome = sys::spawn_and_wait(&plan.program, &plan.cmd[1..], &plan.cmd[0], &config, &args)?;
     let mut total = collect(&dir.path);
     if let Some(pollers) = pollers {
-        let idle = pollers.stats();
-        drop(pollers);
+        let idle = pollers.stop();
         total.set("idle_pollers", idle.pollers);
         total.set("idle_poll_ns", idle.poll_ns);
         total.set("idle_poll_episodes", idle.episodes);
@@ -146,9 +145,15 @@ const IDLE_PAGE: &str = "idle";
 /// Starts the idle pollers `polling` asks for on this process's CPU set (which the program
 /// inherits), watching a page in `dir`; `None` when there are none to start.
 ///
+/// Where they run: in a process of their own, forked from this one, in a session of its
+/// own whose autogroup has nice 19. `SCHED_IDLE` orders threads only within their group
+/// (an autogroup, or a cgroup): as threads of `uswap run`, which shares the program's
+/// session, the pollers were idle against the program but took 8-10% of a CPU from a busy
+/// process of another session (docs/RUN.md, "Idle polling").
+///
 /// # Errors
-/// The page cannot be made or a thread started.
-fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<Pollers>> {
+/// The page cannot be made, the process forked, or a thread started.
+fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<sys::PollerProcess>> {
     let allowed = uffd::sys::process::allowed_cpus()
         .map_err(|e| anyhow!("read this process's CPU affinity: {e}"))?;
     let cpus = polling.cpus(allowed);
@@ -158,9 +163,9 @@ fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<Pollers>> {
     let path = dir.join(IDLE_PAGE);
     let page = IdlePage::create(&path)
         .with_context(|| format!("--idle-poll: create {}", path.display()))?;
-    let pollers = Pollers::spawn(std::sync::Arc::new(page), &cpus, polling.window())
+    let process = sys::fork_pollers(std::sync::Arc::new(page), &cpus, polling.window())
         .context("--idle-poll: start the pollers")?;
-    Ok(Some(pollers))
+    Ok(Some(process))
 }
 
 /// Checks `--folio-order` and `--large-folios` (also for `uswap bench compare`'s uswap
@@ -509,6 +514,73 @@ mod sys {
             let _ = reporter.join();
         }
         outcome
+    }
+
+    /// The idle pollers' process ([`super::start_pollers`]).
+    #[derive(Debug)]
+    pub struct PollerProcess {
+        pid: libc::pid_t,
+        page: std::sync::Arc<IdlePage>,
+    }
+
+    impl PollerProcess {
+        /// Stops the pollers, waits for their process, and returns their counters.
+        pub fn stop(self) -> IdleStats {
+            self.page.stop();
+            let mut status = 0;
+            // SAFETY: waits for our own child; EINTR is retried.
+            while unsafe { libc::waitpid(self.pid, &mut status, 0) } == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            self.page.stats()
+        }
+    }
+
+    /// Forks the pollers' process: a new session (so a new autogroup, given nice 19), killed
+    /// with this process (`PR_SET_PDEATHSIG`), running [`Pollers`] on `page` until it is
+    /// stopped. Refused (an internal error) if this process has other threads already: a
+    /// fork would copy their locks, not them.
+    pub fn fork_pollers(
+        page: std::sync::Arc<IdlePage>,
+        cpus: &[usize],
+        window: Duration,
+    ) -> Result<PollerProcess> {
+        let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+        if threads != 1 {
+            bail!("uswap run has {threads} threads before the program starts (expected 1)");
+        }
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: this process has one thread (checked above), so the child's copy of every
+        // lock is consistent; the child only starts threads and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            return Ok(PollerProcess { pid, page });
+        }
+        // The child from here on.
+        // SAFETY: prctl with plain integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } != parent {
+            // SAFETY: _exit ends this child at once, running nothing of the parent's.
+            unsafe { libc::_exit(0) }; // the parent is already gone
+        }
+        // SAFETY: setsid has no preconditions (this child leads no process group).
+        unsafe { libc::setsid() };
+        // Best effort: without autogroups (or /proc) the session alone changes nothing.
+        let _ = std::fs::write("/proc/self/autogroup", "19");
+        let code = match Pollers::spawn(page, cpus, window) {
+            Ok(pollers) => {
+                pollers.join();
+                0
+            }
+            Err(_) => 1,
+        };
+        // SAFETY: as above: no destructor of the parent's objects runs in this copy.
+        unsafe { libc::_exit(code) }
     }
 
     fn wait(pid: libc::pid_t) -> Result<Outcome> {

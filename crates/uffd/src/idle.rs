@@ -21,11 +21,13 @@
 //!
 //! Why in another process: a poller that is a thread of the managed program keeps the
 //! program's address space live on every CPU, and every page-out (a `UFFDIO_MOVE` out of
-//! the program) then sends a TLB-flush interrupt to each of them. Measured: 3.7x the TLB
-//! shootdowns and a third of the gain lost. So the pollers run in `uswap run`, and the
-//! two processes share one page ([`IdlePage`], a file in the private run directory): the
-//! handler's side bumps its epoch after each fault ([`IdlePage::note_faults`]; one atomic
-//! increment, and a futex wake once per burst, when the pollers are parked).
+//! the program) then sends a TLB-flush interrupt to each of them. Measured: 1.8x the TLB
+//! shootdowns and about half the gain lost. So the pollers run in a process of their own
+//! (`uswap run` forks it, in a session of its own: `SCHED_IDLE` ranks a thread only within
+//! its autogroup), and the processes share one page ([`IdlePage`], a file in the private run
+//! directory): the handler's side bumps its epoch after each fault
+//! ([`IdlePage::note_faults`]; one atomic increment, and a futex wake once per burst, when
+//! the pollers are parked), and the pollers keep their counters there.
 //!
 //! Cost: CPU time nothing else wanted, for as long as a burst of faults lasts plus one
 //! window; counted in [`IdleStats::poll_ns`].
@@ -41,7 +43,7 @@ use crate::sys::process;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,9 +156,14 @@ pub struct IdleStats {
     pub setup_errors: u64,
 }
 
-/// One page shared between the pollers and the program's handler (module essay): the
-/// epoch (the futex word, bumped after every fault resolved) at 0, the parked pollers at 4,
-/// the notifier's futex wakes at 8.
+/// One page shared between the pollers and the program's handler (module essay), and the
+/// pollers' counters, readable by whoever maps it:
+///
+/// ```text
+///   0 epoch (u32, the futex word: bumped after every fault resolved)   4 parked (u32)
+///   8 wakes (the notifier's futex wakes)   16 stop (u32)   24 poll_ns   32 episodes
+///  40 setup_errors   48 pollers started
+/// ```
 #[derive(Debug)]
 pub struct IdlePage {
     map: Mapping,
@@ -206,6 +213,38 @@ impl IdlePage {
         self.map.atomic_u64(8)
     }
 
+    fn stop_flag(&self) -> &AtomicU32 {
+        self.map.atomic_u32(16)
+    }
+
+    fn counter(&self, which: Counter) -> &AtomicU64 {
+        self.map.atomic_u64(24 + 8 * which as usize)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop_flag().load(SeqCst) != 0
+    }
+
+    /// Tells every poller on this page to end (they see it within a window; parked ones are
+    /// woken). Context: any thread or process that maps the page.
+    pub fn stop(&self) {
+        self.stop_flag().store(1, SeqCst);
+        // The bump wakes parked pollers, which then see the flag (the module essay's
+        // parking protocol: no wake-up is lost).
+        self.note_faults();
+    }
+
+    /// The pollers' counters, as the page holds them.
+    pub fn stats(&self) -> IdleStats {
+        IdleStats {
+            pollers: self.counter(Counter::Pollers).load(Relaxed),
+            poll_ns: self.counter(Counter::PollNs).load(Relaxed),
+            episodes: self.counter(Counter::Episodes).load(Relaxed),
+            wakes: self.wakes().load(Relaxed),
+            setup_errors: self.counter(Counter::SetupErrors).load(Relaxed),
+        }
+    }
+
     /// A fault was resolved: spinning pollers keep spinning, parked ones start.
     /// Context: any thread; no allocation, no lock (a futex wake when pollers are parked).
     pub fn note_faults(&self) {
@@ -217,26 +256,25 @@ impl IdlePage {
     }
 }
 
-/// What the pollers share among themselves.
-#[derive(Debug, Default)]
-struct Local {
-    stop: AtomicBool,
-    poll_ns: AtomicU64,
-    episodes: AtomicU64,
-    setup_errors: AtomicU64,
+/// The pollers' counters in the page, by slot.
+#[derive(Debug, Clone, Copy)]
+enum Counter {
+    PollNs = 0,
+    Episodes = 1,
+    SetupErrors = 2,
+    Pollers = 3,
 }
 
-/// The poller threads; stopped and joined on drop.
+/// The poller threads; stopped (through the page) and joined on drop.
 #[derive(Debug)]
 pub struct Pollers {
     page: Arc<IdlePage>,
-    local: Arc<Local>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Pollers {
     /// Starts one poller per CPU in `cpus` ([`IdlePolling::cpus`]) on `page`, each spinning
-    /// for `window` after the last fault.
+    /// for `window` after the last fault, until [`IdlePage::stop`].
     ///
     /// # Errors
     /// A thread cannot be started (those started are stopped).
@@ -245,37 +283,37 @@ impl Pollers {
         cpus: &[usize],
         window: Duration,
     ) -> std::io::Result<Pollers> {
-        let local = Arc::new(Local::default());
-        let mut pollers = Pollers { page, local, threads: Vec::with_capacity(cpus.len()) };
+        let mut pollers = Pollers { page, threads: Vec::with_capacity(cpus.len()) };
         for &cpu in cpus {
-            let (page, local) = (pollers.page.clone(), pollers.local.clone());
+            let page = pollers.page.clone();
             let thread = std::thread::Builder::new()
                 .name("uswap-poll".into())
                 .stack_size(64 << 10)
-                .spawn(move || poll(&page, &local, cpu, window))?;
+                .spawn(move || poll(&page, cpu, window))?;
             pollers.threads.push(thread);
+            pollers.page.counter(Counter::Pollers).fetch_add(1, Relaxed);
         }
         Ok(pollers)
     }
 
     /// The counters.
     pub fn stats(&self) -> IdleStats {
-        IdleStats {
-            pollers: self.threads.len() as u64,
-            poll_ns: self.local.poll_ns.load(Relaxed),
-            episodes: self.local.episodes.load(Relaxed),
-            wakes: self.page.wakes().load(Relaxed),
-            setup_errors: self.local.setup_errors.load(Relaxed),
+        self.page.stats()
+    }
+
+    /// Waits until the pollers end (someone calls [`IdlePage::stop`]).
+    pub fn join(mut self) {
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
         }
     }
 }
 
 impl Drop for Pollers {
     fn drop(&mut self) {
-        self.local.stop.store(true, SeqCst);
-        // The bump wakes parked pollers, which then see the flag (the module essay's
-        // parking protocol: no wake-up is lost).
-        self.page.note_faults();
+        if !self.threads.is_empty() {
+            self.page.stop();
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -284,14 +322,14 @@ impl Drop for Pollers {
 
 /// One poller: pinned to `cpu`, at `SCHED_IDLE`, parked until a fault, spinning until none
 /// for `window`.
-fn poll(page: &IdlePage, local: &Local, cpu: usize, window: Duration) {
+fn poll(page: &IdlePage, cpu: usize, window: Duration) {
     if process::pin_to_cpu(cpu).and_then(|()| process::set_idle_policy()).is_err() {
-        local.setup_errors.fetch_add(1, Relaxed);
+        page.counter(Counter::SetupErrors).fetch_add(1, Relaxed);
         return;
     }
     let (epoch, parked) = (page.epoch(), page.parked());
     let mut seen = epoch.load(SeqCst);
-    while !local.stop.load(SeqCst) {
+    while !page.stopped() {
         parked.fetch_add(1, SeqCst);
         if epoch.load(SeqCst) == seen {
             process::futex_wait(epoch, seen);
@@ -300,7 +338,7 @@ fn poll(page: &IdlePage, local: &Local, cpu: usize, window: Duration) {
         if epoch.load(SeqCst) == seen {
             continue; // a spurious return
         }
-        local.episodes.fetch_add(1, Relaxed);
+        page.counter(Counter::Episodes).fetch_add(1, Relaxed);
         let mut last_fault = Instant::now();
         let mut accounted = last_fault;
         loop {
@@ -311,11 +349,12 @@ fn poll(page: &IdlePage, local: &Local, cpu: usize, window: Duration) {
             if now_epoch != seen {
                 (seen, last_fault) = (now_epoch, now);
             }
-            let done = now.duration_since(last_fault) >= window || local.stop.load(Relaxed);
+            let done = now.duration_since(last_fault) >= window || page.stopped();
             // Accounted every millisecond, so a long burst shows while it lasts.
             if done || now.duration_since(accounted) >= Duration::from_millis(1) {
                 let ns = now.duration_since(accounted).as_nanos();
-                local.poll_ns.fetch_add(u64::try_from(ns).unwrap_or(u64::MAX), Relaxed);
+                let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+                page.counter(Counter::PollNs).fetch_add(ns, Relaxed);
                 accounted = now;
             }
             if done {
