@@ -525,14 +525,30 @@ mod sys {
 
     impl PollerProcess {
         /// Stops the pollers, waits for their process, and returns their counters.
-        pub fn stop(self) -> IdleStats {
+        pub fn stop(mut self) -> IdleStats {
+            self.halt();
+            self.page.stats()
+        }
+
+        fn halt(&mut self) {
+            if self.pid == 0 {
+                return;
+            }
             self.page.stop();
             let mut status = 0;
             // SAFETY: waits for our own child; EINTR is retried.
             while unsafe { libc::waitpid(self.pid, &mut status, 0) } == -1
                 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
             {}
-            self.page.stats()
+            self.pid = 0;
+        }
+    }
+
+    /// A run that fails after the pollers started (the program cannot be spawned) stops
+    /// them too.
+    impl Drop for PollerProcess {
+        fn drop(&mut self) {
+            self.halt();
         }
     }
 

@@ -104,7 +104,7 @@ impl StatsFile {
 }
 
 /// Names that are maxima, not counts ([`StatsFile::absorb`]).
-const PEAKS: [&str; 5] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pid", "idle_pollers"];
+const PEAKS: [&str; 4] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pid"];
 
 /// The figures `uswap run` prints at exit (and `uswap stat` live).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -253,6 +253,13 @@ mod tests {
         let lines = summary.to_lines("uswap: ");
         assert!(lines[0].contains("peak resident 270 MiB"), "{lines:?}");
         assert!(lines.iter().all(|l| l.starts_with("uswap: ")));
+        assert!(!lines.iter().any(|l| l.contains("idle polling")), "no pollers, no line");
+        let mut polled = file.clone();
+        polled.set("idle_pollers", 2);
+        polled.set("idle_poll_ns", 1_500_000_000);
+        let lines = Summary::of(&polled).to_lines("uswap: ");
+        let line = lines.last().unwrap();
+        assert_eq!(line, "uswap: idle polling: 2 pollers spun 1.50 s of otherwise idle CPU time");
     }
 
     #[test]
