@@ -96,7 +96,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let dir = RunDir::create()?;
     let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
-    let pollers = start_pollers(plan.idle_poll, &dir.path)?;
+    // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
+    let pollers = start_pollers(plan.idle_poll, &dir.path).unwrap_or_else(|e| {
+        eprintln!("uswap: note: idle polling is off for this run: {e:#}");
+        None
+    });
     config.idle_page = pollers.as_ref().map(|_| dir.path.join(IDLE_PAGE).display().to_string());
     let started = Instant::now();
     let outcome = sys::spawn_and_wait(&plan.program, &plan.cmd[1..], &plan.cmd[0], &config, &args)?;
@@ -152,7 +156,7 @@ const IDLE_PAGE: &str = "idle";
 /// process of another session (docs/RUN.md, "Idle polling").
 ///
 /// # Errors
-/// The page cannot be made, the process forked, or a thread started.
+/// The CPU set cannot be read, the page made, or the process forked.
 fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<sys::PollerProcess>> {
     let allowed = uffd::sys::process::allowed_cpus()
         .map_err(|e| anyhow!("read this process's CPU affinity: {e}"))?;
