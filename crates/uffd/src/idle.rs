@@ -342,8 +342,9 @@ fn poll(page: &IdlePage, cpu: usize, window: Duration) {
         let mut last_fault = Instant::now();
         let mut accounted = last_fault;
         loop {
-            // No `spin_loop` hint: a stream of PAUSEs is what a hypervisor's pause-loop
-            // exiting takes for a lock waiter and deschedules, the halt this avoids.
+            // No `spin_loop` hint: a stream of PAUSEs can trip a hypervisor's pause-loop
+            // exiting, which deschedules the vCPU, the halt this avoids (a reason, not a
+            // measurement: the loop was not tried with PAUSE).
             let now_epoch = epoch.load(Relaxed);
             let now = Instant::now();
             if now_epoch != seen {
