@@ -343,8 +343,8 @@ fn poll(page: &IdlePage, cpu: usize, window: Duration) {
         let mut accounted = last_fault;
         loop {
             // No `spin_loop` hint: a stream of PAUSEs can trip a hypervisor's pause-loop
-            // exiting, which deschedules the vCPU, the halt this avoids (a reason, not a
-            // measurement: the loop was not tried with PAUSE).
+            // exiting, which deschedules the vCPU, the halt this avoids. On dev-vm the hint
+            // made no difference (docs/benchmarks.md, "Idle polling").
             let now_epoch = epoch.load(Relaxed);
             let now = Instant::now();
             if now_epoch != seen {
