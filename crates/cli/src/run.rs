@@ -109,8 +109,6 @@ pub fn run(args: RunArgs) -> Result<i32> {
         let idle = pollers.stop();
         total.set("idle_pollers", idle.pollers);
         total.set("idle_poll_ns", idle.poll_ns);
-        total.set("idle_poll_episodes", idle.episodes);
-        total.set("idle_poll_wakes", idle.wakes);
         total.set("idle_poll_setup_errors", idle.setup_errors);
     }
     let hwm = total.get("vm_hwm_bytes").max(outcome.maxrss_bytes);
@@ -152,7 +150,7 @@ const IDLE_PAGE: &str = "idle";
 /// Where they run: in a process of their own, forked from this one, in a session of its
 /// own whose autogroup has nice 19. `SCHED_IDLE` orders threads only within their group
 /// (an autogroup, or a cgroup): as threads of `uswap run`, which shares the program's
-/// session, the pollers were idle against the program but took 8-10% of a CPU from a busy
+/// session, the pollers were idle against the program but took 6-9% of a CPU from a busy
 /// process of another session (docs/RUN.md, "Idle polling").
 ///
 /// # Errors

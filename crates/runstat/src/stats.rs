@@ -141,6 +141,8 @@ pub struct Summary {
     pub idle_pollers: u64,
     /// Their spinning time, summed, nanoseconds.
     pub idle_poll_ns: u64,
+    /// Pollers that could not pin themselves or take `SCHED_IDLE`, and stopped.
+    pub idle_poll_setup_errors: u64,
 }
 
 impl Summary {
@@ -169,6 +171,7 @@ impl Summary {
             fault_ns_p99: file.fault_ns.quantile(0.99).unwrap_or(0),
             idle_pollers: file.get("idle_pollers"),
             idle_poll_ns: file.get("idle_poll_ns"),
+            idle_poll_setup_errors: file.get("idle_poll_setup_errors"),
         }
     }
 
@@ -210,6 +213,13 @@ impl Summary {
                 "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",
                 self.idle_pollers,
                 self.idle_poll_ns as f64 / 1e9
+            ));
+        }
+        if self.idle_poll_setup_errors > 0 {
+            lines.push(format!(
+                "{prefix}idle polling: {} of the pollers could not pin themselves to their CPU \
+                 or take SCHED_IDLE, and stopped",
+                self.idle_poll_setup_errors
             ));
         }
         lines
@@ -260,6 +270,9 @@ mod tests {
         let lines = Summary::of(&polled).to_lines("uswap: ");
         let line = lines.last().unwrap();
         assert_eq!(line, "uswap: idle polling: 2 pollers spun 1.50 s of otherwise idle CPU time");
+        polled.set("idle_poll_setup_errors", 1);
+        let lines = Summary::of(&polled).to_lines("uswap: ");
+        assert!(lines.last().unwrap().contains("1 of the pollers could not pin"), "{lines:?}");
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! Why in another process: a poller that is a thread of the managed program keeps the
 //! program's address space live on every CPU, and every page-out (a `UFFDIO_MOVE` out of
 //! the program) then sends a TLB-flush interrupt to each of them. Measured: 1.8x the TLB
-//! shootdowns and about half the gain lost. So the pollers run in a process of their own
+//! shootdowns and a smaller gain. So the pollers run in a process of their own
 //! (`uswap run` forks it, in a session of its own: `SCHED_IDLE` ranks a thread only within
 //! its autogroup), and the processes share one page ([`IdlePage`], a file in the private run
 //! directory): the handler's side bumps its epoch after each fault
@@ -77,11 +77,6 @@ pub enum IdlePolling {
 }
 
 impl IdlePolling {
-    /// Auto with [`DEFAULT_WINDOW`].
-    pub const fn auto() -> IdlePolling {
-        IdlePolling::Auto { window: DEFAULT_WINDOW }
-    }
-
     /// The CPUs to poll on, given the program's CPU set (empty: no pollers).
     pub fn cpus(self, allowed: Vec<usize>) -> Vec<usize> {
         match self {
@@ -296,11 +291,6 @@ impl Pollers {
         Ok(pollers)
     }
 
-    /// The counters.
-    pub fn stats(&self) -> IdleStats {
-        self.page.stats()
-    }
-
     /// Waits until the pollers end (someone calls [`IdlePage::stop`]).
     pub fn join(mut self) {
         for thread in self.threads.drain(..) {
@@ -372,10 +362,10 @@ mod tests {
     #[test]
     fn auto_polls_small_cpu_sets_only() {
         let window = DEFAULT_WINDOW;
-        assert_eq!(IdlePolling::auto().cpus(vec![3]), Vec::<usize>::new());
-        assert_eq!(IdlePolling::auto().cpus(vec![0, 1]), vec![0, 1]);
+        assert_eq!(IdlePolling::Auto { window }.cpus(vec![3]), Vec::<usize>::new());
+        assert_eq!(IdlePolling::Auto { window }.cpus(vec![0, 1]), vec![0, 1]);
         let many: Vec<usize> = (0..=AUTO_MAX_CPUS).collect();
-        assert!(IdlePolling::auto().cpus(many.clone()).is_empty());
+        assert!(IdlePolling::Auto { window }.cpus(many.clone()).is_empty());
         assert_eq!(IdlePolling::On { window }.cpus(many.clone()), many);
         assert!(IdlePolling::On { window }.cpus(vec![0]).is_empty());
         assert!(IdlePolling::Off.cpus(vec![0, 1]).is_empty());
@@ -383,9 +373,10 @@ mod tests {
 
     #[test]
     fn polling_round_trips_through_text_and_refuses_bad_input() {
+        let window = DEFAULT_WINDOW;
         for polling in [
             IdlePolling::Off,
-            IdlePolling::auto(),
+            IdlePolling::Auto { window },
             IdlePolling::On { window: Duration::from_micros(50) },
         ] {
             assert_eq!(polling.to_string().parse::<IdlePolling>(), Ok(polling));
@@ -409,7 +400,7 @@ mod tests {
         let pollers = Pollers::spawn(page.clone(), &cpus[..cpus.len().min(2)], window).unwrap();
         // Parked before any fault: no episode, no spinning.
         std::thread::sleep(Duration::from_millis(50));
-        let before = pollers.stats();
+        let before = page.stats();
         assert_eq!((before.episodes, before.poll_ns, before.setup_errors), (0, 0, 0));
         program.note_faults();
         // Every poller spins one window (a little more), then parks again. Waited for with
@@ -420,17 +411,17 @@ mod tests {
                 && u64::from(page.parked().load(SeqCst)) == stats.pollers
         };
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut after = pollers.stats();
+        let mut after = page.stats();
         while !parked_again(&after) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
-            after = pollers.stats();
+            after = page.stats();
         }
         assert!(parked_again(&after), "{after:?}");
         assert!(after.wakes >= 1, "{after:?}");
         let window_ns = window.as_nanos() as u64;
         assert!(after.poll_ns >= after.pollers * window_ns, "{after:?}");
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(pollers.stats(), after, "parked pollers stay parked");
+        assert_eq!(page.stats(), after, "parked pollers stay parked");
         drop(pollers); // joins: a poller that did not see the stop would hang here
         std::fs::remove_dir_all(&dir).unwrap();
     }

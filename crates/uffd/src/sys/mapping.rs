@@ -44,21 +44,23 @@ impl Mapping {
         fd: std::os::fd::BorrowedFd<'_>,
         len_bytes: usize,
     ) -> Result<Mapping, Error> {
-        let len = round_up(len_bytes);
-        if len == 0 {
-            return Err(Error::Misaligned { addr: 0, len_bytes });
-        }
-        let addr = mem::mmap_shared_file(fd, len).map_err(|e| Error::os(Op::Mmap, e))?;
-        Ok(Mapping { addr, len_bytes: len })
+        Mapping::with(len_bytes, |len| mem::mmap_shared_file(fd, len))
     }
 
     fn map(len_bytes: usize, prot: Prot, extra: i32) -> Result<Mapping, Error> {
+        Mapping::with(len_bytes, |len| mem::mmap_anonymous(len, prot.bits(), extra))
+    }
+
+    /// `len_bytes` rounded up to pages (not zero), mapped by `mmap`.
+    fn with(
+        len_bytes: usize,
+        mmap: impl FnOnce(usize) -> Result<usize, crate::sys::Errno>,
+    ) -> Result<Mapping, Error> {
         let len = round_up(len_bytes);
         if len == 0 {
             return Err(Error::Misaligned { addr: 0, len_bytes });
         }
-        let addr =
-            mem::mmap_anonymous(len, prot.bits(), extra).map_err(|e| Error::os(Op::Mmap, e))?;
+        let addr = mmap(len).map_err(|e| Error::os(Op::Mmap, e))?;
         Ok(Mapping { addr, len_bytes: len })
     }
 

@@ -16,14 +16,7 @@ use core::sync::atomic::AtomicU64;
 /// If `extra` contains `MAP_FIXED` (use a reservation and [`mremap`] instead).
 pub fn mmap_anonymous(len: usize, prot: i32, extra: i32) -> Result<usize, Errno> {
     assert_eq!(extra & libc::MAP_FIXED, 0, "mmap_anonymous never maps over existing memory");
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra;
-    // SAFETY: no MAP_FIXED (asserted), so the new mapping replaces nothing; no file.
-    let addr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, -1, 0) };
-    if addr == libc::MAP_FAILED {
-        Err(Errno::last())
-    } else {
-        Ok(addr as usize)
-    }
+    mmap_new(len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra, -1)
 }
 
 /// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)`: a file's first `len` bytes,
@@ -31,9 +24,15 @@ pub fn mmap_anonymous(len: usize, prot: i32, extra: i32) -> Result<usize, Errno>
 /// [`mmap_anonymous`] is.
 pub fn mmap_shared_file(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> Result<usize, Errno> {
     use std::os::fd::AsRawFd;
-    let (prot, flags) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED);
-    // SAFETY: no MAP_FIXED, so the new mapping replaces nothing; `fd` is open.
-    let addr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, fd.as_raw_fd(), 0) };
+    mmap_new(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd())
+}
+
+/// `mmap(NULL, ...)` for the two safe forms above: never `MAP_FIXED`.
+fn mmap_new(len: usize, prot: i32, flags: i32, fd: i32) -> Result<usize, Errno> {
+    debug_assert_eq!(flags & libc::MAP_FIXED, 0);
+    // SAFETY: no MAP_FIXED, so the new mapping replaces nothing; `fd` is -1 with
+    // MAP_ANONYMOUS, else a descriptor the caller borrows for the call.
+    let addr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, fd, 0) };
     if addr == libc::MAP_FAILED {
         Err(Errno::last())
     } else {
