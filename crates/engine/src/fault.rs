@@ -80,7 +80,7 @@ impl Core {
         let region = self.region_of(mm, addr)?;
         let index = region.index_of(addr);
         for _ in 0..MAX_FAULT_PASSES {
-            let found = region.lock().lookup(index);
+            let found = region.lock_span(index).lookup(index);
             let step = match found {
                 None => self.first_touch(&region, index, write)?,
                 Some(Found { pte: Pte::Resident(_), .. }) => {
@@ -111,7 +111,7 @@ impl Core {
         if region.managed() {
             self.make_room(bytes_of(order));
         }
-        let mut pt = region.lock();
+        let mut pt = region.lock_span(index);
         if pt.lookup(index).is_some() {
             return Ok(Step::Again);
         }
@@ -250,7 +250,7 @@ impl Core {
 
     /// Splits a swapped multi-index entry into order-0 entries, if it is still there.
     fn split_swap_entry(&self, region: &Region, found: &Found) -> bool {
-        let mut pt = region.lock();
+        let mut pt = region.lock_span(found.first);
         if pt.lookup(found.first) != Some(*found) {
             return false;
         }
@@ -314,7 +314,7 @@ impl Core {
         shadow: Option<Shadow>,
     ) -> Option<Result<Step, Error>> {
         let order = folio.order();
-        let mut pt = region.lock();
+        let mut pt = region.lock_span(first);
         // As in `map_from_folio`; our locked folio pins the slots, so the pool's copy is the
         // slot's current data for as long as the page table still refers to it.
         let step = if pt.lookup(first) != Some(Found { first, order, pte: Pte::Swap(entry) }) {
@@ -488,7 +488,7 @@ impl Core {
         zero_page: bool,
         activate: bool,
     ) -> Result<Step, Error> {
-        let mut pt = region.lock();
+        let mut pt = region.lock_span(first);
         // Re-validate: the page table still refers to the entry, and the folio is still the
         // swap cache's folio for it. While we hold the PTL our reference keeps the slot from
         // being freed, so a folio still in the cache now holds the slot's current data. A
@@ -574,7 +574,7 @@ impl Core {
         entry: SwapEntry,
         why: String,
     ) -> Result<Step, Error> {
-        let pt = region.lock();
+        let pt = region.lock_span(first);
         let mut poisoned = 0;
         for index in first..first + (1u64 << order) {
             let current = pt.lookup(index).and_then(|found| found.swap_entry_of(index));
@@ -634,7 +634,7 @@ impl Core {
             return false;
         }
         let Some(found @ Found { order: 0, pte: Pte::Swap(entry), .. }) =
-            region.lock().lookup(index)
+            region.lock_span(index).lookup(index)
         else {
             return false;
         };

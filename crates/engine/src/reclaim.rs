@@ -284,7 +284,7 @@ impl Core {
         folio: &Folio,
     ) -> Result<(), bool> {
         let (order, nr) = (owner.order, 1u32 << owner.order);
-        let mut pt = region.lock();
+        let mut pt = region.lock_span(owner.index);
         let resident = Found { first: owner.index, order, pte: Pte::Resident(id) };
         if pt.lookup(owner.index) != Some(resident) {
             return Err(true);
@@ -366,7 +366,7 @@ impl Core {
     /// page those out. Returns pages reclaimed.
     fn split_and_page_out(&self, region: &Region, id: LruId, owner: FolioOwner) -> u64 {
         let pieces = {
-            let mut pt = region.lock();
+            let mut pt = region.lock_span(owner.index);
             let resident = Found { first: owner.index, order: owner.order, pte: Pte::Resident(id) };
             if pt.lookup(owner.index) != Some(resident) {
                 // Moved or dropped since it was located (as in take_pages).

@@ -18,16 +18,25 @@
 //! entry (a fault that cannot take the whole folio) therefore rewrites each piece's value,
 //! as the kernel's shmem does after `xas_split` of a swap entry.
 //!
-//! The page-table lock (one mutex per region, the kernel's PTL) serialises everything the
-//! engine does to a region's pages: a fault re-validates its swap entry and maps the data
-//! under it; page-out checks the folio is still resident and takes the pages under it. The
-//! page source's calls on a page happen under this lock, so two of them never race on one
-//! page. Lock order: PTL → LRU lock; PTL → swap device (cluster locks) → swap cache shard.
+//! The page-table lock (the kernel's PTL) serialises everything the engine does to a page:
+//! a fault re-validates its swap entry and maps the data under it; page-out checks the folio
+//! is still resident and takes the pages under it. The page source's calls on a page happen
+//! under this lock, so two of them never race on one page. The lock is split as the
+//! kernel's is (one PTE page, so one lock, per 2 MiB): the table is [`PTL_SPAN_PAGES`]-page
+//! spans dealt round-robin to up to [`PTL_SHARDS_MAX`] shards, each an XArray behind its own
+//! mutex. Work on one folio locks its span's shard ([`Region::lock_span`]); work on the
+//! whole region locks every shard in ascending order ([`Region::lock`]). Without the split,
+//! the reclaimer's `UFFDIO_MOVE` (a TLB flush that waits for the program's CPU) held off the
+//! fault handler's page-ins anywhere in the region (docs/benchmarks.md, "Split page-table
+//! locks"). A shard's key is its span's rank among the shard's spans, times the span, plus
+//! the page's place in the span, so aligned folios stay aligned and each tree stays dense.
+//! Lock order: shards in ascending order; PTL → LRU lock; PTL → swap device (cluster locks)
+//! → swap cache shard.
 
 use crate::lru::{LruId, RegionId};
 use crate::page_source::PageSource;
 use crate::sync::{Mutex, MutexGuard};
-use crate::{Error, PAGE_SIZE};
+use crate::{Error, MAX_ORDER, PAGE_SIZE};
 use slots::{SwapEntry, SwapType};
 use std::sync::Arc;
 use xarray::{Entry, NoItems, XArray};
@@ -114,8 +123,9 @@ pub struct Region {
     managed: bool,
     start: u64,
     nr_pages: u64,
-    /// The page table, behind the PTL.
-    table: Mutex<XArray<NoItems>>,
+    /// The page table, split: shard `s` holds the spans `s, s + n, s + 2n, ...` (module
+    /// documentation), each shard behind its own PTL.
+    table: Box<[Mutex<XArray<NoItems>>]>,
     /// Readahead state; its own small lock (a leaf).
     pub(crate) readahead: Mutex<Readahead>,
     /// Where the last first touch's folio ended (`LargeFolios::Sequential`). A hint, not
@@ -168,7 +178,7 @@ impl Region {
             managed,
             start,
             nr_pages: len / page,
-            table: Mutex::new(XArray::new()),
+            table: (0..shard_count(len / page)).map(|_| Mutex::new(XArray::new())).collect(),
             readahead: Mutex::new(Readahead::default()),
             touch_next: std::sync::atomic::AtomicU64::new(0),
             swapin_next: std::sync::atomic::AtomicU64::new(0),
@@ -227,21 +237,73 @@ impl Region {
         (addr - self.start) / PAGE_SIZE as u64
     }
 
-    /// Takes the page-table lock.
+    /// Takes the whole page table: every shard's lock, in ascending order. For work on
+    /// many pages (events, fork, the invariant check); a fault or a page-out takes
+    /// [`Region::lock_span`].
     ///
-    /// Context: blocks while another thread holds it; never held across a wait on a
+    /// Context: blocks while another thread holds any shard; never held across a wait on a
     /// folio.
     pub fn lock(&self) -> PageTable<'_> {
-        PageTable { region: self, xa: self.table.lock() }
+        PageTable { region: self, held: Held::All(self.table.iter().map(|xa| xa.lock()).collect()) }
+    }
+
+    /// Takes the lock of the span holding page `index`: the page table of that span's pages
+    /// only (a folio never crosses a span). Operations on a page outside it panic.
+    ///
+    /// Context: as [`Region::lock`]; the caller holds no other lock of this region's table.
+    pub fn lock_span(&self, index: u64) -> PageTable<'_> {
+        let shard = self.shard_of(index);
+        PageTable { region: self, held: Held::One { shard, xa: self.table[shard].lock() } }
+    }
+
+    fn shard_of(&self, index: u64) -> usize {
+        ((index >> SPAN_SHIFT) & (self.table.len() as u64 - 1)) as usize
+    }
+
+    /// Page `index`'s key in its shard.
+    fn key_of(&self, index: u64) -> u64 {
+        let rank = index >> SPAN_SHIFT >> self.table.len().trailing_zeros();
+        (rank << SPAN_SHIFT) | (index & (PTL_SPAN_PAGES - 1))
+    }
+
+    /// The page index of `key` in `shard` (the inverse of [`Region::key_of`]).
+    fn index_of_key(&self, shard: usize, key: u64) -> u64 {
+        let rank = key >> SPAN_SHIFT;
+        let span = (rank << self.table.len().trailing_zeros()) | shard as u64;
+        (span << SPAN_SHIFT) | (key & (PTL_SPAN_PAGES - 1))
     }
 }
 
-/// A region's page table, locked: every operation that reads or changes the page table is
-/// a method here, so "caller holds the PTL" is a fact of the types.
+const SPAN_SHIFT: u32 = MAX_ORDER;
+
+/// Pages under one page-table lock: 2 MiB, a PTE page's span and the largest folio.
+pub const PTL_SPAN_PAGES: u64 = 1 << SPAN_SHIFT;
+
+/// The most page-table locks (and XArrays) a region has; a larger region's spans share them
+/// round-robin.
+pub const PTL_SHARDS_MAX: u64 = 64;
+
+/// Shards for a region of `nr_pages`: one per span up to [`PTL_SHARDS_MAX`], rounded up to
+/// a power of two so that finding a page's shard is a shift and a mask, not a division.
+fn shard_count(nr_pages: u64) -> usize {
+    nr_pages.div_ceil(PTL_SPAN_PAGES).clamp(1, PTL_SHARDS_MAX).next_power_of_two() as usize
+}
+
+/// The shards a [`PageTable`] holds.
+#[derive(Debug)]
+enum Held<'a> {
+    /// One span's shard, for work on one folio.
+    One { shard: usize, xa: MutexGuard<'a, XArray<NoItems>> },
+    /// Every shard, in order.
+    All(Vec<MutexGuard<'a, XArray<NoItems>>>),
+}
+
+/// A region's page table, locked (one span of it, or all): every operation that reads or
+/// changes the page table is a method here, so "caller holds the PTL" is a fact of the types.
 #[derive(Debug)]
 pub struct PageTable<'a> {
     region: &'a Region,
-    xa: MutexGuard<'a, XArray<NoItems>>,
+    held: Held<'a>,
 }
 
 impl PageTable<'_> {
@@ -250,17 +312,48 @@ impl PageTable<'_> {
         self.region
     }
 
+    /// The shard holding page `index`, and the page's key in it.
+    ///
+    /// # Panics
+    /// If this guard does not hold that shard (an engine bug: a lock of the wrong span).
+    fn shard(&self, index: u64) -> (&XArray<NoItems>, u64) {
+        let shard = self.region.shard_of(index);
+        let xa = match &self.held {
+            Held::One { shard: held, xa } => {
+                assert_eq!(*held, shard, "page {index} lies outside the locked span");
+                xa
+            }
+            Held::All(all) => &all[shard],
+        };
+        (xa, self.region.key_of(index))
+    }
+
+    /// As [`PageTable::shard`], for a change.
+    fn shard_mut(&mut self, index: u64) -> (&mut XArray<NoItems>, u64) {
+        let (shard, key) = (self.region.shard_of(index), self.region.key_of(index));
+        let xa = match &mut self.held {
+            Held::One { shard: held, xa } => {
+                assert_eq!(*held, shard, "page {index} lies outside the locked span");
+                xa
+            }
+            Held::All(all) => &mut all[shard],
+        };
+        (xa, key)
+    }
+
     /// The entry covering page `index`.
     pub fn lookup(&self, index: u64) -> Option<Found> {
-        let (first, order, entry) = self.xa.load_order(index)?;
+        let (xa, key) = self.shard(index);
+        let (first_key, order, entry) = xa.load_order(key)?;
         let value = entry.value().expect("page tables hold value entries only");
-        Some(Found { first, order, pte: Pte::from_value(value) })
+        Some(Found { first: index - (key - first_key), order, pte: Pte::from_value(value) })
     }
 
     /// Is every page of `[first, first + 2^order)` inside the region and without an entry?
     pub fn range_is_empty(&self, first: u64, order: u32) -> bool {
         let last = first + (1 << order) - 1;
-        last < self.region.nr_pages && self.xa.iter_range(first..=last).next().is_none()
+        let (xa, key) = self.shard(first);
+        last < self.region.nr_pages && xa.iter_range(key..=key + (last - first)).next().is_none()
     }
 
     /// Sets the entry of `[first, first + 2^order)`, replacing whatever is inside (the
@@ -271,7 +364,9 @@ impl PageTable<'_> {
     /// On a misaligned range or one covered by a larger entry: both are engine bugs.
     pub fn set(&mut self, first: u64, order: u32, pte: Pte) {
         assert!(first + (1 << order) <= self.region.nr_pages, "entry past the region end");
-        if let Err(refused) = self.xa.store_order(first, order, Entry::Value(pte.to_value())) {
+        assert!(order <= MAX_ORDER, "entry {first}/{order} larger than a span");
+        let (xa, key) = self.shard_mut(first);
+        if let Err(refused) = xa.store_order(key, order, Entry::Value(pte.to_value())) {
             panic!("page table store {first}/{order}: {}", refused.error);
         }
     }
@@ -279,7 +374,8 @@ impl PageTable<'_> {
     /// Erases the entry covering `index` (all of it) and returns what it was.
     pub fn erase(&mut self, index: u64) -> Option<Found> {
         let found = self.lookup(index)?;
-        self.xa.erase(index);
+        let (xa, key) = self.shard_mut(index);
+        xa.erase(key);
         Some(found)
     }
 
@@ -298,7 +394,8 @@ impl PageTable<'_> {
         if old.order <= new_order {
             return vec![old];
         }
-        if let Err(error) = self.xa.split(old.first, new_order) {
+        let (xa, key) = self.shard_mut(old.first);
+        if let Err(error) = xa.split(key, new_order) {
             panic!("page table split {}/{} to {new_order}: {error}", old.first, old.order);
         }
         let mut pieces = Vec::with_capacity(1 << (old.order - new_order));
@@ -311,31 +408,55 @@ impl PageTable<'_> {
         pieces
     }
 
-    /// Every entry intersecting `[first, last]`, as found.
+    /// Every entry intersecting `[first, last]`, as found, in page order.
     pub fn entries(&self, first: u64, last: u64) -> Vec<Found> {
-        self.xa
-            .iter_range(first..=last)
-            .map(|(first, order, entry)| Found {
-                first,
-                order,
-                pte: Pte::from_value(entry.value().expect("value entries only")),
-            })
-            .collect()
+        let mut found = Vec::new();
+        let mut start = first;
+        while start <= last {
+            let end = last.min((start / PTL_SPAN_PAGES + 1) * PTL_SPAN_PAGES - 1);
+            let (xa, key) = self.shard(start);
+            found.extend(xa.iter_range(key..=key + (end - start)).map(
+                |(first_key, order, entry)| {
+                    // An entry starting before `start` starts in the same span.
+                    Found {
+                        first: start + first_key - key,
+                        order,
+                        pte: Pte::from_value(entry.value().expect("value entries only")),
+                    }
+                },
+            ));
+            start = end + 1;
+        }
+        found
     }
 
-    /// XArray node memory of the page table.
+    /// XArray node memory of the shards held.
     pub fn memory_bytes(&self) -> usize {
-        self.xa.memory_bytes()
+        match &self.held {
+            Held::One { xa, .. } => xa.memory_bytes(),
+            Held::All(all) => all.iter().map(|xa| xa.memory_bytes()).sum(),
+        }
     }
 
-    /// Checks the XArray and that every entry lies inside the region.
+    /// Checks each XArray held and that every entry lies inside the region, in its span.
     ///
     /// # Panics
     /// On any inconsistency.
     pub fn check_invariants(&self) {
-        self.xa.check_invariants();
-        for (first, order, _) in self.xa.iter() {
-            assert!(first + (1 << order) <= self.region.nr_pages, "entry {first}/{order} past end");
+        let held: Vec<(usize, &XArray<NoItems>)> = match &self.held {
+            Held::One { shard, xa } => vec![(*shard, &**xa)],
+            Held::All(all) => all.iter().enumerate().map(|(shard, xa)| (shard, &**xa)).collect(),
+        };
+        for (shard, xa) in held {
+            xa.check_invariants();
+            for (key, order, _) in xa.iter() {
+                let first = self.region.index_of_key(shard, key);
+                assert!(
+                    first + (1 << order) <= self.region.nr_pages,
+                    "entry {first}/{order} past end"
+                );
+                assert_eq!(self.region.shard_of(first), shard, "entry {first} in shard {shard}");
+            }
         }
     }
 }
@@ -390,6 +511,83 @@ mod tests {
         assert_eq!(pt.lookup(21), Some(Found { first: 21, order: 0, pte: Pte::Swap(entry(517)) }));
         assert_eq!(pt.lookup(31).unwrap().pte, Pte::Swap(entry(527)));
         pt.check_invariants();
+    }
+
+    fn region_of_spans(spans: u64) -> Region {
+        let len = spans * PTL_SPAN_PAGES * 4096;
+        Region::new(RegionId(0), MmId::DEFAULT, null_source(), true, 1 << 30, len).unwrap()
+    }
+
+    #[test]
+    fn each_page_has_one_place_in_the_split_table() {
+        let region = region_of_spans(PTL_SHARDS_MAX * 2 + 5);
+        assert_eq!(region.table.len() as u64, PTL_SHARDS_MAX);
+        assert_eq!(region_of_spans(5).table.len(), 8);
+        let mut seen = std::collections::HashSet::new();
+        for index in (0..region.nr_pages()).step_by(37).chain([region.nr_pages() - 1]) {
+            let (shard, key) = (region.shard_of(index), region.key_of(index));
+            assert_eq!(region.index_of_key(shard, key), index);
+            assert!(seen.insert((shard, key)), "page {index} shares its place");
+        }
+        // Aligned folios stay aligned in their shard's keys.
+        assert_eq!(region.key_of(PTL_SPAN_PAGES * (PTL_SHARDS_MAX + 3) + 48) % 16, 0);
+        assert_eq!(region_of_spans(1).table.len(), 1);
+    }
+
+    #[test]
+    fn entries_cross_spans_and_shards_in_page_order() {
+        let region = region_of_spans(PTL_SHARDS_MAX + 6);
+        let span = PTL_SPAN_PAGES;
+        let last = region.nr_pages() - 1;
+        let mut pt = region.lock();
+        // Spans 1 and 65 share shard 1.
+        pt.set(span, MAX_ORDER, Pte::Swap(entry(4096)));
+        pt.set((PTL_SHARDS_MAX + 1) * span + 16, 4, Pte::Resident(LruId::from_raw(9)));
+        pt.set(last, 0, Pte::Swap(entry(7)));
+        pt.set(3, 0, Pte::Resident(LruId::from_raw(1)));
+        let all: Vec<(u64, u32)> = pt.entries(0, last).iter().map(|f| (f.first, f.order)).collect();
+        let expected =
+            vec![(3, 0), (span, MAX_ORDER), ((PTL_SHARDS_MAX + 1) * span + 16, 4), (last, 0)];
+        assert_eq!(all, expected);
+        // A range starting inside an entry finds the entry with its true first page.
+        let inside = pt.entries(span + 100, 2 * span + 10);
+        assert_eq!(
+            inside,
+            vec![Found { first: span, order: MAX_ORDER, pte: Pte::Swap(entry(4096)) }]
+        );
+        assert_eq!(pt.lookup(span + 511).unwrap().swap_entry_of(span + 511), Some(entry(4607)));
+        assert_eq!(pt.lookup((PTL_SHARDS_MAX + 1) * span + 20).unwrap().order, 4);
+        assert_eq!(pt.lookup(span - 1), None);
+        pt.check_invariants();
+        drop(pt);
+        let one = region.lock_span(span + 7);
+        assert_eq!(one.lookup(span).unwrap().order, MAX_ORDER);
+        one.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the locked span")]
+    fn a_span_lock_covers_its_span_only() {
+        let region = region_of_spans(3);
+        let _ = region.lock_span(0).lookup(PTL_SPAN_PAGES);
+    }
+
+    #[test]
+    fn two_spans_are_locked_at_once() {
+        let region = Arc::new(region_of_spans(4));
+        let mut held = region.lock_span(0);
+        held.set(0, 0, Pte::Swap(entry(1)));
+        let (done, finished) = std::sync::mpsc::channel();
+        let other = Arc::clone(&region);
+        let thread = std::thread::spawn(move || {
+            other.lock_span(PTL_SPAN_PAGES).set(PTL_SPAN_PAGES, 0, Pte::Swap(entry(2)));
+            done.send(()).unwrap();
+        });
+        let waited = finished.recv_timeout(std::time::Duration::from_secs(20));
+        drop(held);
+        thread.join().unwrap();
+        assert!(waited.is_ok(), "span 1 waited for span 0's lock");
+        assert_eq!(region.lock().entries(0, 4 * PTL_SPAN_PAGES - 1).len(), 2);
     }
 
     #[test]
