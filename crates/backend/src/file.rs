@@ -19,9 +19,15 @@
 //! I/O: `pwrite` / `pread` of whole pages at `offset * PAGE_SIZE`. `O_DIRECT` (through an
 //! aligned bounce buffer) and io_uring batches of 32 scattered writes were measured against
 //! this on the dev machine and lost (4-40x slower, and a tie): docs/benchmarks.md has the
-//! figures and the commit that measured them. Writes land in the page cache, which the
-//! kernel writes back and reclaims on its own. Every error is returned and counted
-//! ([`FileStats`]).
+//! figures and the commit that measured them. Plain writes land in the page cache and stay
+//! there, dirty and then clean, until the kernel writes them back and reclaims them; a
+//! freed slot's old data stays too. On a machine with free memory that is the whole file's
+//! written span: memory outside any budget (docs/benchmarks.md, "The swap file's page
+//! cache"). [`FileOptions::uncached`] asks for `RWF_DONTCACHE` (Linux 6.14) instead: the
+//! kernel drops a written page once it is on disk and a read page once it is copied out,
+//! as its own swap keeps nothing of a swap file in the page cache. Where the kernel or the
+//! file system refuses the flag (tried once, at creation), creation fails and says so.
+//! Every error is returned and counted ([`FileStats`]).
 //!
 //! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
 
@@ -38,7 +44,13 @@ pub struct FileOptions {
     /// Keep the file's name after opening (default: unlink it at once, so nobody else can
     /// open it and it disappears with the process).
     pub keep: bool,
+    /// Keep the file's pages out of the page cache (`RWF_DONTCACHE`: Linux 6.14 and a file
+    /// system that takes it, else creation fails).
+    pub uncached: bool,
 }
+
+/// `RWF_DONTCACHE` (Linux 6.14): buffered I/O whose pages leave the page cache once done.
+const RWF_DONTCACHE: u32 = 0x80;
 
 /// Counters of one file backend.
 #[derive(Debug, Default)]
@@ -64,6 +76,8 @@ pub struct FileBackend {
     /// Where it was created (gone from the file system unless `keep`).
     path: PathBuf,
     nr_pages: u64,
+    /// I/O goes with `RWF_DONTCACHE`.
+    uncached: bool,
     stats: FileStats,
 }
 
@@ -114,8 +128,25 @@ impl FileBackend {
                 source,
             })?;
         }
+        if options.uncached {
+            if let Err(source) = try_dontcache(&file) {
+                let _ = std::fs::remove_file(&path); // gone already unless `keep`
+                let what = "use uncached I/O (RWF_DONTCACHE: Linux 6.14 and a file system that \
+                            takes it) on";
+                return Err(Error::Setup { what, path, source });
+            }
+        }
         let nr_pages = size_bytes / PAGE_SIZE as u64;
-        Ok(FileBackend { file, path, nr_pages, stats: FileStats::default() })
+        let uncached = options.uncached;
+        Ok(FileBackend { file, path, nr_pages, uncached, stats: FileStats::default() })
+    }
+
+    fn flags(&self) -> rustix::io::ReadWriteFlags {
+        if self.uncached {
+            rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE)
+        } else {
+            rustix::io::ReadWriteFlags::empty()
+        }
     }
 
     /// The path the file was created at (no longer linked unless `keep` was set).
@@ -137,6 +168,14 @@ impl FileBackend {
         counter.fetch_add(1, Ordering::Relaxed);
         Error::Io { op, offset, source }
     }
+}
+
+/// Tries one uncached read of page 0 (a hole: nothing is written, the file stays sparse).
+fn try_dontcache(file: &File) -> std::io::Result<()> {
+    let mut page = [0u8; 64];
+    let flags = rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE);
+    rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(&mut page)], 0, flags)?;
+    Ok(())
 }
 
 fn open_new(path: &Path) -> Result<File, Error> {
@@ -181,11 +220,58 @@ fn check_free_space(dir: &Path, size_bytes: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// `pwritev2` of all of `data` at `pos` with `flags`, as `write_all_at` does for `pwrite`.
+fn write_all_flags(
+    file: &File,
+    mut data: &[u8],
+    mut pos: u64,
+    flags: rustix::io::ReadWriteFlags,
+) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match rustix::io::pwritev2(file, &[std::io::IoSlice::new(data)], pos, flags) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                data = &data[n..];
+                pos += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// `preadv2` of all of `buf` at `pos` with `flags`, as `read_exact_at` does for `pread`.
+fn read_exact_flags(
+    file: &File,
+    mut buf: &mut [u8],
+    mut pos: u64,
+    flags: rustix::io::ReadWriteFlags,
+) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(buf)], pos, flags) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                pos += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 impl Backend for FileBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let nr = check_request(offset, data.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
-        self.file.write_all_at(data, pos).map_err(|e| self.io_error("write", offset, e))?;
+        let written = if self.uncached {
+            write_all_flags(&self.file, data, pos, self.flags())
+        } else {
+            self.file.write_all_at(data, pos)
+        };
+        written.map_err(|e| self.io_error("write", offset, e))?;
         self.stats.write_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -193,7 +279,12 @@ impl Backend for FileBackend {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let nr = check_request(offset, buf.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
-        self.file.read_exact_at(buf, pos).map_err(|e| self.io_error("read", offset, e))?;
+        let read = if self.uncached {
+            read_exact_flags(&self.file, buf, pos, self.flags())
+        } else {
+            self.file.read_exact_at(buf, pos)
+        };
+        read.map_err(|e| self.io_error("read", offset, e))?;
         self.stats.read_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }

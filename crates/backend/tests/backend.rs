@@ -58,9 +58,12 @@ fn file_refuses_bad_sizes_and_full_disks_and_unwritable_places() {
 #[test]
 fn file_is_0600_sparse_and_unlinked_by_default() {
     let dir = scratch_dir("mode");
-    let kept =
-        FileBackend::create(&dir.join("kept"), 64 * PAGE_SIZE as u64, FileOptions { keep: true })
-            .unwrap();
+    let kept = FileBackend::create(
+        &dir.join("kept"),
+        64 * PAGE_SIZE as u64,
+        FileOptions { keep: true, ..FileOptions::default() },
+    )
+    .unwrap();
     let meta = std::fs::metadata(kept.path()).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_eq!(meta.len(), 64 * PAGE_SIZE as u64);
@@ -76,7 +79,7 @@ fn file_is_0600_sparse_and_unlinked_by_default() {
 #[test]
 fn file_discard_punches_a_hole() {
     let dir = scratch_dir("punch");
-    let opts = FileOptions { keep: true };
+    let opts = FileOptions { keep: true, ..FileOptions::default() };
     let file = FileBackend::create(&dir.join("swap"), 1024 * PAGE_SIZE as u64, opts).unwrap();
     file.write(512, &vec![5u8; 512 * PAGE_SIZE]).unwrap();
     let used = std::fs::metadata(file.path()).unwrap().blocks();
@@ -88,6 +91,56 @@ fn file_discard_punches_a_hole() {
     file.read(700, &mut buf).unwrap();
     assert_eq!(buf, page(0), "a discarded slot reads as zeros");
     assert_eq!(file.stats().discard_pages.load(Ordering::Relaxed), 512);
+}
+
+/// Pages of the file at `path` in the page cache (`cachestat(2)`, Linux 6.5).
+fn cached_pages(path: &std::path::Path) -> u64 {
+    #[repr(C)]
+    struct Range(u64, u64);
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat([u64; 5]);
+    let file = std::fs::File::open(path).unwrap();
+    let mut stat = Stat::default();
+    // SAFETY: a valid fd for the call; both structs are repr(C) in the kernel's layout and
+    // live across it.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::syscall(451, std::os::fd::AsRawFd::as_raw_fd(&file), &Range(0, 0), &mut stat, 0u32)
+    };
+    assert_eq!(rc, 0, "cachestat: {}", std::io::Error::last_os_error());
+    stat.0[0]
+}
+
+#[test]
+fn an_uncached_file_keeps_its_pages_out_of_the_page_cache() {
+    let dir = scratch_dir("uncached");
+    let size = 1024 * PAGE_SIZE as u64;
+    let cached =
+        FileBackend::create(&dir.join("cached"), size, FileOptions { keep: true, uncached: false })
+            .unwrap();
+    let opts = FileOptions { keep: true, uncached: true };
+    let uncached = match FileBackend::create(&dir.join("uncached"), size, opts) {
+        Ok(file) => file,
+        Err(Error::Setup { what, .. }) if what.contains("RWF_DONTCACHE") => {
+            eprintln!("skipped: this kernel or file system has no RWF_DONTCACHE");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    for file in [&cached, &uncached] {
+        for slot in 0..256 {
+            file.write(slot, &page(slot as u8)).unwrap();
+        }
+        let mut buf = page(0);
+        file.read(77, &mut buf).unwrap();
+        assert_eq!(buf, page(77));
+        std::fs::File::open(file.path()).unwrap().sync_all().unwrap();
+    }
+    assert!(cached_pages(cached.path()) >= 256, "plain writes stay in the page cache");
+    // RWF_DONTCACHE drops a page once written back; sync_all has waited for that.
+    let left = cached_pages(uncached.path());
+    assert!(left < 32, "{left} of 256 uncached pages still in the page cache");
 }
 
 #[test]

@@ -37,7 +37,7 @@ enum Command {
     Sim(Box<sim::SimArgs>),
     /// Run a program with its anonymous memory managed by uswap under a budget:
     /// uswap run [--budget SIZE] ... -- CMD ARGS...
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Show the live counters of a program running under `uswap run`.
     Stat(stat::StatArgs),
 }
@@ -47,7 +47,7 @@ fn main() {
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Sim(args) => sim::run(*args),
-        Command::Run(args) => match run::run(args) {
+        Command::Run(args) => match run::run(*args) {
             Ok(status) => std::process::exit(status),
             Err(error) => Err(error),
         },

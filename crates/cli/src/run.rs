@@ -46,6 +46,12 @@ pub struct RunArgs {
     /// The swap device's size, e.g. 8G (a sparse file).
     #[arg(long)]
     swap_size: Option<String>,
+    /// Whether the swap file's pages may stay in the page cache: `keep` (fast page-ins from
+    /// memory, but everything written stays in RAM, outside the budget, until the kernel
+    /// writes it back and reclaims it) or `drop` (RWF_DONTCACHE, Linux 6.14: memory stays
+    /// within the budget; a page read back from the file is a disk read). docs/RUN.md.
+    #[arg(long, value_name = "MODE", default_value = "keep")]
+    swap_file_cache: String,
     /// Print the live figures every SECS seconds (to stderr, or --stats-file).
     #[arg(long, value_name = "SECS")]
     stats_every: Option<f64>,
@@ -216,6 +222,14 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if let Some(path) = &args.swap_file {
         check_swap_file(path)?;
     }
+    if !matches!(args.swap_file_cache.as_str(), "keep" | "drop") {
+        bail!("--swap-file-cache {}: use keep or drop", args.swap_file_cache);
+    }
+    if args.swap_file_cache == "drop" {
+        let dir =
+            args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
+        check_uncached_io(&dir.map_or_else(std::env::temp_dir, Path::to_path_buf))?;
+    }
     check_userfaultfd()?;
     let preload = find_shim()?;
     let config = RunConfig {
@@ -226,6 +240,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         pool_percent: args.pool_percent,
         swap_file: args.swap_file.as_ref().map(|p| absolute(p).display().to_string()),
         swap_size_bytes,
+        swap_file_cache: args.swap_file_cache.clone(),
         record: args.record.as_ref().map(|p| absolute(p).display().to_string()),
         // The live file is rewritten at least as often as --stats-every prints it.
         stats_interval_ms: args
@@ -334,6 +349,15 @@ fn check_swap_file(path: &Path) -> Result<()> {
         .open(path)
         .map_err(|e| anyhow!("--swap-file {}: cannot create it: {e}", path.display()))?;
     std::fs::remove_file(path).map_err(|e| anyhow!("--swap-file {}: {e}", path.display()))
+}
+
+/// `--swap-file-cache drop` needs `RWF_DONTCACHE` where the swap file goes: tried on a
+/// small private file in `dir`, gone again at once.
+fn check_uncached_io(dir: &Path) -> Result<()> {
+    let options = backend::FileOptions { keep: false, uncached: true };
+    backend::FileBackend::create(dir, 1 << 16, options)
+        .map(drop)
+        .map_err(|e| anyhow!("--swap-file-cache drop: {e}; use --swap-file-cache keep"))
 }
 
 /// The uffd crate's probe, with what `uswap run` needs: kernel-mode faults (a program's

@@ -84,6 +84,11 @@ fn compare_quick_json_on_the_kernel_side() {
             assert!(row["uswap_s"].as_f64().unwrap() > 0.0, "{row}");
             assert_eq!(row["uswap_verify_errors"], 0, "{row}");
             assert!(row["uswap_peak_rss_bytes"].as_u64().unwrap() > 0, "{row}");
+            // 64 MiB under 16 MiB: most pages go on to the swap file, through the page cache.
+            let cached = row["uswap_file_cache_peak_bytes"].as_u64().unwrap();
+            assert!(cached > 0, "{row}");
+            let rss = row["uswap_peak_rss_bytes"].as_u64().unwrap();
+            assert_eq!(row["uswap_peak_bytes"].as_u64().unwrap(), rss + cached, "{row}");
             assert_eq!(json["uswap_available"], true);
         }
         Some(why) => {

@@ -85,6 +85,7 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--cpus", "1023", "--"], "none of these CPUs is available here"),
         (vec!["run", "--idle-poll", "sometimes", "--"], "--idle-poll sometimes: use auto"),
         (vec!["run", "--idle-poll", "on:0", "--"], "use a window of 1..=100000 microseconds"),
+        (vec!["run", "--swap-file-cache", "sometimes", "--"], "use keep or drop"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
@@ -220,6 +221,24 @@ fn freed_and_remapped_memory_reads_right() {
     let out = uswap(&["run", "--budget", "8M", "--", exe.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn an_uncached_swap_file_keeps_the_data() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("free_reuse", &[]);
+    let args = ["run", "--budget", "8M", "--swap-file-cache", "drop", "--", exe.to_str().unwrap()];
+    let out = uswap(&args);
+    let err = stderr(&out);
+    if err.contains("RWF_DONTCACHE") {
+        eprintln!("skipped: {err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    assert!(pages_out_figure(&err, "file ") > 0, "nothing went through the uncached file: {err}");
 }
 
 #[test]
@@ -442,12 +461,15 @@ fn a_recorded_run_replays_in_the_simulator() {
 /// Pages the program's engine paged out, from `uswap run`'s summary: zero + pool + file
 /// minus those written back from the pool (they were counted as pool pages first).
 fn pages_out(err: &str) -> u64 {
-    let line = err.lines().find(|l| l.contains("pages out:")).expect("summary line");
-    let number = |key: &str| -> u64 {
-        let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {line}"));
-        rest.trim_start().split([',', ')', ';', ' ']).next().unwrap().parse().unwrap()
-    };
+    let number = |key: &str| pages_out_figure(err, key);
     number("zero ") + number("pool ") + number("file ") - number("written back ")
+}
+
+/// The figure after `key` on the summary's `pages out:` line.
+fn pages_out_figure(err: &str, key: &str) -> u64 {
+    let line = err.lines().find(|l| l.contains("pages out:")).expect("summary line");
+    let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {line}"));
+    rest.trim_start().split([',', ')', ';', ' ']).next().unwrap().parse().unwrap()
 }
 
 /// A real server under `uswap run`: redis-server with a 16 MiB budget loads 64 MiB of

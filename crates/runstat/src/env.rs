@@ -34,9 +34,11 @@ pub const FOLIO_ORDER: &str = "USWAP_FOLIO_ORDER";
 pub const LARGE_FOLIOS: &str = "USWAP_LARGE_FOLIOS";
 /// The page `uswap run`'s idle pollers watch (uffd's `IdlePage`); unset: no pollers.
 pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
+/// `keep` or `drop`: whether the swap file's pages may stay in the page cache.
+pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -50,6 +52,7 @@ pub const ALL: [&str; 13] = [
     FOLIO_ORDER,
     LARGE_FOLIOS,
     IDLE_PAGE,
+    SWAP_FILE_CACHE,
 ];
 
 /// What the shim needs to manage a program.
@@ -69,6 +72,8 @@ pub struct RunConfig {
     pub swap_file: Option<String>,
     /// The swap device's size.
     pub swap_size_bytes: u64,
+    /// `keep` (the page cache may hold the swap file's pages) or `drop` (`RWF_DONTCACHE`).
+    pub swap_file_cache: String,
     /// The trace to write, if any.
     pub record: Option<String>,
     /// The live stats file's period.
@@ -93,6 +98,7 @@ impl RunConfig {
             (ZSWAP, self.zswap.clone()),
             (POOL_PERCENT, self.pool_percent.to_string()),
             (SWAP_SIZE, self.swap_size_bytes.to_string()),
+            (SWAP_FILE_CACHE, self.swap_file_cache.clone()),
             (STATS_INTERVAL_MS, self.stats_interval_ms.to_string()),
             (PRELOAD_PATH, self.preload_path.clone()),
             (FOLIO_ORDER, self.folio_order.to_string()),
@@ -127,6 +133,7 @@ impl RunConfig {
             pool_percent: number(POOL_PERCENT)? as u32,
             swap_file: get(SWAP_FILE),
             swap_size_bytes: number(SWAP_SIZE)?,
+            swap_file_cache: need(SWAP_FILE_CACHE)?,
             record: get(RECORD),
             stats_interval_ms: number(STATS_INTERVAL_MS)?,
             preload_path: need(PRELOAD_PATH)?,
@@ -160,6 +167,7 @@ mod tests {
             pool_percent: 20,
             swap_file: None,
             swap_size_bytes: 4 << 30,
+            swap_file_cache: "drop".into(),
             record: Some("/tmp/t".into()),
             stats_interval_ms: 1000,
             preload_path: "/x/libuswap_preload.so".into(),

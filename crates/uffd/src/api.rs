@@ -82,6 +82,7 @@ pub struct Builder {
     delivery: Delivery,
     swap: SwapTarget,
     swap_size_bytes: u64,
+    swap_file_uncached: bool,
     checksums: bool,
     readahead_max_pages: Option<u32>,
     require_kernel_faults: Option<bool>,
@@ -101,6 +102,7 @@ impl Default for Builder {
             delivery: Delivery::DEFAULT,
             swap: SwapTarget::Dir(std::env::temp_dir()),
             swap_size_bytes: 4 << 30,
+            swap_file_uncached: false,
             checksums: false,
             readahead_max_pages: None,
             require_kernel_faults: None,
@@ -161,6 +163,15 @@ impl Builder {
     /// The swap device's size (default 4 GiB, sparse: only what is written takes disk).
     pub fn swap_size_bytes(mut self, bytes: u64) -> Self {
         self.swap_size_bytes = bytes;
+        self
+    }
+
+    /// Keep the swap file's pages out of the page cache (`RWF_DONTCACHE`, Linux 6.14; default
+    /// off). Off, everything written to the file stays in memory until the kernel writes it
+    /// back and reclaims it, outside the budget; on, a page read back from the file is a
+    /// disk read. [`Builder::build`] fails where the kernel or file system cannot.
+    pub fn swap_file_uncached(mut self, on: bool) -> Self {
+        self.swap_file_uncached = on;
         self
     }
 
@@ -335,7 +346,7 @@ impl Builder {
             SwapTarget::Dir(dir) => (dir.clone(), false),
             SwapTarget::File(path) => (path.clone(), true),
         };
-        let options = backend::FileOptions { keep };
+        let options = backend::FileOptions { keep, uncached: self.swap_file_uncached };
         let file = backend::FileBackend::create(&at, size_bytes, options)
             .map_err(|e| Error::SwapFile { path: at.clone(), why: e.to_string() })?;
         Ok(BackendConfig::Custom(Arc::new(file)))

@@ -89,7 +89,7 @@ pub enum Which {
     /// zswap lz4) in a memory cgroup at the same budget: wall time, faults, fault latency,
     /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
     /// needs root and /dev/zram0 and is skipped with a note otherwise.
-    Compare(compare::CompareArgs),
+    Compare(Box<compare::CompareArgs>),
     /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
     /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
     /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,

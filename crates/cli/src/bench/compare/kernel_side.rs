@@ -168,6 +168,7 @@ pub fn run_kernel(
             .unwrap_or(0),
         original_peak_bytes: measured.samples.iter().map(|s| s.original_bytes).max().unwrap_or(0),
         kmem_peak_bytes: group.kmem_peak_bytes(),
+        file_cache_peak_bytes: None,
         measured,
     };
     drop(group);

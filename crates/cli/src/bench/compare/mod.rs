@@ -103,6 +103,10 @@ pub struct CompareArgs {
     /// on:US; default: run's, auto).
     #[arg(long, value_name = "MODE")]
     pub idle_poll: Option<String>,
+    /// The uswap side's `--swap-file-cache` (keep or drop; default: run's, keep). Either
+    /// way its swap file's pages in the page cache are measured and counted in its peak.
+    #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"])]
+    pub swap_file_cache: Option<String>,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -173,6 +177,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         timeout: Duration::from_secs(args.timeout_s),
         uswap_folios: uswap_folios(args)?,
         uswap_idle_poll: uswap_idle_poll(args)?,
+        uswap_swap_file_cache: args.swap_file_cache.clone(),
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
@@ -313,12 +318,17 @@ fn describe(
     table.row(["uswap folios".to_string(), folios]);
     let idle = ctx.uswap_idle_poll.clone().unwrap_or_else(|| "uswap run's default (auto)".into());
     table.row(["uswap idle polling".to_string(), idle]);
+    let cache = ctx.uswap_swap_file_cache.clone().unwrap_or_else(|| "run's default (keep)".into());
+    table.row(["uswap swap file cache".to_string(), cache]);
     if let Some((order, policy)) = &ctx.uswap_folios {
         report.field("uswap_folio_order", *order);
         report.field("uswap_large_folios", policy.clone());
     }
     if let Some(idle) = &ctx.uswap_idle_poll {
         report.field("uswap_idle_poll", idle.clone());
+    }
+    if let Some(cache) = &ctx.uswap_swap_file_cache {
+        report.field("uswap_swap_file_cache", cache.clone());
     }
     if let Err(why) = env {
         report.note(format!("kernel side skipped: {why:#}"));

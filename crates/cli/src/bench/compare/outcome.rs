@@ -38,6 +38,9 @@ pub struct RunOutcome {
     pub original_peak_bytes: u64,
     /// v1 kernel-memory peak of the cgroup (where the zswap pool is charged), if known.
     pub kmem_peak_bytes: Option<u64>,
+    /// uswap only: the most the run's swap files held in the page cache (its store), if
+    /// `cachestat(2)` could tell.
+    pub file_cache_peak_bytes: Option<u64>,
 }
 
 impl RunOutcome {

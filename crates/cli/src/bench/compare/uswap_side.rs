@@ -9,22 +9,35 @@
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
 //!                        threads live inside the program, so this is everything it costs
-//!   peak                 max(sampled tree RSS, wait4's ru_maxrss of the tree)
+//!                        and the page cache's pages of each `uswap run`'s swap file
+//!                        (`cachestat(2)`; the harness names the files: `--swap-file`)
+//!   peak                 charged: max(sampled tree RSS, wait4's ru_maxrss of the tree);
+//!                        store: the most the swap files had in the page cache;
+//!                        peak = charged + store, as the kernel side's cgroup + zram
 //! ```
 //!
 //! The kernel side reports a memory cgroup's charge (which counts page cache and kernel
 //! memory too) plus zram's pool; the uswap side has no cgroup, so the process tree's
-//! resident set is the honest equivalent: every byte uswap holds for the program is in it.
-//! The budget is the same number on both sides; how far each side's peak lands from it is
-//! the comparison (`uswap run` promises the budget plus its slack, docs/RUN.md).
+//! resident set stands for the charge: the engine, its pool and its buffers are in it.
+//! What is not: the swap file's pages in the page cache. `uswap run` writes its swap file
+//! with buffered `pwrite`, so everything written back stays in memory until the kernel
+//! writes it to disk and reclaims it (the kernel's own swap bypasses the page cache). That
+//! is memory outside the budget, like zram's pool on the kernel side, so it is counted as
+//! the uswap side's store. The budget is the same number on both sides; how far each
+//! side's peak lands from it is the comparison (`uswap run` promises the budget plus its
+//! slack, docs/RUN.md).
 
 use super::kernel_side::meminfo_bytes;
 use super::outcome::{RunOutcome, Side};
 use super::runner::{MemoryProbe, Sample};
+use super::sys::cached_pages;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
 use anyhow::{Context, Result};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// The most processes one probe sums (a workload is one or two).
 const TREE_MAX: usize = 64;
@@ -57,24 +70,29 @@ fn uswap_run_available(exe: &Path) -> bool {
     status.is_ok_and(|s| s.success())
 }
 
-/// `command` wrapped in `uswap run`: the same program, arguments, environment and
-/// directory.
-fn wrapped(
-    exe: &Path,
-    command: &Command,
-    budget_bytes: u64,
-    folios: Option<&(u32, String)>,
-    idle_poll: Option<&str>,
-) -> Command {
+/// `uswap run`'s flags for the uswap side of `ctx`, its swap file at `swap_file`.
+fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
+    let mut flags: Vec<String> = vec!["--budget".into(), ctx.budget_bytes.to_string()];
+    flags.extend(["--zswap".into(), "lz4".into()]);
+    flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
+    if let Some((order, policy)) = &ctx.uswap_folios {
+        flags.extend(["--folio-order".into(), order.to_string()]);
+        flags.extend(["--large-folios".into(), policy.clone()]);
+    }
+    if let Some(mode) = &ctx.uswap_idle_poll {
+        flags.extend(["--idle-poll".into(), mode.clone()]);
+    }
+    if let Some(mode) = &ctx.uswap_swap_file_cache {
+        flags.extend(["--swap-file-cache".into(), mode.clone()]);
+    }
+    flags
+}
+
+/// `command` wrapped in `uswap run FLAGS --`: the same program, arguments, environment
+/// and directory.
+fn wrapped(exe: &Path, command: &Command, flags: &[String]) -> Command {
     let mut wrapper = Command::new(exe);
-    wrapper.args(["run", "--budget", &budget_bytes.to_string(), "--zswap", "lz4"]);
-    if let Some((order, policy)) = folios {
-        wrapper.args(["--folio-order", &order.to_string(), "--large-folios", policy]);
-    }
-    if let Some(mode) = idle_poll {
-        wrapper.args(["--idle-poll", mode]);
-    }
-    wrapper.arg("--");
+    wrapper.arg("run").args(flags).arg("--");
     wrapper.arg(command.get_program()).args(command.get_args());
     for (key, value) in command.get_envs() {
         match value {
@@ -90,54 +108,113 @@ fn wrapped(
 
 fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOutcome> {
     let exe: PathBuf = exe.to_path_buf();
+    let probe = TreeProbe::new(ctx.scratch_dir.join(format!("{}-swap", spec.name)));
     let prepare = |command: &mut Command| -> Result<()> {
-        *command = wrapped(
-            &exe,
-            command,
-            ctx.budget_bytes,
-            ctx.uswap_folios.as_ref(),
-            ctx.uswap_idle_poll.as_deref(),
-        );
+        let swap_file = probe.next_swap_file();
+        *command = wrapped(&exe, command, &run_flags(ctx, &swap_file));
         Ok(())
     };
-    let probe = TreeProbe;
     let measured = spec
         .execute(ctx, &Placement { prepare: &prepare, probe: &probe })
         .context("under uswap run")?;
     let sampled = measured.samples.iter().map(|s| s.charged_bytes).max().unwrap_or(0);
     let charged_peak_bytes = sampled.max(measured.max_rss_bytes);
+    let file_cache_peak_bytes = (!probe.cache_unknown.load(Ordering::Relaxed))
+        .then(|| measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0));
+    let store_peak_bytes = file_cache_peak_bytes.unwrap_or(0);
     Ok(RunOutcome {
         charged_peak_bytes,
-        store_peak_bytes: 0,
-        peak_bytes: charged_peak_bytes,
+        store_peak_bytes,
+        peak_bytes: charged_peak_bytes + store_peak_bytes,
         compressed_peak_bytes: 0,
         original_peak_bytes: 0,
         kmem_peak_bytes: None,
+        file_cache_peak_bytes,
         measured,
     })
 }
 
-/// Samples the resident set of a process tree.
-struct TreeProbe;
+/// Samples the resident set of a process tree and the page cache its swap files hold.
+struct TreeProbe {
+    /// Where the swap files go (the harness's scratch directory); `uswap run` creates each
+    /// and removes it at exit.
+    prefix: PathBuf,
+    /// Each wrapped command's swap file, opened once it exists.
+    files: Mutex<Vec<(PathBuf, Option<File>)>>,
+    /// `cachestat(2)` failed (before Linux 6.5): the store is not measured (null).
+    cache_unknown: AtomicBool,
+}
 
-impl MemoryProbe for TreeProbe {
-    fn sample(&self, pid: u32) -> Sample {
-        Sample { charged_bytes: tree_rss_bytes(Path::new("/proc"), pid), ..Sample::default() }
+impl TreeProbe {
+    fn new(prefix: PathBuf) -> Self {
+        TreeProbe { prefix, files: Mutex::new(Vec::new()), cache_unknown: AtomicBool::new(false) }
+    }
+
+    /// A fresh swap file path for the next `uswap run`.
+    fn next_swap_file(&self) -> PathBuf {
+        let mut files = self.files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let path = PathBuf::from(format!("{}-{}", self.prefix.display(), files.len()));
+        files.push((path.clone(), None));
+        path
+    }
+
+    /// Bytes of the swap files in the page cache. `uswap run` unlinks its swap file right
+    /// after creating it, so each is found among the open descriptors of the processes in
+    /// `pids` and opened through `/proc/PID/fd/N`; one not found yet counts 0, one found
+    /// stays measured through this probe's own descriptor.
+    fn file_cache_bytes(&self, proc_root: &Path, pids: &[u32]) -> u64 {
+        let mut files = self.files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut total = 0;
+        for (path, open) in files.iter_mut() {
+            if open.is_none() {
+                *open = find_open_file(proc_root, pids, path);
+            }
+            let Some(file) = open else { continue };
+            match cached_pages(file) {
+                Ok(pages) => total += pages * 4096,
+                Err(_) => self.cache_unknown.store(true, Ordering::Relaxed),
+            }
+        }
+        total
     }
 }
 
-/// VmRSS of `pid` and its descendants (at most [`TREE_MAX`] processes), in bytes; a
-/// process that exits meanwhile counts as 0.
-fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
-    let mut pending = vec![pid];
-    let (mut total, mut seen) = (0, 0);
+impl MemoryProbe for TreeProbe {
+    fn sample(&self, pid: u32) -> Sample {
+        let proc_root = Path::new("/proc");
+        let pids = tree_pids(proc_root, pid);
+        Sample {
+            charged_bytes: pids.iter().map(|&pid| rss_bytes(proc_root, pid)).sum(),
+            outside_bytes: self.file_cache_bytes(proc_root, &pids),
+            ..Sample::default()
+        }
+    }
+}
+
+/// `path` (unlinked or not) as one of `pids`' open files, opened again for reading.
+fn find_open_file(proc_root: &Path, pids: &[u32], path: &Path) -> Option<File> {
+    let deleted = format!("{} (deleted)", path.display());
+    for pid in pids {
+        let fds = std::fs::read_dir(proc_root.join(format!("{pid}/fd")));
+        for fd in fds.into_iter().flatten().flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            if target == path || target.as_os_str() == deleted.as_str() {
+                return File::open(fd.path()).ok();
+            }
+        }
+    }
+    None
+}
+
+/// `pid` and its descendants (at most [`TREE_MAX`] processes), from each task's
+/// `children`; a process gone meanwhile ends its branch.
+fn tree_pids(proc_root: &Path, pid: u32) -> Vec<u32> {
+    let (mut pending, mut pids) = (vec![pid], Vec::new());
     while let Some(pid) = pending.pop() {
-        seen += 1;
-        if seen > TREE_MAX {
+        if pids.len() == TREE_MAX {
             break;
         }
-        let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status")));
-        total += status.ok().and_then(|s| meminfo_bytes(&s, "VmRSS")).unwrap_or(0);
+        pids.push(pid);
         let tasks = std::fs::read_dir(proc_root.join(format!("{pid}/task")));
         for task in tasks.into_iter().flatten().flatten() {
             let children = std::fs::read_to_string(task.path().join("children"));
@@ -145,7 +222,19 @@ fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
             pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
         }
     }
-    total
+    pids
+}
+
+/// VmRSS of `pid` in bytes; 0 for a process gone.
+fn rss_bytes(proc_root: &Path, pid: u32) -> u64 {
+    let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status")));
+    status.ok().and_then(|s| meminfo_bytes(&s, "VmRSS")).unwrap_or(0)
+}
+
+/// VmRSS of `pid` and its descendants, in bytes.
+#[cfg(test)]
+fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
+    tree_pids(proc_root, pid).iter().map(|&pid| rss_bytes(proc_root, pid)).sum()
 }
 
 #[cfg(test)]
@@ -169,23 +258,55 @@ mod tests {
     }
 
     #[test]
+    fn an_unlinked_swap_file_is_found_among_open_descriptors() {
+        let path = std::env::temp_dir().join(format!("uswap-probe-{}.swap", std::process::id()));
+        let mut file = File::create(&path).unwrap();
+        std::io::Write::write_all(&mut file, &[7u8; 8192]).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let me = std::process::id();
+        let probe = TreeProbe::new(std::env::temp_dir().join("unused"));
+        probe.files.lock().unwrap().push((path.clone(), None));
+        let cached = probe.file_cache_bytes(Path::new("/proc"), &[me]);
+        assert_eq!(cached, 8192, "the two pages just written are in the page cache");
+        assert!(probe.files.lock().unwrap()[0].1.is_some());
+        let other = std::env::temp_dir().join("uswap-probe-no-such.swap");
+        assert!(find_open_file(Path::new("/proc"), &[me], &other).is_none());
+    }
+
+    #[test]
     fn the_wrapper_keeps_program_arguments_and_environment() {
         let mut inner = Command::new("/bin/prog");
         inner.args(["-a", "b"]).env("K", "V").current_dir("/tmp");
-        let outer = wrapped(Path::new("/x/uswap"), &inner, 1 << 28, None, None);
+        let flags = ["--budget".to_string(), "268435456".to_string()];
+        let outer = wrapped(Path::new("/x/uswap"), &inner, &flags);
         let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert_eq!(
-            args,
-            ["run", "--budget", "268435456", "--zswap", "lz4", "--", "/bin/prog", "-a", "b"]
-        );
+        assert_eq!(args, ["run", "--budget", "268435456", "--", "/bin/prog", "-a", "b"]);
         assert_eq!(outer.get_program(), "/x/uswap");
         let envs: Vec<_> = outer.get_envs().collect();
         assert_eq!(envs, [(std::ffi::OsStr::new("K"), Some(std::ffi::OsStr::new("V")))]);
         assert_eq!(outer.get_current_dir(), Some(Path::new("/tmp")));
-        let folios = (0, "always".to_string());
-        let outer = wrapped(Path::new("/x/uswap"), &inner, 4096, Some(&folios), Some("off"));
-        let args: Vec<_> = outer.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        let flags = ["--folio-order", "0", "--large-folios", "always", "--idle-poll", "off", "--"];
-        assert_eq!(args[5..12], flags, "{args:?}");
+    }
+
+    #[test]
+    fn the_run_flags_follow_the_context() {
+        let mut ctx = RunContext::for_tests();
+        ctx.budget_bytes = 4096;
+        let flags = run_flags(&ctx, Path::new("/s"));
+        assert_eq!(flags, ["--budget", "4096", "--zswap", "lz4", "--swap-file", "/s"]);
+        ctx.uswap_folios = Some((0, "always".to_string()));
+        ctx.uswap_idle_poll = Some("off".into());
+        ctx.uswap_swap_file_cache = Some("drop".into());
+        let flags = run_flags(&ctx, Path::new("/s"));
+        let tail = [
+            "--folio-order",
+            "0",
+            "--large-folios",
+            "always",
+            "--idle-poll",
+            "off",
+            "--swap-file-cache",
+            "drop",
+        ];
+        assert_eq!(flags[6..], tail, "{flags:?}");
     }
 }

@@ -88,6 +88,28 @@ pub struct RunContext {
     pub uswap_folios: Option<(u32, String)>,
     /// The uswap side's `--idle-poll` (`uswap run`'s when `None`).
     pub uswap_idle_poll: Option<String>,
+    /// The uswap side's `--swap-file-cache`; `None`: run's default.
+    pub uswap_swap_file_cache: Option<String>,
+}
+
+#[cfg(test)]
+impl RunContext {
+    /// A context with no programs found, 1 MiB under 256 KiB, everything else defaulted.
+    pub fn for_tests() -> Self {
+        RunContext {
+            workload_bin: None,
+            python: None,
+            redis_server: None,
+            scratch_dir: std::env::temp_dir(),
+            size_bytes: 1 << 20,
+            budget_bytes: 1 << 18,
+            seed: 1,
+            timeout: Duration::from_secs(1),
+            uswap_folios: None,
+            uswap_idle_poll: None,
+            uswap_swap_file_cache: None,
+        }
+    }
 }
 
 /// How a side confines a workload and reads its memory.
@@ -335,18 +357,7 @@ mod tests {
 
     #[test]
     fn a_missing_program_is_named() {
-        let ctx = RunContext {
-            workload_bin: None,
-            python: None,
-            redis_server: None,
-            scratch_dir: std::env::temp_dir(),
-            size_bytes: 1 << 20,
-            budget_bytes: 1 << 18,
-            seed: 1,
-            timeout: Duration::from_secs(1),
-            uswap_folios: None,
-            uswap_idle_poll: None,
-        };
+        let ctx = RunContext::for_tests();
         let redis = WorkloadSpec { name: "redis".into(), kind: WorkloadKind::Redis };
         assert!(redis.missing(&ctx).unwrap().contains("redis-server"));
         let seq = &parse_workloads("seq").unwrap()[0];
