@@ -393,7 +393,7 @@ impl Core {
         let first = region.index_of(addr);
         let end = (addr.saturating_add(len)).min(region.end());
         let last = region.index_of(end - 1);
-        let entries = region.lock().entries(first, last);
+        let entries = region.entries_by_span(first, last);
         let mut reclaimed = 0;
         for found in entries {
             let Pte::Resident(id) = found.pte else { continue };

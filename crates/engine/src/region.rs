@@ -256,6 +256,20 @@ impl Region {
         PageTable { region: self, held: Held::One { shard, xa: self.table[shard].lock() } }
     }
 
+    /// Every entry intersecting `[first, last]`, each span's read under that span's lock
+    /// alone: no moment sees the whole range, which suits a caller that re-checks each
+    /// entry under its own lock later (`MADV_PAGEOUT`).
+    pub fn entries_by_span(&self, first: u64, last: u64) -> Vec<Found> {
+        let mut found = Vec::new();
+        let mut start = first;
+        while start <= last {
+            let end = last.min((start | (PTL_SPAN_PAGES - 1)).min(self.nr_pages - 1));
+            found.extend(self.lock_span(start).entries(start, end));
+            start = end + 1;
+        }
+        found
+    }
+
     fn shard_of(&self, index: u64) -> usize {
         ((index >> SPAN_SHIFT) & (self.table.len() as u64 - 1)) as usize
     }
@@ -563,6 +577,24 @@ mod tests {
         let one = region.lock_span(span + 7);
         assert_eq!(one.lookup(span).unwrap().order, MAX_ORDER);
         one.check_invariants();
+    }
+
+    #[test]
+    fn entries_read_span_by_span_are_the_same_entries() {
+        let region = region_of_spans(PTL_SHARDS_MAX + 3);
+        let mut pt = region.lock();
+        for (first, order) in
+            [(0, 0), (500, 2), (512, MAX_ORDER), (64 * 512 + 16, 4), (67 * 512 - 1, 0)]
+        {
+            pt.set(first, order, Pte::Swap(entry(first)));
+        }
+        let last = region.nr_pages() - 1;
+        let whole = pt.entries(0, last);
+        let part = pt.entries(501, 64 * 512 + 20);
+        drop(pt);
+        assert_eq!(region.entries_by_span(0, last), whole);
+        assert_eq!(region.entries_by_span(501, 64 * 512 + 20), part);
+        assert_eq!(part.len(), 3, "{part:?}");
     }
 
     #[test]
