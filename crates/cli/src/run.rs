@@ -48,8 +48,9 @@ pub struct RunArgs {
     swap_size: Option<String>,
     /// Whether the swap file's pages may stay in the page cache: `keep` (fast page-ins from
     /// memory, but everything written stays in RAM, outside the budget, until the kernel
-    /// writes it back and reclaims it) or `drop` (RWF_DONTCACHE, Linux 6.14: memory stays
-    /// within the budget; a page read back from the file is a disk read). docs/RUN.md.
+    /// writes it back and reclaims it) or `drop` (RWF_DONTCACHE, Linux 6.14: a written page
+    /// leaves the page cache once it is on disk; a page read back from the file is a disk
+    /// read). docs/RUN.md.
     #[arg(long, value_name = "MODE", default_value = "keep")]
     swap_file_cache: String,
     /// Print the live figures every SECS seconds (to stderr, or --stats-file).
