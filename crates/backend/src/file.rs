@@ -141,14 +141,6 @@ impl FileBackend {
         Ok(FileBackend { file, path, nr_pages, uncached, stats: FileStats::default() })
     }
 
-    fn flags(&self) -> rustix::io::ReadWriteFlags {
-        if self.uncached {
-            rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE)
-        } else {
-            rustix::io::ReadWriteFlags::empty()
-        }
-    }
-
     /// The path the file was created at (no longer linked unless `keep` was set).
     pub fn path(&self) -> &Path {
         &self.path
@@ -170,11 +162,14 @@ impl FileBackend {
     }
 }
 
+fn dontcache() -> rustix::io::ReadWriteFlags {
+    rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE)
+}
+
 /// Tries one uncached read of page 0 (a hole: nothing is written, the file stays sparse).
 fn try_dontcache(file: &File) -> std::io::Result<()> {
     let mut page = [0u8; 64];
-    let flags = rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE);
-    rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(&mut page)], 0, flags)?;
+    rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(&mut page)], 0, dontcache())?;
     Ok(())
 }
 
@@ -220,15 +215,10 @@ fn check_free_space(dir: &Path, size_bytes: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// `pwritev2` of all of `data` at `pos` with `flags`, as `write_all_at` does for `pwrite`.
-fn write_all_flags(
-    file: &File,
-    mut data: &[u8],
-    mut pos: u64,
-    flags: rustix::io::ReadWriteFlags,
-) -> std::io::Result<()> {
+/// `pwritev2(RWF_DONTCACHE)` of all of `data` at `pos`, as `write_all_at` does for `pwrite`.
+fn write_all_uncached(file: &File, mut data: &[u8], mut pos: u64) -> std::io::Result<()> {
     while !data.is_empty() {
-        match rustix::io::pwritev2(file, &[std::io::IoSlice::new(data)], pos, flags) {
+        match rustix::io::pwritev2(file, &[std::io::IoSlice::new(data)], pos, dontcache()) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
             Ok(n) => {
                 data = &data[n..];
@@ -241,15 +231,10 @@ fn write_all_flags(
     Ok(())
 }
 
-/// `preadv2` of all of `buf` at `pos` with `flags`, as `read_exact_at` does for `pread`.
-fn read_exact_flags(
-    file: &File,
-    mut buf: &mut [u8],
-    mut pos: u64,
-    flags: rustix::io::ReadWriteFlags,
-) -> std::io::Result<()> {
+/// `preadv2(RWF_DONTCACHE)` of all of `buf` at `pos`, as `read_exact_at` does for `pread`.
+fn read_exact_uncached(file: &File, mut buf: &mut [u8], mut pos: u64) -> std::io::Result<()> {
     while !buf.is_empty() {
-        match rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(buf)], pos, flags) {
+        match rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(buf)], pos, dontcache()) {
             Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
             Ok(n) => {
                 buf = &mut buf[n..];
@@ -267,7 +252,7 @@ impl Backend for FileBackend {
         let nr = check_request(offset, data.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
         let written = if self.uncached {
-            write_all_flags(&self.file, data, pos, self.flags())
+            write_all_uncached(&self.file, data, pos)
         } else {
             self.file.write_all_at(data, pos)
         };
@@ -280,7 +265,7 @@ impl Backend for FileBackend {
         let nr = check_request(offset, buf.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
         let read = if self.uncached {
-            read_exact_flags(&self.file, buf, pos, self.flags())
+            read_exact_uncached(&self.file, buf, pos)
         } else {
             self.file.read_exact_at(buf, pos)
         };

@@ -137,7 +137,7 @@ fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOut
 /// Samples the resident set of a process tree and the page cache its swap files hold.
 struct TreeProbe {
     /// Where the swap files go (the harness's scratch directory); `uswap run` creates each
-    /// and removes it at exit.
+    /// and unlinks it once it is open.
     prefix: PathBuf,
     /// Each wrapped command's swap file, opened once it exists.
     files: Mutex<Vec<(PathBuf, Option<File>)>>,
