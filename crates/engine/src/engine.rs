@@ -316,7 +316,7 @@ impl Engine {
     pub fn corrupt_pool_page(&self, mm: MmId, addr: u64, mutate: impl FnOnce(&mut [u8])) -> bool {
         let Ok(region) = self.core.region_of(mm, addr) else { return false };
         let index = region.index_of(addr);
-        let pt = region.lock();
+        let pt = region.lock_span(index);
         let Some(entry) = pt.lookup(index).and_then(|found| found.swap_entry_of(index)) else {
             return false;
         };

@@ -260,14 +260,9 @@ impl Region {
     /// alone: no moment sees the whole range, which suits a caller that re-checks each
     /// entry under its own lock later (`MADV_PAGEOUT`).
     pub fn entries_by_span(&self, first: u64, last: u64) -> Vec<Found> {
-        let mut found = Vec::new();
-        let mut start = first;
-        while start <= last {
-            let end = last.min((start | (PTL_SPAN_PAGES - 1)).min(self.nr_pages - 1));
-            found.extend(self.lock_span(start).entries(start, end));
-            start = end + 1;
-        }
-        found
+        span_pieces(first, last)
+            .flat_map(|(start, end)| self.lock_span(start).entries(start, end))
+            .collect()
     }
 
     fn shard_of(&self, index: u64) -> usize {
@@ -296,6 +291,18 @@ pub const PTL_SPAN_PAGES: u64 = 1 << SPAN_SHIFT;
 /// The most page-table locks (and XArrays) a region has; a larger region's spans share them
 /// round-robin.
 pub const PTL_SHARDS_MAX: u64 = 64;
+
+/// `[first, last]` cut at span boundaries, as `(start, end)` pieces in order.
+fn span_pieces(first: u64, last: u64) -> impl Iterator<Item = (u64, u64)> {
+    let mut start = first;
+    std::iter::from_fn(move || {
+        (start <= last).then(|| {
+            let piece = (start, last.min(start | (PTL_SPAN_PAGES - 1)));
+            start = piece.1 + 1;
+            piece
+        })
+    })
+}
 
 /// Shards for a region of `nr_pages`: one per span up to [`PTL_SHARDS_MAX`], rounded up to
 /// a power of two so that finding a page's shard is a shift and a mask, not a division.
@@ -425,9 +432,7 @@ impl PageTable<'_> {
     /// Every entry intersecting `[first, last]`, as found, in page order.
     pub fn entries(&self, first: u64, last: u64) -> Vec<Found> {
         let mut found = Vec::new();
-        let mut start = first;
-        while start <= last {
-            let end = last.min((start / PTL_SPAN_PAGES + 1) * PTL_SPAN_PAGES - 1);
+        for (start, end) in span_pieces(first, last) {
             let (xa, key) = self.shard(start);
             found.extend(xa.iter_range(key..=key + (end - start)).map(
                 |(first_key, order, entry)| {
@@ -439,7 +444,6 @@ impl PageTable<'_> {
                     }
                 },
             ));
-            start = end + 1;
         }
         found
     }

@@ -165,13 +165,12 @@ impl ShimHooks {
                 Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64) }))
             }
         };
-        let idle = match &config.idle_page {
-            None => None,
-            Some(path) => Some(
+        let idle = (config.idle_page.as_deref())
+            .map(|path| {
                 uffd::idle::IdlePage::open(std::path::Path::new(path))
-                    .map_err(|e| format!("cannot map the idle pollers' page {path}: {e}"))?,
-            ),
-        };
+                    .map_err(|e| format!("cannot map the idle pollers' page {path}: {e}"))
+            })
+            .transpose()?;
         let scanner = Scanner {
             text: Vec::with_capacity(1 << 20),
             candidates: Vec::with_capacity(4096),

@@ -171,7 +171,7 @@ impl TreeProbe {
             }
             let Some(file) = open else { continue };
             match cached_pages(file) {
-                Ok(pages) => total += pages * 4096,
+                Ok(pages) => total += pages * backend::PAGE_SIZE as u64,
                 Err(_) => self.cache_unknown.store(true, Ordering::Relaxed),
             }
         }
@@ -231,12 +231,6 @@ fn rss_bytes(proc_root: &Path, pid: u32) -> u64 {
     status.ok().and_then(|s| meminfo_bytes(&s, "VmRSS")).unwrap_or(0)
 }
 
-/// VmRSS of `pid` and its descendants, in bytes.
-#[cfg(test)]
-fn tree_rss_bytes(proc_root: &Path, pid: u32) -> u64 {
-    tree_pids(proc_root, pid).iter().map(|&pid| rss_bytes(proc_root, pid)).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,9 +245,11 @@ mod tests {
             std::fs::write(root.join(format!("{pid}/status")), status).unwrap();
             std::fs::write(task.join("children"), children).unwrap();
         }
-        assert_eq!(tree_rss_bytes(&root, 10), 124 * 1024);
-        assert_eq!(tree_rss_bytes(&root, 12), 4 * 1024);
-        assert_eq!(tree_rss_bytes(&root, 99), 0, "a process gone counts 0");
+        let tree_rss_bytes =
+            |pid| -> u64 { tree_pids(&root, pid).iter().map(|&pid| rss_bytes(&root, pid)).sum() };
+        assert_eq!(tree_rss_bytes(10), 124 * 1024);
+        assert_eq!(tree_rss_bytes(12), 4 * 1024);
+        assert_eq!(tree_rss_bytes(99), 0, "a process gone counts 0");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
