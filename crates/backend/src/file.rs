@@ -22,9 +22,10 @@
 //! figures and the commit that measured them. Plain writes land in the page cache and stay
 //! there, dirty and then clean, until the kernel writes them back and reclaims them; a
 //! freed slot's old data stays too: memory outside any budget, 1.6-1.8 GiB in a 1 GiB run
-//! under 256 MiB on the dev machine (docs/benchmarks.md, "The swap file's page cache"). [`FileOptions::uncached`] asks for `RWF_DONTCACHE` (Linux 6.14) instead: the
-//! kernel drops a written page once it is on disk and a read page once it is copied out,
-//! as its own swap keeps nothing of a swap file in the page cache. Where the kernel or the
+//! under 256 MiB on the dev machine (docs/benchmarks.md, "The swap file's page cache").
+//! [`FileOptions::uncached`] asks for `RWF_DONTCACHE` (Linux 6.14) instead: the kernel
+//! drops a written page once it is on disk and a read page once it is copied out, as its
+//! own swap keeps nothing of a swap file in the page cache. Where the kernel or the
 //! file system refuses the flag (tried once, at creation), creation fails and says so.
 //! Every error is returned and counted ([`FileStats`]).
 //!
