@@ -36,9 +36,16 @@ pub struct RunArgs {
     /// The compressed pool: lz4, zstd (level 3; zstd:1..=3 for another level) or off.
     #[arg(long, default_value = "lz4")]
     zswap: String,
-    /// The pool's share of the budget, percent.
+    /// The pool's share of the budget, percent. The pool's memory is charged to the budget,
+    /// as zswap's is to a memory cgroup.
     #[arg(long, default_value_t = 20)]
     pool_percent: u32,
+    /// A compressed pool of its own beside the budget, of at most SIZE (e.g. 1G), instead of
+    /// a share of it: the budget then limits resident pages alone, and the pool's memory
+    /// is counted apart, as a memory cgroup's limit leaves zram's store out. What the pool
+    /// cannot hold goes to the swap file (docs/RUN.md, "The pool beside the budget").
+    #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent")]
+    pool_size: Option<String>,
     /// The swap file (must not exist; removed at exit). Default: a file in a private
     /// temporary directory.
     #[arg(long)]
@@ -206,6 +213,10 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if args.pool_percent == 0 || args.pool_percent > 100 {
         bail!("--pool-percent {}: use 1..=100", args.pool_percent);
     }
+    let pool_bytes = match &args.pool_size {
+        Some(text) => Some(check_pool_size(text, &args.zswap)?),
+        None => None,
+    };
     check_folios(args.folio_order, &args.large_folios)?;
     if budget_bytes < PAGE_BYTES << args.folio_order {
         bail!(
@@ -239,6 +250,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         budget_bytes,
         zswap: args.zswap.clone(),
         pool_percent: args.pool_percent,
+        pool_bytes,
         swap_file: args.swap_file.as_ref().map(|p| absolute(p).display().to_string()),
         swap_size_bytes,
         swap_file_cache: args.swap_file_cache.clone(),
@@ -254,6 +266,25 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         idle_page: None,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll })
+}
+
+/// `--pool-size`: a size the pool can take (64 KiB up to the 64 GiB its allocator
+/// addresses), with a pool to size.
+fn check_pool_size(text: &str, zswap: &str) -> Result<u64> {
+    if zswap == "off" {
+        bail!("--pool-size with --zswap off: there is no pool to size");
+    }
+    let bytes = parse_size(text).map_err(|e| anyhow!("--pool-size: {e}"))?;
+    let (min, max) = (zswap::config::MIN_POOL_BYTES, zswap::config::MAX_POOL_BYTES);
+    if !(min..=max).contains(&bytes) {
+        bail!(
+            "--pool-size {}: use {} to {}",
+            format_size(bytes),
+            format_size(min),
+            format_size(max)
+        );
+    }
+    Ok(bytes)
 }
 
 /// `--zswap`: off, or a compressor the pool knows (lz4, zstd, zstd:1..=3; `none`, which

@@ -86,6 +86,8 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--idle-poll", "sometimes", "--"], "--idle-poll sometimes: use auto"),
         (vec!["run", "--idle-poll", "on:0", "--"], "use a window of 1..=100000 microseconds"),
         (vec!["run", "--swap-file-cache", "sometimes", "--"], "use keep or drop"),
+        (vec!["run", "--pool-size", "1K", "--"], "--pool-size 1.00 KiB: use 64.0 KiB to"),
+        (vec!["run", "--zswap", "off", "--pool-size", "64M", "--"], "no pool to size"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
@@ -239,6 +241,21 @@ fn an_uncached_swap_file_keeps_the_data() {
     assert!(out.status.success(), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
     assert!(pages_out_figure(&err, "file ") > 0, "nothing went through the uncached file: {err}");
+}
+
+#[test]
+fn a_pool_beside_the_budget_keeps_the_data() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("free_reuse", &[]);
+    let args = ["run", "--budget", "8M", "--pool-size", "64M", "--", exe.to_str().unwrap()];
+    let out = uswap(&args);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    assert!(pages_out_figure(&err, "pool ") > 0, "nothing went to the pool: {err}");
+    assert_eq!(pages_out_figure(&err, "file "), 0, "a 64 MiB pool had room for all: {err}");
 }
 
 #[test]

@@ -80,6 +80,12 @@ pub struct ZswapSettings {
     pub incompressible: Incompressible,
     /// A crc32c per compressed object, checked on every load.
     pub checksum: bool,
+    /// A pool of its own beside the budget, of at most this many bytes, instead of a share
+    /// of it: the pool is then not charged to the budget, which limits resident pages
+    /// alone (zram's way: a memory cgroup's limit does not count zram's store). `None`
+    /// (default): the pool is `max_pool_percent` of the budget and charged to it, as zswap
+    /// is to a cgroup.
+    pub separate_bytes: Option<u64>,
 }
 
 impl Default for ZswapSettings {
@@ -90,6 +96,7 @@ impl Default for ZswapSettings {
             accept_threshold_percent: 90,
             incompressible: Incompressible::StoreRaw,
             checksum: false,
+            separate_bytes: None,
         }
     }
 }
@@ -192,8 +199,18 @@ impl EngineConfig {
         let settings = self.zswap.as_ref()?;
         let mut compressor = zswap::CompressorConfig::new(settings.compressor);
         compressor.checksum = settings.checksum;
-        let mut config = zswap::ZswapConfig::new(compressor, self.budget_bytes);
-        config.max_pool_percent = settings.max_pool_percent;
+        let mut config = match settings.separate_bytes {
+            Some(bytes) => {
+                let mut config = zswap::ZswapConfig::new(compressor, bytes);
+                config.max_pool_percent = 100;
+                config
+            }
+            None => {
+                let mut config = zswap::ZswapConfig::new(compressor, self.budget_bytes);
+                config.max_pool_percent = settings.max_pool_percent;
+                config
+            }
+        };
         config.accept_threshold_percent = settings.accept_threshold_percent;
         config.incompressible = settings.incompressible;
         Some(config)

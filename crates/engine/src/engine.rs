@@ -539,7 +539,7 @@ impl Engine {
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool, and
     /// the outside charge ([`Engine::set_outside_charge`]).
     pub fn charged_bytes(&self) -> u64 {
-        self.core.budget.used(self.core.pool_bytes())
+        self.core.budget.used(self.core.pool_charge())
     }
 
     /// The outside charge in force.
@@ -624,14 +624,18 @@ impl Core {
         self.regions.read().by_id.get(&id).cloned()
     }
 
-    /// Bytes held by the compressed pool (counted against the budget).
-    pub(crate) fn pool_bytes(&self) -> u64 {
-        self.storage.pool_bytes()
+    /// Bytes the compressed pool charges to the budget: all it holds, or nothing when it is
+    /// a pool of its own beside the budget (`ZswapSettings::separate_bytes`).
+    pub(crate) fn pool_charge(&self) -> u64 {
+        match &self.config.zswap {
+            Some(settings) if settings.separate_bytes.is_none() => self.storage.pool_bytes(),
+            _ => 0,
+        }
     }
 
     pub(crate) fn stats_snapshot(&self) -> StatsSnapshot {
         let counts = self.lru.counts();
-        let pool_bytes = self.pool_bytes();
+        let pool_bytes = self.storage.pool_bytes();
         let gauges = Gauges {
             resident_pages: self.budget.resident_bytes() / PAGE_SIZE as u64,
             swapcache_bytes: self.budget.swapcache_bytes(),
@@ -642,7 +646,7 @@ impl Core {
             swap_inuse_pages: self.storage.device.inuse_pages(),
             zeromap_pages: self.storage.zeromap.count(),
             budget_bytes: self.budget.budget_bytes(),
-            used_bytes: self.budget.used(pool_bytes),
+            used_bytes: self.budget.used(self.pool_charge()),
             used_bytes_peak: self.budget.peak_bytes(),
             outside_bytes: self.budget.outside_bytes(),
             reserve_bytes: self.budget.reserve_bytes(),

@@ -630,7 +630,7 @@ impl Core {
     /// budget has room above min. Returns false to stop the window.
     fn readahead_one(&self, region: &Region, index: u64) -> bool {
         use crate::budget::Pressure;
-        if self.budget.pressure(self.pool_bytes(), 2 * PAGE) >= Pressure::BelowMin {
+        if self.budget.pressure(self.pool_charge(), 2 * PAGE) >= Pressure::BelowMin {
             return false;
         }
         let Some(found @ Found { order: 0, pte: Pte::Swap(entry), .. }) =

@@ -53,7 +53,7 @@ const LOCATE_TRIES_MAX: u32 = 4;
 impl Core {
     /// Wakes the background reclaimer if the budget is below its low watermark.
     pub(crate) fn wake_kswapd_if_short(&self) {
-        if self.budget.pressure(self.pool_bytes(), 0) >= Pressure::BelowLow {
+        if self.budget.pressure(self.pool_charge(), 0) >= Pressure::BelowLow {
             self.wake_kswapd();
         }
     }
@@ -73,14 +73,14 @@ impl Core {
     /// Before a fault charges `need` bytes: wake the background reclaimer below the low
     /// watermark; below min, reclaim here until the fault fits (the kernel's allocstall).
     pub(crate) fn make_room(&self, need: u64) {
-        let pressure = self.budget.pressure(self.pool_bytes(), need);
+        let pressure = self.budget.pressure(self.pool_charge(), need);
         if pressure >= Pressure::BelowLow {
             self.wake_kswapd();
         }
         if pressure == Pressure::BelowMin {
             Stats::add(&self.stats.counters.allocstall, 1);
             self.reclaim_while(true, || {
-                self.budget.pressure(self.pool_bytes(), need) == Pressure::BelowMin
+                self.budget.pressure(self.pool_charge(), need) == Pressure::BelowMin
             });
             if !self.config.background_reclaim {
                 // Nobody else will shrink a full pool (the kernel's shrink_worker): do it.
@@ -92,7 +92,7 @@ impl Core {
 
     /// Reclaims while the pressure is above `target`. Returns pages reclaimed.
     pub(crate) fn reclaim_to(&self, target: Pressure, direct: bool) -> u64 {
-        self.reclaim_while(direct, || self.budget.pressure(self.pool_bytes(), 0) > target)
+        self.reclaim_while(direct, || self.budget.pressure(self.pool_charge(), 0) > target)
     }
 
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {

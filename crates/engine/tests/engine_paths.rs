@@ -269,6 +269,50 @@ fn pool_pages_come_back_in_place_for_parent_and_child_and_corruption_poisons() {
     engine.check_invariants();
 }
 
+/// A pool beside the budget (zram's way): the budget charges resident pages alone, so it
+/// holds as many of them as without a pool while the pool holds the rest; a pool that is
+/// a share of the budget is charged to it and leaves fewer pages resident. Data comes back
+/// either way.
+#[test]
+fn a_pool_beside_the_budget_is_not_charged_to_it() {
+    let budget_pages = 256;
+    let run = |separate_bytes: Option<u64>| {
+        let settings = engine::config::ZswapSettings { separate_bytes, ..Default::default() };
+        let (engine, source) =
+            setup(EngineConfig { zswap: Some(settings), ..config(budget_pages) }, 2048);
+        for page in 0..2048 {
+            source.write(&engine, addr(page), &content(page, 1)).unwrap();
+        }
+        let stats = engine.stats();
+        let budget = budget_pages * PAGE as u64;
+        assert!(stats.gauges.used_bytes <= budget, "used {}", stats.gauges.used_bytes);
+        assert!(stats.gauges.used_bytes_peak <= budget, "peak {}", stats.gauges.used_bytes_peak);
+        assert!(stats.gauges.pool_bytes > 0, "{}", stats.to_vmstat());
+        let mut buf = vec![0u8; PAGE];
+        for page in 0..2048 {
+            source.read(&engine, addr(page), &mut buf).unwrap();
+            assert_eq!(buf, content(page, 1), "page {page}");
+        }
+        engine.check_invariants();
+        stats
+    };
+    let beside = run(Some(8 << 20));
+    let share = run(None);
+    // Beside: the pool took every page out (8 MiB is room for all 2048) and is not in
+    // `used_bytes`, which is the resident pages' alone.
+    assert_eq!(beside.counters.pswpout, 0, "{}", beside.to_vmstat());
+    let resident = beside.gauges.resident_pages * PAGE as u64;
+    assert!(beside.gauges.used_bytes < resident + 32 * PAGE as u64, "{}", beside.to_vmstat());
+    // A share (20% of the budget) is charged: it leaves fewer pages resident.
+    assert!(
+        share.gauges.resident_pages + 8 < beside.gauges.resident_pages,
+        "share {} beside {}",
+        share.gauges.resident_pages,
+        beside.gauges.resident_pages
+    );
+    assert!(share.gauges.used_bytes >= share.gauges.pool_bytes, "{}", share.to_vmstat());
+}
+
 #[test]
 fn remap_moves_resident_and_swapped_pages() {
     let config = EngineConfig { folio_order: 2, ..config(64) };

@@ -154,7 +154,11 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         "off" => builder.no_pool(),
         kind => {
             let kind: CompressorKind = kind.parse().map_err(|e| format!("--zswap {kind}: {e}"))?;
-            builder.compressor(kind).pool_percent(config.pool_percent)
+            let builder = builder.compressor(kind).pool_percent(config.pool_percent);
+            match config.pool_bytes {
+                Some(bytes) => builder.separate_pool(bytes),
+                None => builder,
+            }
         }
     };
     let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;

@@ -18,6 +18,8 @@ pub const BUDGET: &str = "USWAP_BUDGET";
 pub const ZSWAP: &str = "USWAP_ZSWAP";
 /// The pool's share of the budget, percent.
 pub const POOL_PERCENT: &str = "USWAP_POOL_PERCENT";
+/// A pool of its own beside the budget, in bytes (unset: the pool is a share of the budget).
+pub const POOL_SIZE: &str = "USWAP_POOL_SIZE";
 /// An explicit swap file path (else a private file in the run directory).
 pub const SWAP_FILE: &str = "USWAP_SWAP_FILE";
 /// The swap device's size in bytes.
@@ -38,12 +40,13 @@ pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
 pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
     ZSWAP,
     POOL_PERCENT,
+    POOL_SIZE,
     SWAP_FILE,
     SWAP_SIZE,
     RECORD,
@@ -68,6 +71,8 @@ pub struct RunConfig {
     pub zswap: String,
     /// The pool's share of the budget.
     pub pool_percent: u32,
+    /// A pool of its own beside the budget, of at most this many bytes.
+    pub pool_bytes: Option<u64>,
     /// An explicit swap file (created by the shim, removed by `uswap run`).
     pub swap_file: Option<String>,
     /// The swap device's size.
@@ -104,6 +109,9 @@ impl RunConfig {
             (FOLIO_ORDER, self.folio_order.to_string()),
             (LARGE_FOLIOS, self.large_folios.clone()),
         ];
+        if let Some(bytes) = self.pool_bytes {
+            vars.push((POOL_SIZE, bytes.to_string()));
+        }
         if let Some(path) = &self.swap_file {
             vars.push((SWAP_FILE, path.clone()));
         }
@@ -131,6 +139,7 @@ impl RunConfig {
             budget_bytes: number(BUDGET)?,
             zswap: need(ZSWAP)?,
             pool_percent: number(POOL_PERCENT)? as u32,
+            pool_bytes: get(POOL_SIZE).map(|_| number(POOL_SIZE)).transpose()?,
             swap_file: get(SWAP_FILE),
             swap_size_bytes: number(SWAP_SIZE)?,
             swap_file_cache: need(SWAP_FILE_CACHE)?,
@@ -165,6 +174,7 @@ mod tests {
             budget_bytes: 256 << 20,
             zswap: "lz4".into(),
             pool_percent: 20,
+            pool_bytes: Some(768 << 20),
             swap_file: None,
             swap_size_bytes: 4 << 30,
             swap_file_cache: "drop".into(),

@@ -138,6 +138,9 @@ pub struct SimOptions {
     pub incompressible: Incompressible,
     /// A crc32c per compressed object.
     pub pool_checksum: bool,
+    /// The pool is one of its own beside the budget, of `pool_percent` of the budget's
+    /// size, and not charged to it (`ZswapSettings::separate_bytes`).
+    pub pool_separate: bool,
     /// Plant the page-in re-validation bug (debug builds only; the simulator must find it).
     pub planted_bug: bool,
     /// Print every operation as it completes (the op log), to stderr.
@@ -300,6 +303,7 @@ impl SimOptions {
             compressor: CompressorKind::Lz4,
             incompressible: Incompressible::StoreRaw,
             pool_checksum: false,
+            pool_separate: false,
             planted_bug: false,
             verbose: false,
         };
@@ -315,6 +319,8 @@ impl SimOptions {
         o.draw_pool(&mut rng);
         o.large_folios =
             if rng.percent(50) { LargeFolios::Sequential } else { LargeFolios::Always };
+        // Drawn last, so that every draw before it is what it was before this option.
+        o.pool_separate = rng.percent(25);
         o
     }
 
@@ -436,7 +442,7 @@ impl SimOptions {
             "workload={} threads={} ops={} region={}p budget={}p swap={}p order={} policy={:?} \
              readahead={} large_swapin={} large_folios={:?} discard={} checksums={} batch={} \
              sched={} latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} pool={}% compressor={} \
-             incompressible={:?} pool_checksum={} faults={} planted_bug={}",
+             incompressible={:?} pool_checksum={} pool_separate={} faults={} planted_bug={}",
             self.workload.name(),
             self.threads,
             self.ops_per_thread,
@@ -463,6 +469,7 @@ impl SimOptions {
             self.compressor,
             self.incompressible,
             self.pool_checksum,
+            self.pool_separate,
             self.faults.describe(),
             self.planted_bug,
         )

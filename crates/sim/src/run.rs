@@ -188,6 +188,9 @@ pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>, world: &Arc<World
             accept_threshold_percent: 90,
             incompressible: o.incompressible,
             checksum: o.pool_checksum,
+            separate_bytes: o
+                .pool_separate
+                .then(|| o.budget_bytes() * u64::from(o.pool_percent) / 100),
         }),
         zswap_faults: pool_fault_hooks(world),
         background_reclaim: false,

@@ -211,6 +211,14 @@ impl Builder {
         self
     }
 
+    /// A compressed pool of its own beside the budget, of at most `bytes`, instead of a
+    /// share of it: the budget then limits resident pages alone, as a memory cgroup's limit
+    /// leaves zram's store out. What the pool cannot hold goes to the swap file.
+    pub fn separate_pool(mut self, bytes: u64) -> Self {
+        self.pool.get_or_insert_with(ZswapSettings::default).separate_bytes = Some(bytes);
+        self
+    }
+
     /// What the pool does with a page that does not compress: keep it raw (default) or send
     /// it to the swap file at once.
     pub fn incompressible(mut self, what: Incompressible) -> Self {

@@ -112,6 +112,12 @@ impl MemoryProbe for KernelProbe<'_> {
 
 /// Runs `spec` under `config` and tears everything down again.
 ///
+/// The room the kernel side's swap device (zram's disksize, or the swap file) gets for a
+/// workload of `size_bytes`: more than any workload swaps out.
+pub fn swap_bytes(size_bytes: u64) -> u64 {
+    size_bytes + size_bytes / 2 + SWAP_SLACK_BYTES
+}
+
 /// # Errors
 /// A preflight refusal, a setup step, the workload's failure, an interrupt. The
 /// machine is restored in every case (guards).
@@ -124,7 +130,7 @@ pub fn run_kernel(
 ) -> Result<RunOutcome> {
     let machine = env.machine.as_ref();
     preflight(machine, &env.roots, config)?;
-    let swap_bytes = ctx.size_bytes + ctx.size_bytes / 2 + SWAP_SLACK_BYTES;
+    let swap_bytes = swap_bytes(ctx.size_bytes);
     let swap_file = PathBuf::from(format!("/var/tmp/uswap-bench-{}.swap", std::process::id()));
     let swap = KernelSwap::enter(machine, &env.roots, config, swap_bytes, &swap_file)?;
     let name = format!("uswap-bench-{}-{run_index}", std::process::id());

@@ -107,6 +107,12 @@ pub struct CompareArgs {
     /// way its swap file's pages in the page cache are measured and counted in its peak.
     #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"])]
     pub swap_file_cache: Option<String>,
+    /// The uswap side's compressed pool: `beside` the budget (`uswap run --pool-size`, as
+    /// large as the zram device: the budget limits resident pages alone, as the cgroup
+    /// limit leaves zram's store out; like for like with zram) or a `share` of it (run's
+    /// default, 20%, charged to the budget: like zswap under a cgroup).
+    #[arg(long, value_name = "MODE", value_parser = ["beside", "share"], default_value = "beside")]
+    pub uswap_pool: String,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -178,6 +184,8 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_folios: uswap_folios(args)?,
         uswap_idle_poll: uswap_idle_poll(args)?,
         uswap_swap_file_cache: args.swap_file_cache.clone(),
+        uswap_pool_bytes: (args.uswap_pool == "beside")
+            .then(|| kernel_side::swap_bytes(size_bytes)),
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
@@ -320,6 +328,11 @@ fn describe(
     table.row(["uswap idle polling".to_string(), idle]);
     let cache = ctx.uswap_swap_file_cache.clone().unwrap_or_else(|| "run's default (keep)".into());
     table.row(["uswap swap file cache".to_string(), cache]);
+    let pool = ctx.uswap_pool_bytes.map_or_else(
+        || "a share of the budget (run's default, 20%)".to_string(),
+        |bytes| format!("beside the budget, at most {}", format_size(bytes)),
+    );
+    table.row(["uswap pool".to_string(), pool]);
     if let Some((order, policy)) = &ctx.uswap_folios {
         report.field("uswap_folio_order", *order);
         report.field("uswap_large_folios", policy.clone());
@@ -330,6 +343,7 @@ fn describe(
     if let Some(cache) = &ctx.uswap_swap_file_cache {
         report.field("uswap_swap_file_cache", cache.clone());
     }
+    report.field("uswap_pool_size_bytes", serde_json::json!(ctx.uswap_pool_bytes));
     if let Err(why) = env {
         report.note(format!("kernel side skipped: {why:#}"));
     }

@@ -85,6 +85,9 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     if let Some(mode) = &ctx.uswap_swap_file_cache {
         flags.extend(["--swap-file-cache".into(), mode.clone()]);
     }
+    if let Some(bytes) = ctx.uswap_pool_bytes {
+        flags.extend(["--pool-size".into(), bytes.to_string()]);
+    }
     flags
 }
 
@@ -292,6 +295,7 @@ mod tests {
         ctx.uswap_folios = Some((0, "always".to_string()));
         ctx.uswap_idle_poll = Some("off".into());
         ctx.uswap_swap_file_cache = Some("drop".into());
+        ctx.uswap_pool_bytes = Some(1 << 30);
         let flags = run_flags(&ctx, Path::new("/s"));
         let tail = [
             "--folio-order",
@@ -302,6 +306,8 @@ mod tests {
             "off",
             "--swap-file-cache",
             "drop",
+            "--pool-size",
+            "1073741824",
         ];
         assert_eq!(flags[6..], tail, "{flags:?}");
     }
