@@ -128,6 +128,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let hwm = total.get("vm_hwm_bytes").max(outcome.maxrss_bytes);
     total.set("vm_hwm_bytes", hwm);
     total.set("budget_bytes", config.budget_bytes);
+    total.set("pool_size_bytes", config.pool_bytes.unwrap_or(0));
     eprintln!(
         "uswap: {} exited with status {} after {:.2} s",
         plan.cmd[0],

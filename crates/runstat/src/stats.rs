@@ -111,9 +111,12 @@ const PEAKS: [&str; 4] = ["vm_hwm_bytes", "used_bytes_peak", "budget_bytes", "pi
 pub struct Summary {
     /// The budget.
     pub budget_bytes: u64,
+    /// The limit of a pool beside the budget (`uswap run --pool-size`); 0: the pool is a
+    /// share of the budget.
+    pub pool_beside_bytes: u64,
     /// Peak resident set of the program (VmHWM, or the child's ru_maxrss).
     pub peak_rss_bytes: u64,
-    /// Peak charged bytes (resident + swap cache + pool).
+    /// Peak charged bytes (resident + swap cache, and the pool unless it is beside the budget).
     pub charged_peak_bytes: u64,
     /// Pages out by tier: zero map, pool, swap file.
     pub out_zero: u64,
@@ -152,6 +155,7 @@ impl Summary {
         let stored = file.get("stored_pages") * 4096;
         Summary {
             budget_bytes: file.get("budget_bytes"),
+            pool_beside_bytes: file.get("pool_size_bytes"),
             peak_rss_bytes: file.get("vm_hwm_bytes"),
             charged_peak_bytes: file.get("used_bytes_peak"),
             out_zero: file.get("swpout_zero"),
@@ -178,9 +182,13 @@ impl Summary {
     /// Lines for people, each starting with `prefix`.
     pub fn to_lines(&self, prefix: &str) -> Vec<String> {
         let us = |ns: u64| ns as f64 / 1000.0;
+        let beside = match self.pool_beside_bytes {
+            0 => String::new(),
+            bytes => format!(" (resident pages; the pool beside it, up to {})", format_size(bytes)),
+        };
         let mut lines = vec![
             format!(
-                "{prefix}budget {}, peak resident {}, peak charged {}",
+                "{prefix}budget {}{beside}, peak resident {}, peak charged {}",
                 format_size(self.budget_bytes),
                 format_size(self.peak_rss_bytes),
                 format_size(self.charged_peak_bytes)
@@ -264,6 +272,13 @@ mod tests {
         assert!(lines[0].contains("peak resident 270 MiB"), "{lines:?}");
         assert!(lines.iter().all(|l| l.starts_with("uswap: ")));
         assert!(!lines.iter().any(|l| l.contains("idle polling")), "no pollers, no line");
+        assert!(!lines[0].contains("beside"), "{lines:?}");
+        let mut beside = file.clone();
+        beside.set("pool_size_bytes", 1 << 30);
+        let lines = Summary::of(&beside).to_lines("uswap: ");
+        let first = "uswap: budget 256 MiB (resident pages; the pool beside it, up to 1.00 GiB), \
+                     peak resident 270 MiB";
+        assert!(lines[0].starts_with(first), "{lines:?}");
         let mut polled = file.clone();
         polled.set("idle_pollers", 2);
         polled.set("idle_poll_ns", 1_500_000_000);
