@@ -81,10 +81,10 @@ pub struct ZswapSettings {
     /// A crc32c per compressed object, checked on every load.
     pub checksum: bool,
     /// A pool of its own beside the budget, of at most this many bytes, instead of a share
-    /// of it: the pool is then not charged to the budget, which limits resident pages
-    /// alone (zram's way: a memory cgroup's limit does not count zram's store). `None`
-    /// (default): the pool is `max_pool_percent` of the budget and charged to it, as zswap
-    /// is to a cgroup.
+    /// of it: the pool's pages of compressed data are then not charged to the budget (zram's
+    /// way: a memory cgroup's limit does not count zram's store), while its metadata is,
+    /// like the engine's other bookkeeping. `None` (default): the pool is
+    /// `max_pool_percent` of the budget and charged to it whole, as zswap is to a cgroup.
     pub separate_bytes: Option<u64>,
 }
 

@@ -542,6 +542,18 @@ impl Engine {
         self.core.budget.used(self.core.pool_charge())
     }
 
+    /// Memory the engine holds beside the budget, not charged to it: the data pages of a
+    /// pool of its own (`ZswapSettings::separate_bytes`), else nothing. It is in the
+    /// process's resident set, so whoever sets the outside charge from that must leave it
+    /// out.
+    pub fn beside_bytes(&self) -> u64 {
+        if self.core.pool_is_beside() {
+            self.core.storage.pool_data_bytes()
+        } else {
+            0
+        }
+    }
+
     /// The outside charge in force.
     pub fn outside_charge(&self) -> u64 {
         self.core.budget.outside_bytes()
@@ -624,13 +636,23 @@ impl Core {
         self.regions.read().by_id.get(&id).cloned()
     }
 
-    /// Bytes the compressed pool charges to the budget: all it holds, or nothing when it is
-    /// a pool of its own beside the budget (`ZswapSettings::separate_bytes`).
+    /// Bytes the compressed pool charges to the budget: all it holds, or, when it is a pool
+    /// of its own beside the budget (`ZswapSettings::separate_bytes`), its metadata alone
+    /// (index, entries, LRU: the engine's bookkeeping, charged like the rest of it); its
+    /// pages of compressed data are then [`Engine::beside_bytes`].
     pub(crate) fn pool_charge(&self) -> u64 {
-        match &self.config.zswap {
-            Some(settings) if settings.separate_bytes.is_none() => self.storage.pool_bytes(),
-            _ => 0,
+        let total = self.storage.pool_bytes();
+        if self.pool_is_beside() {
+            // Two lock-free reads: a store between them must not underflow.
+            total.saturating_sub(self.storage.pool_data_bytes())
+        } else {
+            total
         }
+    }
+
+    /// Is the pool one of its own beside the budget?
+    pub(crate) fn pool_is_beside(&self) -> bool {
+        self.config.zswap.as_ref().is_some_and(|settings| settings.separate_bytes.is_some())
     }
 
     pub(crate) fn stats_snapshot(&self) -> StatsSnapshot {

@@ -225,6 +225,11 @@ impl Storage {
     pub(crate) fn pool_bytes(&self) -> u64 {
         self.zswap.as_ref().map_or(0, |z| z.total_bytes())
     }
+
+    /// Bytes of the pool's pages of compressed objects alone (no metadata).
+    pub(crate) fn pool_data_bytes(&self) -> u64 {
+        self.zswap.as_ref().map_or(0, |z| z.data_bytes())
+    }
 }
 
 /// Hears from the swap device about freed slots (see the module documentation).

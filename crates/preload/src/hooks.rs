@@ -460,7 +460,8 @@ impl uffd::Hooks for ShimHooks {
 pub fn charge_the_rest(engine: &Engine) -> u64 {
     let Ok(mem) = uffd::MemStatus::read() else { return 0 };
     let before = engine.outside_charge();
-    let managed = engine.charged_bytes().saturating_sub(before);
+    // A pool beside the budget is in the resident set but not the program's to pay for.
+    let managed = engine.charged_bytes().saturating_sub(before) + engine.beside_bytes();
     engine.set_outside_charge(mem.rss_bytes.saturating_sub(managed));
     engine.outside_charge().saturating_sub(before)
 }

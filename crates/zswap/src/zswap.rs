@@ -383,6 +383,15 @@ impl Zswap {
         self.pool.total_bytes() + self.metadata_bytes()
     }
 
+    /// Bytes of the pages that hold compressed objects (the allocator's zspages), without
+    /// any metadata: the part of [`Zswap::total_bytes`] that is the store itself, as zram's
+    /// `mem_used_total` is.
+    ///
+    /// Context: lock-free.
+    pub fn data_bytes(&self) -> u64 {
+        (self.pool.pages_held() * zpool::PAGE_SIZE) as u64
+    }
+
     fn metadata_bytes(&self) -> u64 {
         self.fixed_bytes
             + self.trees.bytes.load(Relaxed)
