@@ -464,7 +464,10 @@ impl Core {
     /// Step 4: a refault of an evicted page. Returns whether to activate it.
     fn refault(&self, shadow: Shadow, order: u32) -> bool {
         let c = &self.stats.counters;
-        let refault = self.workingset.refault(shadow, self.lru.counts().active_pages);
+        // The whole LRU, not the active list alone (workingset.rs: without access bits
+        // nothing is activated by scanning, and an empty active list activates nothing).
+        let counts = self.lru.counts();
+        let refault = self.workingset.refault(shadow, counts.active_pages + counts.inactive_pages);
         Stats::add(&c.workingset_refault_anon, 1 << order);
         if refault.activate {
             Stats::add(&c.workingset_activate_anon, 1 << order);

@@ -68,6 +68,9 @@ pub struct MemorySource {
     data_pages: AtomicU64,
     /// `take` calls that should fail with `Retry` (fault injection: fork in progress).
     inject_retry: AtomicU64,
+    /// Whether reclaim may see the referenced bits; off, the source is as blind to
+    /// accesses of resident pages as userfaultfd is.
+    access_bits: bool,
 }
 
 impl MemorySource {
@@ -80,7 +83,15 @@ impl MemorySource {
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
+            access_bits: true,
         }
+    }
+
+    /// The same source, telling reclaim nothing of accesses to resident pages
+    /// (`test_and_clear_referenced` answers `None`), as the userfaultfd source does.
+    pub fn without_access_bits(mut self) -> Self {
+        self.access_bits = false;
+        self
     }
 
     /// The first address.
@@ -341,6 +352,9 @@ impl PageSource for MemorySource {
     fn wake(&self, _addr: u64, _len: u64) {}
 
     fn test_and_clear_referenced(&self, addr: u64, len: u64) -> Option<bool> {
+        if !self.access_bits {
+            return None;
+        }
         let first = self.page_index(addr);
         let pages = (len / PAGE_SIZE as u64) as usize;
         let mut any = false;

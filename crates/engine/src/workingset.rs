@@ -11,10 +11,15 @@
 //!
 //! is the number of pages that were pushed through the lists while this page was out: had
 //! the resident set been larger by `distance` pages, the page would not have been evicted.
-//! If that is no more than the pages the active list holds (the kernel's anonymous
-//! `workingset_size`), the page belongs to the workingset: it starts on the active list
-//! (`workingset_activate_anon`). If the shadow says the folio was active when evicted, the
-//! refault is thrashing (`workingset_restore_anon`).
+//! If that is no more than the workingset size, the page belongs to the workingset: it
+//! starts on the active list (`workingset_activate_anon`). If the shadow says the folio was
+//! active when evicted, the refault is thrashing (`workingset_restore_anon`).
+//!
+//! The workingset size is the caller's. The kernel's, for anonymous pages, is the active
+//! list, which scanning fills with pages whose access bits are set. The engine passes the
+//! whole LRU (active and inactive): a page source without access bits (userfaultfd) never
+//! activates a page by scanning, so the active list would stay empty and no refault would
+//! ever be activated (ARCHITECTURE.md departure 20).
 //!
 //! Shadow encoding (an XArray value entry, at most 63 bits):
 //!

@@ -321,6 +321,41 @@ fn a_pool_beside_the_budget_is_not_charged_to_it() {
     );
 }
 
+/// Refaults activate without access bits. Under userfaultfd reclaim sees no access to a
+/// resident page, so none is activated by scanning and the active list stays empty; a
+/// page that comes back within a resident set's worth of evictions must still start
+/// active (its refault distance measured against the whole LRU, not the empty active
+/// list), or reclaim is first in, first out and a hot page goes as soon as a cold one.
+#[test]
+fn quick_refaults_activate_without_access_bits() {
+    let source = std::sync::Arc::new(
+        engine::mem_source::MemorySource::new(common::BASE, 1024).without_access_bits(),
+    );
+    let dyn_source: std::sync::Arc<dyn engine::PageSource> = source.clone();
+    let engine = engine::Engine::new(config(64), dyn_source).unwrap();
+    engine.add_region(common::BASE, 1024 * PAGE as u64).unwrap();
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let mut buf = vec![0u8; PAGE];
+    // Eight hot pages read in turn, a cold page between each two: without access bits a hot
+    // page is evicted when it reaches the tail, and refaults a few evictions later.
+    for round in 0..40 {
+        for hot in 0..8 {
+            source.read(&engine, addr(hot), &mut buf).unwrap();
+            assert_eq!(buf, content(hot, 1), "hot page {hot}");
+            let cold = 100 + round * 8 + hot;
+            source.read(&engine, addr(cold), &mut buf).unwrap();
+            assert_eq!(buf, content(cold, 1), "cold page {cold}");
+        }
+    }
+    engine.check_invariants();
+    let c = engine.stats().counters;
+    assert_eq!(c.pgactivate, 0, "nothing is activated by scanning without access bits");
+    assert!(c.workingset_refault_anon > 0, "{}", engine.stats().to_vmstat());
+    assert!(c.workingset_activate_anon > 0, "{}", engine.stats().to_vmstat());
+}
+
 #[test]
 fn remap_moves_resident_and_swapped_pages() {
     let config = EngineConfig { folio_order: 2, ..config(64) };
