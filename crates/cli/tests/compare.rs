@@ -68,15 +68,35 @@ fn compare_quick_json_on_the_kernel_side() {
         return;
     }
     let zswap_before = read("/sys/module/zswap/parameters/enabled");
-    let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["bench", "compare", "--quick", "--json"])
-        .env("USWAP_PRELOAD", common::shim())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    // The uswap side's pool beside the budget (the default), then as a share of it.
+    for (pool, flags) in [("beside", &[][..]), ("share", &["--uswap-pool", "share"][..])] {
+        let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["bench", "compare", "--quick", "--json"])
+            .args(flags)
+            .env("USWAP_PRELOAD", common::shim())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let row = &json["workloads"][0];
+        assert_eq!(row["name"], "uniform");
+        let uswap_ran = check_the_uswap_side(&json, pool);
+        if !check_the_kernel_side(row) {
+            return;
+        }
+        if !uswap_ran {
+            break;
+        }
+    }
+    // The machine is restored.
+    assert!(!read("/proc/swaps").contains("zram0"), "{}", read("/proc/swaps"));
+    assert_eq!(read("/sys/block/zram0/initstate"), "0");
+    assert_eq!(read("/sys/module/zswap/parameters/enabled"), zswap_before);
+}
+
+/// The uswap side of a quick comparison's JSON; false if it was skipped.
+fn check_the_uswap_side(json: &Value, pool: &str) -> bool {
     let row = &json["workloads"][0];
-    assert_eq!(row["name"], "uniform");
     // The uswap side runs where `uswap run` can (userfaultfd, the shim built beside this
     // binary); otherwise it says why in `uswap_skipped`.
     match row["uswap_skipped"].as_str() {
@@ -84,36 +104,48 @@ fn compare_quick_json_on_the_kernel_side() {
             assert!(row["uswap_s"].as_f64().unwrap() > 0.0, "{row}");
             assert_eq!(row["uswap_verify_errors"], 0, "{row}");
             assert!(row["uswap_peak_rss_bytes"].as_u64().unwrap() > 0, "{row}");
-            // 64 MiB under 16 MiB: most pages go on to the swap file, through the page cache.
             let cached = row["uswap_file_cache_peak_bytes"].as_u64().unwrap();
-            assert!(cached > 0, "{row}");
             let rss = row["uswap_peak_rss_bytes"].as_u64().unwrap();
             assert_eq!(row["uswap_peak_bytes"].as_u64().unwrap(), rss + cached, "{row}");
+            if pool == "beside" {
+                // 64 MiB under 16 MiB, the pool as large as the zram device (64 MiB of
+                // data + half + 64 MiB of slack): it holds every page, the file none.
+                assert_eq!(json["uswap_pool_size_bytes"], 160 << 20, "{json}");
+                assert_eq!(cached, 0, "{row}");
+            } else {
+                // A pool of 20% of 16 MiB: most pages go on to the swap file, through the
+                // page cache.
+                assert!(json["uswap_pool_size_bytes"].is_null(), "{json}");
+                assert!(cached > 0, "{row}");
+            }
             assert_eq!(json["uswap_available"], true);
+            true
         }
         Some(why) => {
             assert!(!why.starts_with("failed"), "the uswap side failed: {why}");
             eprintln!("uswap side skipped: {why}");
             assert!(row["uswap_s"].is_null() && row["ratio_vs_zram_lz4"].is_null(), "{row}");
             assert_eq!(json["uswap_available"], false);
+            false
         }
     }
+}
+
+/// The kernel side of a quick comparison's row; false if another run held zram0.
+fn check_the_kernel_side(row: &Value) -> bool {
     match row["kernel_zram_lz4_skipped"].as_str() {
         None => {
             assert!(row["kernel_zram_lz4_s"].as_f64().unwrap() > 0.0, "{row}");
             assert_eq!(row["kernel_zram_lz4_verify_errors"], 0, "{row}");
             assert!(row["kernel_peak_bytes"].as_u64().unwrap() > 0, "{row}");
             assert!(row["kernel_zram_lz4_major_faults"].as_u64().unwrap() > 0, "{row}");
+            true
         }
         // Another run holds zram0 (a concurrent test or benchmark): not a failure here.
         Some(why) if why.contains("already") || why.contains("holds") => {
             eprintln!("skipped: {why}");
-            return;
+            false
         }
         Some(why) => panic!("the kernel side did not run: {why}"),
     }
-    // The machine is restored.
-    assert!(!read("/proc/swaps").contains("zram0"), "{}", read("/proc/swaps"));
-    assert_eq!(read("/sys/block/zram0/initstate"), "0");
-    assert_eq!(read("/sys/module/zswap/parameters/enabled"), zswap_before);
 }
