@@ -230,10 +230,7 @@ fn an_uncached_swap_file_keeps_the_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("free_reuse", &[]);
-    let args = ["run", "--budget", "8M", "--swap-file-cache", "drop", "--", exe.to_str().unwrap()];
-    let out = uswap(&args);
-    let err = stderr(&out);
+    let (out, err) = free_reuse_under(&["--swap-file-cache", "drop"]);
     if err.contains("RWF_DONTCACHE") {
         eprintln!("skipped: {err}");
         return;
@@ -248,14 +245,22 @@ fn a_pool_beside_the_budget_keeps_the_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("free_reuse", &[]);
-    let args = ["run", "--budget", "8M", "--pool-size", "64M", "--", exe.to_str().unwrap()];
-    let out = uswap(&args);
-    let err = stderr(&out);
+    let (out, err) = free_reuse_under(&["--pool-size", "64M"]);
     assert!(out.status.success(), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
     assert!(pages_out_figure(&err, "pool ") > 0, "nothing went to the pool: {err}");
     assert_eq!(pages_out_figure(&err, "file "), 0, "a 64 MiB pool had room for all: {err}");
+}
+
+/// The free_reuse program under `uswap run --budget 8M FLAGS`: its output and stderr.
+fn free_reuse_under(flags: &[&str]) -> (Output, String) {
+    let exe = compile("free_reuse", &[]);
+    let mut args = vec!["run", "--budget", "8M"];
+    args.extend(flags);
+    args.extend(["--", exe.to_str().unwrap()]);
+    let out = uswap(&args);
+    let err = stderr(&out);
+    (out, err)
 }
 
 #[test]
