@@ -41,9 +41,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 20)]
     pool_percent: u32,
     /// A compressed pool of its own beside the budget, of at most SIZE (e.g. 1G), instead of
-    /// a share of it: the budget then limits resident pages alone, and the pool's memory
-    /// is counted apart, as a memory cgroup's limit leaves zram's store out. What the pool
-    /// cannot hold goes to the swap file (docs/RUN.md, "The pool beside the budget").
+    /// a share of it: its pages of compressed data are then counted apart, as a memory
+    /// cgroup's limit leaves zram's store out, and the budget limits resident pages (and
+    /// the pool's bookkeeping). What the pool cannot hold goes to the swap file
+    /// (docs/RUN.md, "The pool beside the budget").
     #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent")]
     pool_size: Option<String>,
     /// The swap file (must not exist; removed at exit). Default: a file in a private

@@ -212,8 +212,9 @@ impl Builder {
     }
 
     /// A compressed pool of its own beside the budget, of at most `bytes`, instead of a
-    /// share of it: the budget then limits resident pages alone, as a memory cgroup's limit
-    /// leaves zram's store out. What the pool cannot hold goes to the swap file.
+    /// share of it: its pages of compressed data are not charged to the budget, as a memory
+    /// cgroup's limit leaves zram's store out (its bookkeeping is). What the pool cannot
+    /// hold goes to the swap file.
     pub fn separate_pool(mut self, bytes: u64) -> Self {
         self.pool.get_or_insert_with(ZswapSettings::default).separate_bytes = Some(bytes);
         self

@@ -108,8 +108,8 @@ pub struct CompareArgs {
     #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"])]
     pub swap_file_cache: Option<String>,
     /// The uswap side's compressed pool: `beside` the budget (`uswap run --pool-size`, as
-    /// large as the zram device: the budget limits resident pages alone, as the cgroup
-    /// limit leaves zram's store out; like for like with zram) or a `share` of it (run's
+    /// large as the zram device: its compressed pages are not charged to the budget, as the
+    /// cgroup limit leaves zram's store out; like for like with zram) or a `share` of it (run's
     /// default, 20%, charged to the budget: like zswap under a cgroup).
     #[arg(long, value_name = "MODE", value_parser = ["beside", "share"], default_value = "beside")]
     pub uswap_pool: String,
