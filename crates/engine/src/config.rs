@@ -199,18 +199,13 @@ impl EngineConfig {
         let settings = self.zswap.as_ref()?;
         let mut compressor = zswap::CompressorConfig::new(settings.compressor);
         compressor.checksum = settings.checksum;
-        let mut config = match settings.separate_bytes {
-            Some(bytes) => {
-                let mut config = zswap::ZswapConfig::new(compressor, bytes);
-                config.max_pool_percent = 100;
-                config
-            }
-            None => {
-                let mut config = zswap::ZswapConfig::new(compressor, self.budget_bytes);
-                config.max_pool_percent = settings.max_pool_percent;
-                config
-            }
+        // Beside the budget, the pool's limit is all of its own size.
+        let (limit_of, percent) = match settings.separate_bytes {
+            Some(bytes) => (bytes, 100),
+            None => (self.budget_bytes, settings.max_pool_percent),
         };
+        let mut config = zswap::ZswapConfig::new(compressor, limit_of);
+        config.max_pool_percent = percent;
         config.accept_threshold_percent = settings.accept_threshold_percent;
         config.incompressible = settings.incompressible;
         Some(config)

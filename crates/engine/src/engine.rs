@@ -536,8 +536,9 @@ impl Engine {
         self.core.wake_kswapd_if_short();
     }
 
-    /// What the budget charges now, in bytes: resident and swap-cache pages, the pool, and
-    /// the outside charge ([`Engine::set_outside_charge`]).
+    /// What the budget charges now, in bytes: resident and swap-cache pages, the pool (or,
+    /// beside the budget, its metadata), and the outside charge
+    /// ([`Engine::set_outside_charge`]).
     pub fn charged_bytes(&self) -> u64 {
         self.core.budget.used(self.core.pool_charge())
     }

@@ -92,11 +92,12 @@ impl WorkingsetClock {
         Shadow { age: self.nonresident_age.load(Ordering::Relaxed) & AGE_MASK, workingset }
     }
 
-    /// Judges a refault of a page that left `shadow`, given the pages on the active list.
-    pub fn refault(&self, shadow: Shadow, nr_active_pages: u64) -> Refault {
+    /// Judges a refault of a page that left `shadow`, given the workingset size in pages
+    /// (the engine passes the whole LRU; see the module documentation).
+    pub fn refault(&self, shadow: Shadow, workingset_pages: u64) -> Refault {
         let now = self.nonresident_age.load(Ordering::Relaxed) & AGE_MASK;
         let distance = now.wrapping_sub(shadow.age) & AGE_MASK;
-        let activate = distance <= nr_active_pages;
+        let activate = distance <= workingset_pages;
         Refault { distance, activate, restore: activate && shadow.workingset }
     }
 }
@@ -118,7 +119,7 @@ mod tests {
     }
 
     #[test]
-    fn refault_within_active_size_activates() {
+    fn refault_within_the_workingset_size_activates() {
         let clock = WorkingsetClock::default();
         let shadow = clock.eviction(false);
         clock.age(10);
