@@ -524,6 +524,20 @@ impl Engine {
         self.core.wake_kswapd_if_short();
     }
 
+    /// Sets the outside charge from the process's resident set: what `rss_bytes` holds
+    /// beyond the engine's own charge and its memory beside the budget
+    /// ([`Engine::beside_bytes`], in the resident set but not the program's to pay for),
+    /// saturating (a zero-page mapping is charged but not resident). Returns how much the
+    /// outside charge grew.
+    ///
+    /// Context: as [`Engine::set_outside_charge`].
+    pub fn charge_outside_from_rss(&self, rss_bytes: u64) -> u64 {
+        let before = self.outside_charge();
+        let managed = self.charged_bytes().saturating_sub(before) + self.beside_bytes();
+        self.set_outside_charge(rss_bytes.saturating_sub(managed));
+        self.outside_charge().saturating_sub(before)
+    }
+
     /// Keeps `bytes` more of the budget free, for memory the embedder expects to charge in
     /// a burst (capped at an eighth of the budget: [`crate::budget::Budget::set_reserve`]),
     /// and wakes the background reclaimer if that leaves the budget short. `uswap run`'s

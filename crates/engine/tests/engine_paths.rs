@@ -300,6 +300,11 @@ fn a_pool_beside_the_budget_is_not_charged_to_it() {
         }
         let resident = g.resident_pages * PAGE as u64;
         assert_eq!(g.used_bytes, resident + g.swapcache_bytes + g.pool_bytes - beside);
+        // `uswap run`'s outside charge from a resident set holding all that and 1 MiB
+        // more: the 1 MiB, not the pool's pages too.
+        assert_eq!(engine.charge_outside_from_rss(g.used_bytes + beside + (1 << 20)), 1 << 20);
+        assert_eq!(engine.outside_charge(), 1 << 20);
+        engine.set_outside_charge(0);
         let mut buf = vec![0u8; PAGE];
         for page in 0..pages {
             source.read(&engine, addr(page), &mut buf).unwrap();

@@ -451,19 +451,16 @@ impl uffd::Hooks for ShimHooks {
 /// Counts the part of the process's resident set that is not the engine's charge against
 /// the budget (`Engine::set_outside_charge`): the program's libraries and interpreter as
 /// they page in, the engine's own metadata, what the scan has not adopted yet. The budget
-/// then bounds the whole process, as `uswap run` promises, not only the managed pages.
-/// A zero-page mapping is charged but not resident, so the difference is taken saturating.
+/// then bounds the whole process, as `uswap run` promises, not only the managed pages. The
+/// arithmetic is `Engine::charge_outside_from_rss`'s, which leaves a pool beside the budget
+/// out.
 ///
 /// Returns how much the outside charge grew.
 ///
 /// Context: the handler thread; reads /proc/self/status (allocates from the shim's arena).
 pub fn charge_the_rest(engine: &Engine) -> u64 {
     let Ok(mem) = uffd::MemStatus::read() else { return 0 };
-    let before = engine.outside_charge();
-    // A pool beside the budget is in the resident set but not the program's to pay for.
-    let managed = engine.charged_bytes().saturating_sub(before) + engine.beside_bytes();
-    engine.set_outside_charge(mem.rss_bytes.saturating_sub(managed));
-    engine.outside_charge().saturating_sub(before)
+    engine.charge_outside_from_rss(mem.rss_bytes)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
