@@ -215,15 +215,19 @@ fn check_free_space(dir: &Path, size_bytes: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// `pwritev2(RWF_DONTCACHE)` of all of `data` at `pos`, as `write_all_at` does for `pwrite`.
-fn write_all_uncached(file: &File, mut data: &[u8], mut pos: u64) -> std::io::Result<()> {
-    while !data.is_empty() {
-        match rustix::io::pwritev2(file, &[std::io::IoSlice::new(data)], pos, dontcache()) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                data = &data[n..];
-                pos += n as u64;
-            }
+/// Repeats `step(done)` (one transfer starting `done` bytes in) until `len` bytes are
+/// done, as `write_all_at` / `read_exact_at` do: retried on `EINTR`; a transfer of 0 bytes
+/// is `short`.
+fn all_of(
+    len: usize,
+    short: ErrorKind,
+    mut step: impl FnMut(usize) -> rustix::io::Result<usize>,
+) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
+            Ok(0) => return Err(short.into()),
+            Ok(n) => done += n,
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
@@ -231,20 +235,20 @@ fn write_all_uncached(file: &File, mut data: &[u8], mut pos: u64) -> std::io::Re
     Ok(())
 }
 
-/// `preadv2(RWF_DONTCACHE)` of all of `buf` at `pos`, as `read_exact_at` does for `pread`.
-fn read_exact_uncached(file: &File, mut buf: &mut [u8], mut pos: u64) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        match rustix::io::preadv2(file, &mut [std::io::IoSliceMut::new(buf)], pos, dontcache()) {
-            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                buf = &mut buf[n..];
-                pos += n as u64;
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+/// `pwritev2(RWF_DONTCACHE)` of all of `data` at `pos`.
+fn write_all_uncached(file: &File, data: &[u8], pos: u64) -> std::io::Result<()> {
+    all_of(data.len(), ErrorKind::WriteZero, |done| {
+        let slice = [std::io::IoSlice::new(&data[done..])];
+        rustix::io::pwritev2(file, &slice, pos + done as u64, dontcache())
+    })
+}
+
+/// `preadv2(RWF_DONTCACHE)` of all of `buf` at `pos`.
+fn read_exact_uncached(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+    all_of(buf.len(), ErrorKind::UnexpectedEof, |done| {
+        let mut slice = [std::io::IoSliceMut::new(&mut buf[done..])];
+        rustix::io::preadv2(file, &mut slice, pos + done as u64, dontcache())
+    })
 }
 
 impl Backend for FileBackend {

@@ -215,10 +215,8 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if args.pool_percent == 0 || args.pool_percent > 100 {
         bail!("--pool-percent {}: use 1..=100", args.pool_percent);
     }
-    let pool_bytes = match &args.pool_size {
-        Some(text) => Some(check_pool_size(text, &args.zswap)?),
-        None => None,
-    };
+    let pool_bytes =
+        args.pool_size.as_deref().map(|text| check_pool_size(text, &args.zswap)).transpose()?;
     check_folios(args.folio_order, &args.large_folios)?;
     if budget_bytes < PAGE_BYTES << args.folio_order {
         bail!(

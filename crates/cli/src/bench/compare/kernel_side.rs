@@ -110,14 +110,14 @@ impl MemoryProbe for KernelProbe<'_> {
     }
 }
 
-/// Runs `spec` under `config` and tears everything down again.
-///
 /// The room the kernel side's swap device (zram's disksize, or the swap file) gets for a
 /// workload of `size_bytes`: more than any workload swaps out.
 pub fn swap_bytes(size_bytes: u64) -> u64 {
     size_bytes + size_bytes / 2 + SWAP_SLACK_BYTES
 }
 
+/// Runs `spec` under `config` and tears everything down again.
+///
 /// # Errors
 /// A preflight refusal, a setup step, the workload's failure, an interrupt. The
 /// machine is restored in every case (guards).
