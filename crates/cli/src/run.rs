@@ -25,6 +25,8 @@ const PAGE_BYTES: u64 = 4096;
 const DEFAULT_BUDGET_PERCENT: u64 = 50;
 /// The default swap device size (a sparse file).
 const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
+/// The smallest swap file the default settles for on a nearly full disk.
+const MIN_DEFAULT_SWAP_BYTES: u64 = 64 << 20;
 
 /// Flags of `uswap run`.
 #[derive(Debug, clap::Args)]
@@ -51,7 +53,8 @@ pub struct RunArgs {
     /// temporary directory.
     #[arg(long)]
     swap_file: Option<PathBuf>,
-    /// The swap device's size, e.g. 8G (a sparse file).
+    /// The swap device's size, e.g. 8G (a sparse file, which must fit in the free space
+    /// where it goes). Default: 8G, or half the free space there where that is less.
     #[arg(long)]
     swap_size: Option<String>,
     /// Whether the swap file's pages may stay in the page cache: `keep` (fast page-ins from
@@ -109,6 +112,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
         cpus.apply()?;
     }
     let dir = RunDir::create()?;
+    if let Some(note) = &plan.swap_note {
+        eprintln!("uswap: note: {note}");
+    }
     let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
     // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
@@ -139,7 +145,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
     for line in Summary::of(&total).to_lines("uswap: ") {
         eprintln!("{line}");
     }
-    if total.get("shim_scans") == 0 {
+    if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
+        eprintln!("uswap: note: the shim could not start in {} (its reason is above)", plan.cmd[0]);
+    } else if total.get("shim_scans") == 0 {
         eprintln!(
             "uswap: note: the program wrote no stats (it exited before the shim's first scan)"
         );
@@ -155,6 +163,8 @@ struct Plan {
     config: RunConfig,
     cpus: Option<crate::cpus::Cpus>,
     idle_poll: IdlePolling,
+    /// Why the swap file is smaller than the default, said as the run starts.
+    swap_note: Option<String>,
 }
 
 /// The idle pollers' page in the run directory.
@@ -207,10 +217,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         Some(text) => parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?,
         None => mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100,
     };
-    let swap_size_bytes = match &args.swap_size {
-        Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
-        None => DEFAULT_SWAP_BYTES,
-    };
+    let swap_dir =
+        args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
+    let swap_dir = swap_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
     check_zswap(&args.zswap)?;
     if args.pool_percent == 0 || args.pool_percent > 100 {
         bail!("--pool-percent {}: use 1..=100", args.pool_percent);
@@ -234,13 +243,12 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if let Some(path) = &args.swap_file {
         check_swap_file(path)?;
     }
+    let (swap_size_bytes, swap_note) = swap_size(args.swap_size.as_deref(), &swap_dir)?;
     if !matches!(args.swap_file_cache.as_str(), "keep" | "drop") {
         bail!("--swap-file-cache {}: use keep or drop", args.swap_file_cache);
     }
     if args.swap_file_cache == "drop" {
-        let dir =
-            args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
-        check_uncached_io(&dir.map_or_else(std::env::temp_dir, Path::to_path_buf))?;
+        check_uncached_io(&swap_dir)?;
     }
     check_userfaultfd()?;
     let preload = find_shim()?;
@@ -265,7 +273,52 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         large_folios: args.large_folios.clone(),
         idle_page: None,
     };
-    Ok(Plan { program, cmd, config, cpus, idle_poll })
+    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
+}
+
+/// The swap file's size: `--swap-size`, which must fit in the free space of `dir` (where
+/// the file goes), or by default [`DEFAULT_SWAP_BYTES`], or half the free space of `dir`
+/// where that is less (with a note saying so). The file is sparse, but a page written back must
+/// find room on the disk: checked here, before the program starts, the shortfall is one
+/// line naming the directory, not the shim's refusal to start (status 125) after it.
+fn swap_size(text: Option<&str>, dir: &Path) -> Result<(u64, Option<String>)> {
+    let stat = rustix::fs::statvfs(dir).map_err(|e| {
+        anyhow!("cannot see the free space of {} (for the swap file): {e}", dir.display())
+    })?;
+    let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
+    if let Some(text) = text {
+        let bytes = parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?;
+        if bytes > free_bytes {
+            bail!(
+                "--swap-size {}: {} has only {} free: give a smaller --swap-size, or a \
+                 --swap-file on another file system",
+                format_size(bytes),
+                dir.display(),
+                format_size(free_bytes)
+            );
+        }
+        return Ok((bytes, None));
+    }
+    let half = free_bytes / 2 / PAGE_BYTES * PAGE_BYTES;
+    if half >= DEFAULT_SWAP_BYTES {
+        return Ok((DEFAULT_SWAP_BYTES, None));
+    }
+    if half < MIN_DEFAULT_SWAP_BYTES {
+        bail!(
+            "{} has only {} free, too little for a swap file: free some, or give a \
+             --swap-file on another file system",
+            dir.display(),
+            format_size(free_bytes)
+        );
+    }
+    let note = format!(
+        "the swap file is {} (half the {} free in {}), not {}",
+        format_size(half),
+        format_size(free_bytes),
+        dir.display(),
+        format_size(DEFAULT_SWAP_BYTES)
+    );
+    Ok((half, Some(note)))
 }
 
 /// `--pool-size`: a size the pool can take (64 KiB up to the 64 GiB its allocator

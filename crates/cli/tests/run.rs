@@ -88,6 +88,7 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--swap-file-cache", "sometimes", "--"], "use keep or drop"),
         (vec!["run", "--pool-size", "1K", "--"], "--pool-size 1.00 KiB: use 64.0 KiB to"),
         (vec!["run", "--zswap", "off", "--pool-size", "64M", "--"], "no pool to size"),
+        (vec!["run", "--budget", "64M", "--swap-size", "100000T", "--"], "free: give a smaller"),
     ];
     for (args, expect) in cases {
         let mut args = args.clone();
@@ -101,6 +102,66 @@ fn bad_input_is_one_line_and_nothing_runs() {
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(!marker.exists(), "{args:?} started the program");
     }
+}
+
+/// A file system of `size` mounted (tmpfs) on a fresh directory, unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = std::env::temp_dir().join(format!("uswap-small-{size}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = format!("size={size}");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "uswap-small"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn the_default_swap_file_fits_the_disk_it_goes_on() {
+    if !can_run() {
+        return;
+    }
+    // 256 MiB free: the default swap file (8 GiB, sparse) becomes half of it, said in a
+    // note (the shim, which checks the space again, then starts).
+    let Some(disk) = SmallDisk::mount("256M") else { return };
+    let swap = disk.0.join("swap");
+    let swap = swap.to_str().unwrap();
+    let out =
+        uswap(&["run", "--budget", "8M", "--swap-file", swap, "--", "/bin/sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("the swap file is 128 MiB (half the 256 MiB free in"), "{err}");
+    assert!(!err.contains("could not start"), "{err}");
+    assert!(!std::path::Path::new(swap).exists(), "the swap file is removed at exit");
+    // An explicit size that does not fit is refused before the program starts.
+    let args = ["run", "--budget", "8M", "--swap-file", swap, "--swap-size", "1G", "--", "true"];
+    let out = uswap(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--swap-size 1.00 GiB: "), "{}", stderr(&out));
+    // 32 MiB free: too little for the default.
+    drop(disk);
+    let Some(disk) = SmallDisk::mount("32M") else { return };
+    let swap = disk.0.join("swap");
+    let out = uswap(&["run", "--swap-file", swap.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("too little for a swap file"), "{}", stderr(&out));
 }
 
 #[test]

@@ -13,9 +13,6 @@ use runstat::env::{self, RunConfig};
 use std::sync::{Arc, OnceLock};
 use uffd::{CompressorKind, HandlerOptions, PageMap, Uswap};
 
-/// The exit status of a process whose shim could not start.
-pub const START_FAILED: i32 = 125;
-
 /// The running shim of this process.
 #[derive(Debug)]
 struct State {
@@ -38,7 +35,7 @@ extern "C" fn init() {
     if let Err(message) = start() {
         eprintln!("uswap: {message}");
         // SAFETY: ends the process at once; nothing of the program has run.
-        unsafe { libc::_exit(START_FAILED) };
+        unsafe { libc::_exit(env::START_FAILED) };
     }
 }
 

@@ -8,6 +8,10 @@
 //! unmanaged, with the shim and these variables removed from its environment: a budget is
 //! never multiplied by the number of processes.
 
+/// The exit status of a process whose shim could not start: it said why on stderr, in one
+/// line, before the program's `main`.
+pub const START_FAILED: i32 = 125;
+
 /// The run directory (private, 0700): stats files, the default swap file.
 pub const RUN_DIR: &str = "USWAP_RUN_DIR";
 /// `uswap run`'s pid: the shim manages the process whose parent this is.

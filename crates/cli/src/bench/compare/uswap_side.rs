@@ -75,6 +75,10 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     let mut flags: Vec<String> = vec!["--budget".into(), ctx.budget_bytes.to_string()];
     flags.extend(["--zswap".into(), "lz4".into()]);
     flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
+    // As large as the kernel side's zram device or swap file (the default, 8 GiB, need not
+    // fit on the disk).
+    let swap_bytes = super::kernel_side::swap_bytes(ctx.size_bytes);
+    flags.extend(["--swap-size".into(), swap_bytes.to_string()]);
     if let Some((order, policy)) = &ctx.uswap_folios {
         flags.extend(["--folio-order".into(), order.to_string()]);
         flags.extend(["--large-folios".into(), policy.clone()]);
@@ -291,7 +295,12 @@ mod tests {
         let mut ctx = RunContext::for_tests();
         ctx.budget_bytes = 4096;
         let flags = run_flags(&ctx, Path::new("/s"));
-        assert_eq!(flags, ["--budget", "4096", "--zswap", "lz4", "--swap-file", "/s"]);
+        // The swap file is as large as zram's device for 1 MiB: 1 MiB + half + 64 MiB.
+        let swap = (1 << 20) + (1 << 19) + (64 << 20);
+        let expected = ["--budget", "4096", "--zswap", "lz4", "--swap-file", "/s", "--swap-size"];
+        assert_eq!(flags[..7], expected);
+        assert_eq!(flags[7], swap.to_string());
+        assert_eq!(flags.len(), 8);
         ctx.uswap_folios = Some((0, "always".to_string()));
         ctx.uswap_idle_poll = Some("off".into());
         ctx.uswap_swap_file_cache = Some("drop".into());
@@ -309,6 +318,6 @@ mod tests {
             "--pool-size",
             "1073741824",
         ];
-        assert_eq!(flags[6..], tail, "{flags:?}");
+        assert_eq!(flags[8..], tail, "{flags:?}");
     }
 }
