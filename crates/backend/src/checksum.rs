@@ -106,4 +106,8 @@ impl<B: Backend> Backend for ChecksumBackend<B> {
     fn nr_pages(&self) -> u64 {
         self.inner.nr_pages()
     }
+
+    fn out_of_space(&self) -> bool {
+        self.inner.out_of_space()
+    }
 }

@@ -4,13 +4,14 @@
 //! (`O_EXCL`), the file is created mode 0600 and unlinked right after it is opened (unless
 //! [`FileOptions::keep`]), so no other process can open it and read swapped data, and the
 //! free space of the file system (`statvfs`) is checked against the size before anything
-//! is created. The file is sized with `ftruncate`, so it is sparse: disk blocks are used
-//! only by slots that were written, and a discard punches them out again
-//! (`fallocate(PUNCH_HOLE | KEEP_SIZE)`).
+//! is created (or, with [`FileOptions::keep_free_bytes`], the file may be larger than the
+//! free space, and writes stop while the disk is nearly full). The file is sized with
+//! `ftruncate`, so it is sparse: disk blocks are used only by slots that were written, and
+//! a discard punches them out again (`fallocate(PUNCH_HOLE | KEEP_SIZE)`).
 //!
 //! ```text
 //!   create(path or dir, size, opts)
-//!     statvfs(dir) >= size? ── no ──> Error::NoSpace
+//!     statvfs(dir) >= size? ── no ──> Error::NoSpace   (unless keep_free_bytes)
 //!     open(O_CREAT|O_EXCL|O_RDWR, 0600) ── EEXIST ──> Error::Exists
 //!     ftruncate(size)            (sparse: no blocks yet)
 //!     unlink(path) unless keep   (the fd keeps the inode alive)
@@ -36,7 +37,7 @@ use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// How a swap file is created.
 #[derive(Debug, Clone, Copy, Default)]
@@ -47,7 +48,21 @@ pub struct FileOptions {
     /// Keep the file's pages out of the page cache (`RWF_DONTCACHE`: Linux 6.14 and a file
     /// system that takes it, else creation fails).
     pub uncached: bool,
+    /// `None` (default): the file system must have the whole size free at creation.
+    /// `Some(bytes)`: the file may be larger than the free space (its slots cost no disk
+    /// until written, and a pool in front of it may never write most of them), and writes
+    /// are refused (`ENOSPC`, counted in [`FileStats::refused_low_disk`]) while the file
+    /// system has less than `bytes` free, looked up every [`DISK_CHECK_PAGES`] pages: the
+    /// swap never fills the disk under everything else on it.
+    pub keep_free_bytes: Option<u64>,
 }
+
+/// How often a disk found low is looked at again while no writes come.
+pub const DISK_LOW_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Pages written between two looks at the free space ([`FileOptions::keep_free_bytes`]):
+/// one `statvfs` per 4 MiB.
+pub const DISK_CHECK_PAGES: u64 = 1024;
 
 /// `RWF_DONTCACHE` (Linux 6.14): buffered I/O whose pages leave the page cache once done.
 const RWF_DONTCACHE: u32 = 0x80;
@@ -67,6 +82,9 @@ pub struct FileStats {
     pub read_errors: AtomicU64,
     /// Failed discards.
     pub discard_errors: AtomicU64,
+    /// Pages whose writes were refused because the file system was low on free space
+    /// ([`FileOptions::keep_free_bytes`]; counted in `write_errors` too).
+    pub refused_low_disk: AtomicU64,
 }
 
 /// A sparse swap file.
@@ -78,6 +96,15 @@ pub struct FileBackend {
     nr_pages: u64,
     /// I/O goes with `RWF_DONTCACHE`.
     uncached: bool,
+    /// Writes stop while the file system has less free ([`FileOptions::keep_free_bytes`]).
+    keep_free_bytes: Option<u64>,
+    /// Pages asked to be written, to pace the looks at the free space.
+    pages_asked: AtomicU64,
+    /// The last look found less free than `keep_free_bytes`.
+    disk_low: AtomicBool,
+    /// When the last look was, in nanoseconds from `created`.
+    looked_ns: AtomicU64,
+    created: std::time::Instant,
     stats: FileStats,
 }
 
@@ -109,7 +136,9 @@ impl FileBackend {
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
             (parent.unwrap_or(Path::new(".")).to_path_buf(), Some(path.to_path_buf()))
         };
-        check_free_space(&dir, size_bytes)?;
+        if options.keep_free_bytes.is_none() {
+            check_free_space(&dir, size_bytes)?;
+        }
         let (file, path) = match name {
             Some(path) => (open_new(&path)?, path),
             None => open_in_dir(&dir)?,
@@ -138,7 +167,43 @@ impl FileBackend {
         }
         let nr_pages = size_bytes / PAGE_SIZE as u64;
         let uncached = options.uncached;
-        Ok(FileBackend { file, path, nr_pages, uncached, stats: FileStats::default() })
+        let backend = FileBackend {
+            file,
+            path,
+            nr_pages,
+            uncached,
+            keep_free_bytes: options.keep_free_bytes,
+            pages_asked: AtomicU64::new(0),
+            disk_low: AtomicBool::new(false),
+            looked_ns: AtomicU64::new(0),
+            created: std::time::Instant::now(),
+            stats: FileStats::default(),
+        };
+        backend.look_at_free_space();
+        Ok(backend)
+    }
+
+    /// Whether a write of `nr` pages must be refused for lack of disk: the free space is
+    /// looked up again each time the pages asked cross a multiple of [`DISK_CHECK_PAGES`].
+    fn disk_too_low(&self, nr: u64) -> bool {
+        if self.keep_free_bytes.is_none() {
+            return false;
+        }
+        let before = self.pages_asked.fetch_add(nr, Ordering::Relaxed);
+        if before / DISK_CHECK_PAGES != (before + nr) / DISK_CHECK_PAGES {
+            self.look_at_free_space();
+        }
+        self.disk_low.load(Ordering::Relaxed)
+    }
+
+    fn look_at_free_space(&self) {
+        let Some(keep_free) = self.keep_free_bytes else { return };
+        self.looked_ns.store(self.created.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        // A failed statvfs of an open file says nothing about the space: writes go on.
+        if let Ok(stat) = rustix::fs::fstatvfs(&self.file) {
+            let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+            self.disk_low.store(free < keep_free, Ordering::Relaxed);
+        }
     }
 
     /// The path the file was created at (no longer linked unless `keep` was set).
@@ -254,6 +319,11 @@ fn read_exact_uncached(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result
 impl Backend for FileBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let nr = check_request(offset, data.len(), self.nr_pages)?;
+        if self.disk_too_low(nr) {
+            self.stats.refused_low_disk.fetch_add(nr, Ordering::Relaxed);
+            let full = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
+            return Err(self.io_error("write", offset, full));
+        }
         let pos = offset * PAGE_SIZE as u64;
         let written = if self.uncached {
             write_all_uncached(&self.file, data, pos)
@@ -294,5 +364,20 @@ impl Backend for FileBackend {
 
     fn nr_pages(&self) -> u64 {
         self.nr_pages
+    }
+
+    /// While the disk is low, looked up again every [`DISK_LOW_RECHECK`] at most (a
+    /// refused device gets no writes, which would otherwise pace the looks).
+    fn out_of_space(&self) -> bool {
+        if !self.disk_low.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = self.created.elapsed().as_nanos() as u64;
+        if now.saturating_sub(self.looked_ns.load(Ordering::Relaxed))
+            >= DISK_LOW_RECHECK.as_nanos() as u64
+        {
+            self.look_at_free_space();
+        }
+        self.disk_low.load(Ordering::Relaxed)
     }
 }

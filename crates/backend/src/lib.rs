@@ -86,6 +86,13 @@ pub trait Backend: Send + Sync {
 
     /// Number of slots (pages) the backend holds.
     fn nr_pages(&self) -> u64;
+
+    /// True while writes are refused for lack of space (a file backend created with
+    /// `keep_free_bytes` on a disk nearly full): page-out should not try the device, whose
+    /// every write would fail. Looked up afresh now and then while it says so.
+    fn out_of_space(&self) -> bool {
+        false
+    }
 }
 
 /// Checks a request against a backend of `nr_pages` slots; returns the number of pages.

@@ -77,6 +77,39 @@ fn file_is_0600_sparse_and_unlinked_by_default() {
 }
 
 #[test]
+fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
+    let dir = scratch_dir("keep-free");
+    let free = {
+        let stat = rustix::fs::statvfs(&dir).unwrap();
+        stat.f_bavail * stat.f_frsize
+    };
+    // Larger than the free space: refused by default, created when writes keep a reserve.
+    let size = (free + (1 << 30)) / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+    let err = FileBackend::create(&dir.join("default"), size, FileOptions::default());
+    assert!(matches!(err, Err(Error::NoSpace { .. })), "{err:?}");
+    let roomy = FileOptions { keep_free_bytes: Some(0), ..FileOptions::default() };
+    let file = FileBackend::create(&dir, size, roomy).unwrap();
+    file.write(7, &page(3)).unwrap();
+    let mut buf = page(0);
+    file.read(7, &mut buf).unwrap();
+    assert_eq!(buf, page(3));
+    // A reserve the disk cannot have: every write is refused (ENOSPC), counted, and what
+    // was written before reads back unharmed.
+    let starved = FileOptions { keep_free_bytes: Some(u64::MAX), ..FileOptions::default() };
+    let file = FileBackend::create(&dir, 64 * PAGE_SIZE as u64, starved).unwrap();
+    for offset in 0..3 {
+        let err = file.write(offset, &page(5)).unwrap_err();
+        let Error::Io { op: "write", source, .. } = &err else { panic!("{err:?}") };
+        assert_eq!(source.raw_os_error(), Some(rustix::io::Errno::NOSPC.raw_os_error()));
+    }
+    assert_eq!(file.stats().refused_low_disk.load(Ordering::Relaxed), 3);
+    assert_eq!(file.stats().write_errors.load(Ordering::Relaxed), 3);
+    assert_eq!(file.stats().write_pages.load(Ordering::Relaxed), 0);
+    file.read(0, &mut buf).unwrap();
+    assert_eq!(buf, page(0), "nothing was written");
+}
+
+#[test]
 fn file_discard_punches_a_hole() {
     let dir = scratch_dir("punch");
     let opts = FileOptions { keep: true, ..FileOptions::default() };
@@ -116,10 +149,13 @@ fn cached_pages(path: &std::path::Path) -> u64 {
 fn an_uncached_file_keeps_its_pages_out_of_the_page_cache() {
     let dir = scratch_dir("uncached");
     let size = 1024 * PAGE_SIZE as u64;
-    let cached =
-        FileBackend::create(&dir.join("cached"), size, FileOptions { keep: true, uncached: false })
-            .unwrap();
-    let opts = FileOptions { keep: true, uncached: true };
+    let cached = FileBackend::create(
+        &dir.join("cached"),
+        size,
+        FileOptions { keep: true, ..FileOptions::default() },
+    )
+    .unwrap();
+    let opts = FileOptions { keep: true, uncached: true, ..FileOptions::default() };
     let uncached = match FileBackend::create(&dir.join("uncached"), size, opts) {
         Ok(file) => file,
         Err(Error::Setup { what, .. }) if what.contains("RWF_DONTCACHE") => {

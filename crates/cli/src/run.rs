@@ -25,8 +25,10 @@ const PAGE_BYTES: u64 = 4096;
 const DEFAULT_BUDGET_PERCENT: u64 = 50;
 /// The default swap device size (a sparse file).
 const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
-/// The smallest swap file the default settles for on a nearly full disk.
-const MIN_DEFAULT_SWAP_BYTES: u64 = 64 << 20;
+/// The smallest swap device: one cluster of 512 pages.
+const MIN_SWAP_BYTES: u64 = (slots::SWAPFILE_CLUSTER as u64) * PAGE_BYTES;
+/// The largest: the largest file ext4 holds with 4 KiB blocks.
+const MAX_SWAP_BYTES: u64 = 16 << 40;
 
 /// Flags of `uswap run`.
 #[derive(Debug, clap::Args)]
@@ -53,8 +55,8 @@ pub struct RunArgs {
     /// temporary directory.
     #[arg(long)]
     swap_file: Option<PathBuf>,
-    /// The swap device's size, e.g. 8G (a sparse file, which must fit in the free space
-    /// where it goes). Default: 8G, or half the free space there where that is less.
+    /// The swap device's size, e.g. 8G: a sparse file, which may be larger than the free
+    /// disk space (writes to it stop while less than 64 MiB is free there). Default: 8G.
     #[arg(long)]
     swap_size: Option<String>,
     /// Whether the swap file's pages may stay in the page cache: `keep` (fast page-ins from
@@ -276,49 +278,40 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
 }
 
-/// The swap file's size: `--swap-size`, which must fit in the free space of `dir` (where
-/// the file goes), or by default [`DEFAULT_SWAP_BYTES`], or half the free space of `dir`
-/// where that is less (with a note saying so). The file is sparse, but a page written back must
-/// find room on the disk: checked here, before the program starts, the shortfall is one
-/// line naming the directory, not the shim's refusal to start (status 125) after it.
+/// The swap file's size: `--swap-size` or [`DEFAULT_SWAP_BYTES`], and a note when it is
+/// more than the free space of `dir`, where the file goes. The file is sparse and the pool
+/// in front of it writes few of its slots, so it may be larger than the free space; the
+/// shim stops writing to it while less than `SWAP_FILE_KEEP_FREE_BYTES` is free there
+/// (CI's disk once had less than the 8 GiB default free, and a shim that wanted all of it
+/// free refused to start).
 fn swap_size(text: Option<&str>, dir: &Path) -> Result<(u64, Option<String>)> {
+    let bytes = match text {
+        Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
+        None => DEFAULT_SWAP_BYTES,
+    };
+    if !(MIN_SWAP_BYTES..=MAX_SWAP_BYTES).contains(&bytes) {
+        bail!(
+            "--swap-size {}: use {} to {}",
+            format_size(bytes),
+            format_size(MIN_SWAP_BYTES),
+            format_size(MAX_SWAP_BYTES)
+        );
+    }
     let stat = rustix::fs::statvfs(dir).map_err(|e| {
         anyhow!("cannot see the free space of {} (for the swap file): {e}", dir.display())
     })?;
     let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
-    if let Some(text) = text {
-        let bytes = parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?;
-        if bytes > free_bytes {
-            bail!(
-                "--swap-size {}: {} has only {} free: give a smaller --swap-size, or a \
-                 --swap-file on another file system",
-                format_size(bytes),
-                dir.display(),
-                format_size(free_bytes)
-            );
-        }
-        return Ok((bytes, None));
-    }
-    let half = free_bytes / 2 / PAGE_BYTES * PAGE_BYTES;
-    if half >= DEFAULT_SWAP_BYTES {
-        return Ok((DEFAULT_SWAP_BYTES, None));
-    }
-    if half < MIN_DEFAULT_SWAP_BYTES {
-        bail!(
-            "{} has only {} free, too little for a swap file: free some, or give a \
-             --swap-file on another file system",
+    let note = (free_bytes < bytes).then(|| {
+        format!(
+            "the swap file may grow to {} and {} has {} free: uswap stops writing to it while \
+             less than {} is free there (those pages stay in the pool or in memory)",
+            format_size(bytes),
             dir.display(),
-            format_size(free_bytes)
-        );
-    }
-    let note = format!(
-        "the swap file is {} (half the {} free in {}), not {}",
-        format_size(half),
-        format_size(free_bytes),
-        dir.display(),
-        format_size(DEFAULT_SWAP_BYTES)
-    );
-    Ok((half, Some(note)))
+            format_size(free_bytes),
+            format_size(runstat::env::SWAP_FILE_KEEP_FREE_BYTES)
+        )
+    });
+    Ok((bytes, note))
 }
 
 /// `--pool-size`: a size the pool can take (64 KiB up to the 64 GiB its allocator
@@ -439,7 +432,7 @@ fn check_swap_file(path: &Path) -> Result<()> {
 /// `--swap-file-cache drop` needs `RWF_DONTCACHE` where the swap file goes: tried on a
 /// small private file in `dir`, gone again at once.
 fn check_uncached_io(dir: &Path) -> Result<()> {
-    let options = backend::FileOptions { keep: false, uncached: true };
+    let options = backend::FileOptions { uncached: true, ..backend::FileOptions::default() };
     backend::FileBackend::create(dir, 1 << 16, options)
         .map(drop)
         .map_err(|e| anyhow!("--swap-file-cache drop: {e}; use --swap-file-cache keep"))

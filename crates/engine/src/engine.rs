@@ -128,7 +128,7 @@ fn make_backend(config: &EngineConfig) -> Result<Arc<dyn Backend>, Error> {
         BackendConfig::Memory => Arc::new(MemoryBackend::new(nr_pages)),
         BackendConfig::File { dir, path, keep } => {
             let at = path.as_ref().unwrap_or(dir);
-            let options = FileOptions { keep: *keep, uncached: false };
+            let options = FileOptions { keep: *keep, ..FileOptions::default() };
             let file = FileBackend::create(at, size_bytes, options)
                 .map_err(|e| Error::Config(format!("swap file at {}: {e}", at.display())))?;
             Arc::new(file)
@@ -161,6 +161,9 @@ impl Backend for ArcBackend {
     }
     fn nr_pages(&self) -> u64 {
         self.0.nr_pages()
+    }
+    fn out_of_space(&self) -> bool {
+        self.0.out_of_space()
     }
 }
 

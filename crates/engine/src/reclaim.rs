@@ -103,6 +103,15 @@ impl Core {
                 // can_reclaim_anon_pages). Scanning on split every large folio and failed
                 // each piece, millions of times in a simulated build with a full device.
                 Stats::add(&self.stats.counters.reclaim_fail, 1);
+                Stats::add(&self.stats.counters.swap_full, 1);
+                break;
+            }
+            if self.device_out_of_space() && self.storage.zswap.as_ref().is_none_or(|z| z.is_full())
+            {
+                // Every page-out would take its pages and put them back: millions of
+                // failed writes a minute with a full disk and no pool.
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                Stats::add(&self.stats.counters.swap_no_space, 1);
                 break;
             }
             let (reclaimed, scanned) = self.reclaim_batch(direct);
@@ -126,6 +135,11 @@ impl Core {
     fn swap_full(&self) -> bool {
         let device = &self.storage.device;
         device.inuse_pages() >= device.total_slots()
+    }
+
+    /// Does the swap device refuse writes for lack of space?
+    fn device_out_of_space(&self) -> bool {
+        self.storage.device.backend().out_of_space()
     }
 
     /// The background reclaimer's loop: sleep until woken, then reclaim to the high
@@ -155,6 +169,9 @@ impl Core {
     /// written back.
     pub(crate) fn shrink_pool(&self) -> u64 {
         let Some(zswap) = &self.storage.zswap else { return 0 };
+        if self.device_out_of_space() {
+            return 0; // each write back would fail, its entry staying in the pool
+        }
         let target = crate::writeback::Target::new(self);
         let mut total = 0;
         while zswap.is_full() {

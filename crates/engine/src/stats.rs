@@ -94,6 +94,12 @@ counters! {
     kswapd_wake,
     /// Reclaim passes that could not free anything (device full, nothing evictable).
     reclaim_fail,
+    /// Of those, the ones stopped because every slot of the swap device was in use: the
+    /// budget cannot be kept until slots are freed (a larger device is the remedy).
+    swap_full,
+    /// Of those, the ones stopped because the swap device refused writes for lack of disk
+    /// space (`Backend::out_of_space`) and no pool could take the pages instead.
+    swap_no_space,
     /// Folios activated by second chance (referenced while inactive).
     pgactivate,
     /// Folios moved from the active to the inactive list.

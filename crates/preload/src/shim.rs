@@ -139,6 +139,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .budget_bytes(config.budget_bytes)
         .swap_size_bytes(config.swap_size_bytes)
         .swap_file_uncached(config.swap_file_cache == "drop")
+        .swap_file_keep_free(env::SWAP_FILE_KEEP_FREE_BYTES)
         .folio_order(config.folio_order)
         .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
         .require_kernel_faults(true)

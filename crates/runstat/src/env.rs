@@ -12,6 +12,12 @@
 /// line, before the program's `main`.
 pub const START_FAILED: i32 = 125;
 
+/// The free space the swap file leaves its file system: the file may be larger than the
+/// disk's free space (it is sparse, and the pool in front of it writes few of its slots),
+/// and writes to it stop while less than this is free (their pages stay in the pool or in
+/// memory, and the failed writes are counted).
+pub const SWAP_FILE_KEEP_FREE_BYTES: u64 = 64 << 20;
+
 /// The run directory (private, 0700): stats files, the default swap file.
 pub const RUN_DIR: &str = "USWAP_RUN_DIR";
 /// `uswap run`'s pid: the shim manages the process whose parent this is.

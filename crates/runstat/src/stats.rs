@@ -146,6 +146,12 @@ pub struct Summary {
     pub idle_poll_ns: u64,
     /// Pollers that could not pin themselves or take `SCHED_IDLE`, and stopped.
     pub idle_poll_setup_errors: u64,
+    /// Reclaim passes stopped because every swap slot was in use.
+    pub swap_full: u64,
+    /// Pages whose writes to the swap file failed (a disk low on space, an I/O error).
+    pub write_errors: u64,
+    /// Reclaim passes stopped because the swap file's disk was low on space.
+    pub no_space: u64,
 }
 
 impl Summary {
@@ -176,6 +182,9 @@ impl Summary {
             idle_pollers: file.get("idle_pollers"),
             idle_poll_ns: file.get("idle_poll_ns"),
             idle_poll_setup_errors: file.get("idle_poll_setup_errors"),
+            swap_full: file.get("swap_full"),
+            write_errors: file.get("swpout_error"),
+            no_space: file.get("swap_no_space"),
         }
     }
 
@@ -221,6 +230,28 @@ impl Summary {
                 "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",
                 self.idle_pollers,
                 self.idle_poll_ns as f64 / 1e9
+            ));
+        }
+        if self.swap_full > 0 {
+            lines.push(format!(
+                "{prefix}the swap device was full: reclaim stopped {} times with every slot in \
+                 use, and the budget could not be kept meanwhile (raise --swap-size)",
+                self.swap_full
+            ));
+        }
+        if self.no_space > 0 {
+            lines.push(format!(
+                "{prefix}the swap file's disk was low on space: reclaim stopped {} times, and \
+                 the budget could not be kept meanwhile (free some, or give a --swap-file on \
+                 another file system)",
+                self.no_space
+            ));
+        }
+        if self.write_errors > 0 {
+            lines.push(format!(
+                "{prefix}{} page writes to the swap file failed (a disk low on space, or an I/O \
+                 error): those pages stayed in the pool or in memory",
+                self.write_errors
             ));
         }
         if self.idle_poll_setup_errors > 0 {
@@ -288,6 +319,15 @@ mod tests {
         polled.set("idle_poll_setup_errors", 1);
         let lines = Summary::of(&polled).to_lines("uswap: ");
         assert!(lines.last().unwrap().contains("1 of the pollers could not pin"), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("swap file") || l.contains("swap device")));
+        let mut troubled = file.clone();
+        troubled.set("swap_full", 3);
+        troubled.set("swpout_error", 17);
+        troubled.set("swap_no_space", 5);
+        let lines = Summary::of(&troubled).to_lines("uswap: ");
+        assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
+        assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub struct Builder {
     swap: SwapTarget,
     swap_size_bytes: u64,
     swap_file_uncached: bool,
+    swap_file_keep_free: Option<u64>,
     checksums: bool,
     readahead_max_pages: Option<u32>,
     require_kernel_faults: Option<bool>,
@@ -103,6 +104,7 @@ impl Default for Builder {
             swap: SwapTarget::Dir(std::env::temp_dir()),
             swap_size_bytes: 4 << 30,
             swap_file_uncached: false,
+            swap_file_keep_free: None,
             checksums: false,
             readahead_max_pages: None,
             require_kernel_faults: None,
@@ -172,6 +174,15 @@ impl Builder {
     /// disk read. [`Builder::build`] fails where the kernel or file system cannot.
     pub fn swap_file_uncached(mut self, on: bool) -> Self {
         self.swap_file_uncached = on;
+        self
+    }
+
+    /// Let the swap file be larger than the free space of its file system, and stop writing
+    /// to it while less than `bytes` is free (the writes fail, counted; their pages stay in
+    /// the pool or in memory). Default: the whole size must be free when it is created.
+    /// The file is sparse, and a pool in front of it holds most pages without writing them.
+    pub fn swap_file_keep_free(mut self, bytes: u64) -> Self {
+        self.swap_file_keep_free = Some(bytes);
         self
     }
 
@@ -355,7 +366,11 @@ impl Builder {
             SwapTarget::Dir(dir) => (dir.clone(), false),
             SwapTarget::File(path) => (path.clone(), true),
         };
-        let options = backend::FileOptions { keep, uncached: self.swap_file_uncached };
+        let options = backend::FileOptions {
+            keep,
+            uncached: self.swap_file_uncached,
+            keep_free_bytes: self.swap_file_keep_free,
+        };
         let file = backend::FileBackend::create(&at, size_bytes, options)
             .map_err(|e| Error::SwapFile { path: at.clone(), why: e.to_string() })?;
         Ok(BackendConfig::Custom(Arc::new(file)))

@@ -273,12 +273,16 @@ fn run_synthetic(
         verify_errors: report.verify_errors,
         samples: finished.samples,
         detail: format!(
-            "{} accesses: p50 {} ns, {} slow (> {} ns), {} major faults",
+            "{} accesses: p50 {} ns, {} slow (> {} ns), {} major faults; phases: fill {:.2} s, \
+             accesses {:.2} s, verify {:.2} s",
             report.accesses,
             report.access_p50_ns,
             report.slow_accesses,
             report.fault_threshold_ns,
-            report.run_major_faults
+            report.run_major_faults,
+            report.fill_s,
+            report.run_s,
+            report.verify_s
         ),
     })
 }
