@@ -71,6 +71,13 @@ pub struct MemorySource {
     /// Whether reclaim may see the referenced bits; off, the source is as blind to
     /// accesses of resident pages as userfaultfd is.
     access_bits: bool,
+    /// Only writes (and, if `fault_references`, the access that faulted a page in) set the
+    /// referenced bits: what userfaultfd's asynchronous write-protect mode could show
+    /// reclaim through `PAGEMAP_SCAN`'s written bit.
+    writes_only: bool,
+    /// With `writes_only`: a page mapped by a fault counts as referenced (mapped without
+    /// write protection) rather than not (mapped write-protected).
+    fault_references: bool,
 }
 
 impl MemorySource {
@@ -84,6 +91,8 @@ impl MemorySource {
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
             access_bits: true,
+            writes_only: false,
+            fault_references: false,
         }
     }
 
@@ -91,6 +100,15 @@ impl MemorySource {
     /// (`test_and_clear_referenced` answers `None`), as the userfaultfd source does.
     pub fn without_access_bits(mut self) -> Self {
         self.access_bits = false;
+        self
+    }
+
+    /// The same source, whose referenced bits only writes set (and, if `fault_references`,
+    /// the access that faults a page in): what reclaim would see of accesses through
+    /// userfaultfd's asynchronous write-protect mode.
+    pub fn with_write_bits_only(mut self, fault_references: bool) -> Self {
+        self.writes_only = true;
+        self.fault_references = fault_references;
         self
     }
 
@@ -169,19 +187,23 @@ impl MemorySource {
         mut f: impl FnMut(&mut PageRef<'_>),
     ) -> Result<(), AccessError> {
         let index = self.page_index(addr);
+        let mut faulted = false;
         for _ in 0..ACCESS_ROUNDS_MAX {
             {
                 let mut page = self.pages.lock(index);
                 match *page {
                     State::Poisoned => return Err(AccessError::Poisoned { addr }),
                     State::Data | State::Zero => {
-                        self.referenced[index].store(true, Ordering::Relaxed);
+                        if write || !self.writes_only || (faulted && self.fault_references) {
+                            self.referenced[index].store(true, Ordering::Relaxed);
+                        }
                         f(&mut page);
                         return Ok(());
                     }
                     State::Missing => {}
                 }
             }
+            faulted = true;
             match engine.handle_fault(addr, write) {
                 Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Retry) => {}
                 Ok(FaultOutcome::Gone) => {

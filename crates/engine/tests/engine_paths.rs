@@ -361,6 +361,32 @@ fn quick_refaults_activate_without_access_bits() {
     assert!(c.workingset_activate_anon > 0, "{}", engine.stats().to_vmstat());
 }
 
+/// The write-bits-only source (the access_bits example's model of userfaultfd's
+/// asynchronous write-protect mode): a read of a resident page sets no referenced bit, a
+/// write does, and a fault sets one only when asked to.
+#[test]
+fn write_bits_only_see_writes_and_optionally_faults() {
+    use engine::PageSource;
+    for fault_references in [false, true] {
+        let source = std::sync::Arc::new(
+            engine::mem_source::MemorySource::new(common::BASE, 64)
+                .with_write_bits_only(fault_references),
+        );
+        let dyn_source: std::sync::Arc<dyn PageSource> = source.clone();
+        let engine = engine::Engine::new(config(64), dyn_source).unwrap();
+        engine.add_region(common::BASE, 64 * PAGE as u64).unwrap();
+        let mut buf = vec![0u8; PAGE];
+        let bit = |page| source.test_and_clear_referenced(addr(page), PAGE as u64);
+        source.read(&engine, addr(0), &mut buf).unwrap(); // faults the page in
+        assert_eq!(bit(0), Some(fault_references), "a fault");
+        source.read(&engine, addr(0), &mut buf).unwrap();
+        assert_eq!(bit(0), Some(false), "a read of a resident page");
+        source.write(&engine, addr(0), &content(0, 1)).unwrap();
+        assert_eq!(bit(0), Some(true), "a write");
+        assert_eq!(bit(0), Some(false), "cleared by the test");
+    }
+}
+
 #[test]
 fn remap_moves_resident_and_swapped_pages() {
     let config = EngineConfig { folio_order: 2, ..config(64) };
