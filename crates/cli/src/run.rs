@@ -165,7 +165,7 @@ struct Plan {
     config: RunConfig,
     cpus: Option<crate::cpus::Cpus>,
     idle_poll: IdlePolling,
-    /// Why the swap file is smaller than the default, said as the run starts.
+    /// That the swap file may grow past the free disk space, said as the run starts.
     swap_note: Option<String>,
 }
 

@@ -236,9 +236,9 @@ fn spawn_measured(
     let finished = runner::run_program(command, placement.probe, ctx.timeout)?;
     if finished.exit.code != 0 && finished.exit.code != 3 {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        // Enough to reach above `uswap run`'s summary (7 lines), where a shim that could
-        // not start says why.
-        let tail: Vec<&str> = text.lines().rev().take(12).collect();
+        // Enough to reach above `uswap run`'s summary (up to 10 lines), where a shim that
+        // could not start says why.
+        let tail: Vec<&str> = text.lines().rev().take(16).collect();
         bail!(
             "{spec_name} exited with status {} (137 = killed, e.g. by the OOM killer): {}",
             finished.exit.code,
