@@ -333,14 +333,18 @@ impl ZsPool {
 
     /// A page for a new zspage: a spare one, or a new one. No lock held.
     fn spare_page(&self) -> Option<PoolPage> {
-        let spare = self.spare.lock().pop();
-        match spare {
-            Some(page) => {
+        let spare = {
+            // The count moves under the spare lock, with the list: `check_invariants`
+            // compares the two while other threads run (the zswap stress test's
+            // maintainer once saw them one apart).
+            let mut spare = self.spare.lock();
+            let page = spare.pop();
+            if page.is_some() {
                 self.spare_pages.fetch_sub(1, Ordering::Relaxed);
-                Some(page)
             }
-            None => self.arena.alloc(),
-        }
+            page
+        };
+        spare.or_else(|| self.arena.alloc())
     }
 
     /// Drops a zspage taken out of its class, keeping up to `SPARE_PAGES_MAX` of its pages
@@ -526,8 +530,11 @@ impl ZsPool {
             }
         }
         // The spare pages go too: compaction is how a pool under pressure gives memory back.
-        let spare = std::mem::take(&mut *self.spare.lock());
-        self.spare_pages.fetch_sub(spare.len(), Ordering::Relaxed);
+        let spare = {
+            let mut spare = self.spare.lock();
+            self.spare_pages.fetch_sub(spare.len(), Ordering::Relaxed);
+            std::mem::take(&mut *spare)
+        };
         stats.pages_freed += spare.len();
         spare.into_iter().for_each(|page| self.arena.free(page));
         stats.pages_released = self.arena.trim();
