@@ -7,16 +7,10 @@
 //! zram0 reset, zswap as it was.
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
-
-fn workload_binary() -> Option<PathBuf> {
-    let uswap = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
-    let candidate = uswap.parent()?.join("uswap-workload");
-    candidate.exists().then_some(candidate)
-}
+use common::workload_binary;
 
 fn is_root() -> bool {
     let output = Command::new("id").arg("-u").output();

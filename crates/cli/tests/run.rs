@@ -116,17 +116,6 @@ fn bad_input_is_one_line_and_nothing_runs() {
     }
 }
 
-/// The workload program, built beside uswap by `cargo test --workspace`.
-fn workload() -> Option<String> {
-    let uswap = std::path::PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
-    let candidate = uswap.parent()?.join("uswap-workload");
-    if !candidate.exists() {
-        eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
-        return None;
-    }
-    Some(candidate.display().to_string())
-}
-
 /// A file system of `size` mounted (tmpfs) on a fresh directory, unmounted on drop.
 struct SmallDisk(std::path::PathBuf);
 
@@ -168,16 +157,14 @@ fn a_swap_file_larger_than_the_disk_keeps_the_data() {
     let Some(disk) = SmallDisk::mount("32M") else { return };
     let swap = disk.0.join("swap");
     let swap = swap.to_str().unwrap();
-    let Some(workload) = workload() else { return };
-    let args = ["--size", "32M", "--pattern", "uniform", "--json"];
-    let out = uswap(
-        &[
-            &["run", "--budget", "8M", "--zswap", "off", "--swap-file", swap, "--"][..],
-            &[&workload],
-            &args,
-        ]
-        .concat(),
-    );
+    let Some(workload) = common::workload_binary() else {
+        eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
+        return;
+    };
+    let workload = workload.display().to_string();
+    let run = ["run", "--budget", "8M", "--zswap", "off", "--swap-file", swap, "--"];
+    let program = [workload.as_str(), "--size", "32M", "--pattern", "uniform", "--json"];
+    let out = uswap(&[&run[..], &program[..]].concat());
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("the swap file may grow to 8.00 GiB and"), "{err}");

@@ -68,16 +68,32 @@ pub struct MemorySource {
     data_pages: AtomicU64,
     /// `take` calls that should fail with `Retry` (fault injection: fork in progress).
     inject_retry: AtomicU64,
-    /// Whether reclaim may see the referenced bits; off, the source is as blind to
-    /// accesses of resident pages as userfaultfd is.
-    access_bits: bool,
-    /// Only writes (and, if `fault_references`, the access that faulted a page in) set the
-    /// referenced bits: what userfaultfd's asynchronous write-protect mode could show
-    /// reclaim through `PAGEMAP_SCAN`'s written bit.
-    writes_only: bool,
-    /// With `writes_only`: a page mapped by a fault counts as referenced (mapped without
-    /// write protection) rather than not (mapped write-protected).
-    fault_references: bool,
+    /// What reclaim sees of accesses to resident pages.
+    access_bits: AccessBits,
+}
+
+/// What sets a page's referenced bit, and whether reclaim may read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AccessBits {
+    /// Every access (the kernel's accessed bits).
+    All,
+    /// Writes only (and, if `fault_references`, the access that faulted the page in, as a
+    /// page mapped writable would be): what userfaultfd's asynchronous write-protect mode
+    /// could show reclaim through `PAGEMAP_SCAN`'s written bit.
+    Writes { fault_references: bool },
+    /// None: `test_and_clear_referenced` answers `None`, as userfaultfd's source does.
+    None,
+}
+
+impl AccessBits {
+    /// Whether an access (a write or not, right after a fault or not) sets the bit.
+    fn set_by(self, write: bool, faulted: bool) -> bool {
+        match self {
+            AccessBits::All => true,
+            AccessBits::Writes { fault_references } => write || (faulted && fault_references),
+            AccessBits::None => false,
+        }
+    }
 }
 
 impl MemorySource {
@@ -90,16 +106,14 @@ impl MemorySource {
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
-            access_bits: true,
-            writes_only: false,
-            fault_references: false,
+            access_bits: AccessBits::All,
         }
     }
 
     /// The same source, telling reclaim nothing of accesses to resident pages
     /// (`test_and_clear_referenced` answers `None`), as the userfaultfd source does.
     pub fn without_access_bits(mut self) -> Self {
-        self.access_bits = false;
+        self.access_bits = AccessBits::None;
         self
     }
 
@@ -107,8 +121,7 @@ impl MemorySource {
     /// the access that faults a page in): what reclaim would see of accesses through
     /// userfaultfd's asynchronous write-protect mode.
     pub fn with_write_bits_only(mut self, fault_references: bool) -> Self {
-        self.writes_only = true;
-        self.fault_references = fault_references;
+        self.access_bits = AccessBits::Writes { fault_references };
         self
     }
 
@@ -194,7 +207,7 @@ impl MemorySource {
                 match *page {
                     State::Poisoned => return Err(AccessError::Poisoned { addr }),
                     State::Data | State::Zero => {
-                        if write || !self.writes_only || (faulted && self.fault_references) {
+                        if self.access_bits.set_by(write, faulted) {
                             self.referenced[index].store(true, Ordering::Relaxed);
                         }
                         f(&mut page);
@@ -374,7 +387,7 @@ impl PageSource for MemorySource {
     fn wake(&self, _addr: u64, _len: u64) {}
 
     fn test_and_clear_referenced(&self, addr: u64, len: u64) -> Option<bool> {
-        if !self.access_bits {
+        if self.access_bits == AccessBits::None {
             return None;
         }
         let first = self.page_index(addr);

@@ -10,6 +10,13 @@ pub fn target_dir() -> PathBuf {
     exe.parent().unwrap().to_path_buf()
 }
 
+/// The workload program beside the binary under test, if built (`cargo test --workspace`
+/// builds it; `cargo test -p uswap` alone may not).
+pub fn workload_binary() -> Option<PathBuf> {
+    let candidate = target_dir().join("uswap-workload");
+    candidate.exists().then_some(candidate)
+}
+
 /// The `uswap run` shim, built once per test process with the binary's profile:
 /// `cargo test` builds the preload crate's test harness, not its cdylib, so a fresh
 /// checkout has no libuswap_preload.so until this runs.
