@@ -6,6 +6,11 @@
 //! --control fifo:/tmp/ctl -D -1 ... target/release/examples/pagein_profile` (the harness
 //! enables the profiler around the faults and disables it around the page-outs).
 //! It also counts the allocator's calls per folio paged out and in.
+//!
+//! Pages hold one repeated byte by default; `CORPUS=1` fills them from the zswap corpus
+//! instead (as `uswap bench engine` does: a page-in then reads a cold page, not one line
+//! over and over), and `EACH=1` pages out one folio per call (as the benchmark does)
+//! instead of the whole region in one call.
 
 use engine::config::ZswapSettings;
 use engine::mem_source::MemorySource;
@@ -78,9 +83,13 @@ fn main() {
     };
     let engine = Engine::new(config, dyn_source).expect("engine");
     engine.add_region(BASE, pages * PAGE).expect("region");
+    let corpus = zswap::corpus::Corpus::generate(1, pages as usize);
+    let varied = std::env::var_os("CORPUS").is_some();
+    let each = std::env::var_os("EACH").is_some();
     let data = vec![7u8; PAGE as usize];
     for page in 0..pages {
-        source.write(&engine, BASE + page * PAGE, &data).expect("write");
+        let d = if varied { corpus.page(page as usize) } else { &data[..] };
+        source.write(&engine, BASE + page * PAGE, d).expect("write");
     }
     let mut perf = std::env::var_os("PERF_CTL").map(|path| {
         std::fs::OpenOptions::new().write(true).open(path).expect("PERF_CTL: the control fifo")
@@ -98,7 +107,13 @@ fn main() {
     for _ in 0..rounds {
         let (a, f) = counts();
         let start = std::time::Instant::now();
-        engine.pageout(BASE, pages * PAGE).expect("pageout");
+        if each {
+            for page in (0..pages).step_by(1 << order) {
+                engine.pageout(BASE + page * PAGE, PAGE << order).expect("pageout");
+            }
+        } else {
+            engine.pageout(BASE, pages * PAGE).expect("pageout");
+        }
         out_ns += start.elapsed().as_nanos();
         let (a2, f2) = counts();
         (out_allocs, out_frees) = (out_allocs + a2 - a, out_frees + f2 - f);

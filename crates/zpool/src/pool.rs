@@ -141,6 +141,17 @@ impl ObjHint {
         ObjHint([packed as u64, (packed >> 64) as u64])
     }
 
+    /// The two words of the hint, to keep it in another structure (zswap's entry nodes).
+    pub fn to_raw(self) -> [u64; 2] {
+        self.0
+    }
+
+    /// A hint back from [`ObjHint::to_raw`]. Any two words make a hint: a wrong one only
+    /// prefetches lines nobody reads.
+    pub fn from_raw(raw: [u64; 2]) -> Self {
+        ObjHint(raw)
+    }
+
     /// The three hinted addresses (line starts; 0 where none).
     fn lines(self) -> [usize; 3] {
         let packed = u128::from(self.0[0]) | u128::from(self.0[1]) << 64;

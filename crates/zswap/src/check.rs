@@ -2,9 +2,10 @@
 //! pool allocator and the counters, checked with every lock held.
 //!
 //! - Each tree is a valid XArray whose recorded size matches its nodes; it holds only
-//!   order-0 item entries, each at the key of its own swap entry's offset.
-//! - Every entry's LRU node holds that entry, and the LRU holds as many entries as the
-//!   trees do: the two are the same set (an injection plus equal counts).
+//!   order-0 value entries, node numbers, each at the key of its node's swap offset.
+//! - Every node a tree names is linked in the LRU and named once, and the LRU holds as
+//!   many entries as the trees do: the two are the same set (an injection plus equal
+//!   counts).
 //! - Every entry's object is live in the allocator with the entry's length; the allocator
 //!   holds exactly one object per entry (checked when no store or erase is in flight,
 //!   which is always the case between the operations of a single-threaded test) and its
@@ -12,7 +13,7 @@
 //! - `stored_pages` and `stored_incompressible_pages` count the entries and the raw ones;
 //!   the metadata total equals the sum of its parts.
 
-use crate::entry::ENTRY_BYTES;
+use crate::lru::NodeId;
 use crate::tree::TREE_SHIFT;
 use crate::zswap::Zswap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,7 +30,7 @@ impl Zswap {
     pub fn check_invariants(&self) {
         let trees = self.trees.lock_all();
         let list = self.lru.list.lock();
-        self.lru.check(&list);
+        let mut unnamed = self.lru.check(&list);
         let (mut entries, mut raw, mut tree_bytes) = (0u64, 0u64, 0u64);
         for (number, tree) in trees.iter().enumerate() {
             tree.xa.check_invariants();
@@ -38,11 +39,14 @@ impl Zswap {
             tree_bytes += bytes;
             for (key, order, entry) in tree.xa.iter() {
                 assert_eq!(order, 0, "tree {number} key {key}: multi-index entry");
-                let entry = entry.item().unwrap_or_else(|| panic!("tree {number}: value entry"));
+                let id = entry.value().unwrap_or_else(|| panic!("tree {number}: item entry"));
+                let id = NodeId::try_from(id).expect("a node number");
+                let named = unnamed.get_mut(id as usize).map(std::mem::take);
+                assert_eq!(named, Some(true), "tree {number} key {key}: node {id} not linked");
+                let entry = self.lru.node(id).data();
                 let offset = ((number as u64) << TREE_SHIFT) | key;
                 assert_eq!(entry.swpentry.offset(), offset, "entry filed under another offset");
                 assert!(offset < self.nr_slots(), "entry beyond the device");
-                assert!(list.holds(entry), "{:?} is not in the LRU", entry.swpentry);
                 let size = self.pool.object_size(entry.handle);
                 assert_eq!(size, entry.length as usize, "{:?}: object size", entry.swpentry);
                 assert!(entry.length > 0 && entry.length as usize <= crate::compress::PAGE_SIZE);
@@ -56,10 +60,7 @@ impl Zswap {
         assert_eq!(incompressible, raw, "stored_incompressible_pages");
         assert_eq!(self.trees.bytes.load(Relaxed), tree_bytes, "index bytes");
         let stats = self.stats();
-        let meta = self.fixed_bytes()
-            + tree_bytes
-            + self.lru.chunk_bytes.load(Relaxed)
-            + entries * ENTRY_BYTES;
+        let meta = self.fixed_bytes() + tree_bytes + self.lru.chunk_bytes.load(Relaxed);
         assert_eq!(stats.metadata_bytes, meta, "metadata bytes");
         self.pool.check_invariants();
         // The allocator holds one object per entry, plus those of stores and erases in

@@ -12,9 +12,9 @@
 //!   ratio of each kind, for the tests and benchmarks of every layer.
 //! - [`Zswap`]: store / load / invalidate keyed by [`slots::SwapEntry`], on the `zpool`
 //!   allocator, indexed by one `xarray` tree per 64 MiB of swap space (`tree`), with an
-//!   LRU and second chance (`lru`), a pool limit with hysteresis ([`config`]), and
-//!   writeback of cold entries to the swap device through a [`WritebackTarget`]
-//!   (`writeback`), by the kernel's protocol.
+//!   LRU and second chance (`lru`, whose slab of nodes holds the entries: `entry`), a
+//!   pool limit with hysteresis ([`config`]), and writeback of cold entries to the swap
+//!   device through a [`WritebackTarget`] (`writeback`), by the kernel's protocol.
 //! - [`ZswapStats`]: the kernel's debugfs counters by name, and one per rejection,
 //!   fallback and writeback outcome.
 //! - [`faults`]: hooks that make the compressor and the allocator fail on purpose.
@@ -36,7 +36,8 @@
 //! - a load never drops the entry unless loads are exclusive (off by default: the engine
 //!   frees the slot, and so the entry, only after the page is mapped);
 //! - writeback erases an entry only after the device write succeeded, and only if the
-//!   tree still holds the very entry it read (pointer identity, after pinning the slot);
+//!   tree still holds the very entry it read (the same pool handle, after pinning the
+//!   slot);
 //! - a decompression error is returned and counted, and the entry kept; with checksums
 //!   on ([`CompressorConfig::checksum`]) a corruption that still decodes is caught too.
 //!   Without them, as in the kernel, only what the decoder refuses is caught, and raw

@@ -5,7 +5,8 @@
 //! ```text
 //!   swap offset:   [ tree number (offset >> 14) | index in the tree (offset & 16383) ]
 //!   trees:         [Mutex<Tree> 0][Mutex<Tree> 1] ... one per 16384 slots of the device
-//!   Tree:          XArray<Arc<ZswapEntry>> keyed by the index in the tree (3 levels)
+//!   Tree:          XArray of node numbers (value entries: the entries live in the LRU's
+//!                  slab, `lru`) keyed by the index in the tree (3 levels)
 //! ```
 //!
 //! Keys are the offset within the tree, not the whole offset, so a tree is at most three
@@ -15,11 +16,9 @@
 //! (`accounted_bytes`); every change under the lock moves the pool-wide metadata total by
 //! the difference, so with every tree locked the total is exact.
 
-use crate::entry::ZswapEntry;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use xarray::XArray;
+use xarray::{NoItems, XArray};
 
 /// log2 of the slots one tree covers (the kernel's `ZSWAP_ADDRESS_SPACE_SHIFT`).
 pub const TREE_SHIFT: u32 = 14;
@@ -29,7 +28,7 @@ pub const TREE_SLOTS: u64 = 1 << TREE_SHIFT;
 
 /// One tree's state. Lock: the tree's mutex.
 pub(crate) struct Tree {
-    pub(crate) xa: XArray<Arc<ZswapEntry>>,
+    pub(crate) xa: XArray<NoItems>,
     /// What `xa.memory_bytes()` was at the last sync.
     accounted_bytes: u64,
 }

@@ -3,12 +3,12 @@
 //!
 //! ```text
 //!   LRU lock:  tail entry ── referenced? ── yes: clear the bit, rotate to head (2nd chance)
-//!                                 └──────── no: clone its Arc, rotate to head, unlock
+//!                                 └──────── no: copy its data, rotate to head, unlock
 //!   target.pin(swpentry) ── None: entry still stored? yes → a swap-in holds the slot:
 //!        │                                        stop (the warm end of the LRU)
 //!        │                                   no  → it was invalidated: skip it
 //!        └─ Some(pin)
-//!   tree lock: the tree still holds the SAME entry (pointer identity)? no → unpin, skip
+//!   tree lock: the tree still holds the SAME entry (same object)? no → unpin, skip
 //!              copy the object out, unlock
 //!   decompress (no lock) ── error → count, keep the entry, unpin(written = false)
 //!   target.write(pin, page) ── error → count, keep the entry, unpin(written = false)
@@ -33,12 +33,10 @@
 //! Bound: one call looks at most at `2 * max_pages` LRU entries.
 
 use crate::compress::PAGE_SIZE;
-use crate::entry::ZswapEntry;
+use crate::entry::EntryData;
 use crate::stats::bump;
 use crate::zswap::Zswap;
 use slots::SwapEntry;
-use std::sync::Arc;
-use xarray::EntryRef;
 
 /// An opaque token the target hands out with a pin and gets back with write and unpin
 /// (for instance an index into its own table of pinned folios).
@@ -115,26 +113,27 @@ impl Zswap {
     }
 
     /// Takes the LRU tail: `None` if the LRU is empty, `Some(None)` if it was referenced
-    /// (bit cleared, rotated), `Some(Some(entry))` for a candidate (rotated too).
+    /// (bit cleared, rotated), `Some(Some(entry))` for a candidate (rotated too), a copy of
+    /// its data.
     ///
     /// Context: takes the LRU lock alone.
-    fn writeback_candidate(&self) -> Option<Option<Arc<ZswapEntry>>> {
+    fn writeback_candidate(&self) -> Option<Option<EntryData>> {
         let mut list = self.lru.list.lock();
-        let tail = list.tail()?;
+        let tail = self.lru.node(self.lru.tail(&list)?);
         let candidate = if tail.test_and_clear_referenced() {
             bump(&self.counters.writeback_second_chance);
             None
         } else {
-            Some(Arc::clone(tail))
+            Some(tail.data())
         };
-        list.rotate_tail();
+        self.lru.rotate_tail(&mut list);
         Some(candidate)
     }
 
     fn writeback_entry(
         &self,
         target: &dyn WritebackTarget,
-        candidate: &Arc<ZswapEntry>,
+        candidate: &EntryData,
         buffers: &mut Buffers,
     ) -> Outcome {
         let Some(pin) = target.pin(candidate.swpentry) else {
@@ -154,7 +153,7 @@ impl Zswap {
         &self,
         target: &dyn WritebackTarget,
         pin: &WritebackPin,
-        candidate: &Arc<ZswapEntry>,
+        candidate: &EntryData,
         buffers: &mut Buffers,
     ) -> Outcome {
         if !self.copy_if_held(candidate, buffers) {
@@ -170,7 +169,7 @@ impl Zswap {
             bump(&self.counters.writeback_write_fail);
             return Outcome::Failed;
         }
-        if !self.erase(candidate.swpentry, Some(candidate)) {
+        if !self.erase(candidate.swpentry, Some(candidate.handle)) {
             // The pin should have kept the slot's entry; the device copy is then older
             // than what the pool holds, and loads find the pool's first.
             bump(&self.counters.writeback_raced);
@@ -182,10 +181,10 @@ impl Zswap {
 
     /// Under the tree lock: if the tree still holds `candidate`, copies its object out
     /// (a raw page straight into the page buffer) and returns true.
-    fn copy_if_held(&self, candidate: &Arc<ZswapEntry>, buffers: &mut Buffers) -> bool {
+    fn copy_if_held(&self, candidate: &EntryData, buffers: &mut Buffers) -> bool {
         let (tree, key) = self.trees.lock(candidate.swpentry.offset());
-        let found = tree.xa.load(key).and_then(EntryRef::item);
-        if !found.is_some_and(|found| std::ptr::eq(found, Arc::as_ptr(candidate))) {
+        let found = self.find(&tree, key, candidate.swpentry);
+        if found.is_none_or(|(_, node)| node.handle() != candidate.handle) {
             return false;
         }
         if candidate.is_raw() {
@@ -196,10 +195,10 @@ impl Zswap {
         true
     }
 
-    /// Whether the tree still holds `candidate` (pointer identity). Takes the tree lock.
-    fn holds(&self, candidate: &Arc<ZswapEntry>) -> bool {
+    /// Whether the tree still holds `candidate` (the same object). Takes the tree lock.
+    fn holds(&self, candidate: &EntryData) -> bool {
         let (tree, key) = self.trees.lock(candidate.swpentry.offset());
-        let found = tree.xa.load(key).and_then(EntryRef::item);
-        found.is_some_and(|found| std::ptr::eq(found, Arc::as_ptr(candidate)))
+        let found = self.find(&tree, key, candidate.swpentry);
+        found.is_some_and(|(_, node)| node.handle() == candidate.handle)
     }
 }

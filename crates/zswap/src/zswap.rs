@@ -24,10 +24,10 @@
 
 use crate::compress::{Compressor, CompressorKind, PAGE_SIZE};
 use crate::config::{Incompressible, Limits, ZswapConfig};
-use crate::entry::{ZswapEntry, ENTRY_BYTES};
+use crate::entry::{EntryData, Node};
 use crate::error::{Error, Reject};
 use crate::faults::FaultHooks;
-use crate::lru::LruList;
+use crate::lru::{LruList, NodeId};
 use crate::stats::{bump, Counters, ZswapStats};
 use crate::tree::{Tree, Trees};
 use slots::SwapEntry;
@@ -35,12 +35,8 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use xarray::{Entry, EntryRef};
+use xarray::{Entry, EntryRef, NoItems};
 use zpool::{Handle, PoolConfig, ZsPool};
-
-/// An entry erased from its tree, with the LRU's reference to it.
-type Erased = (Arc<ZswapEntry>, Arc<ZswapEntry>);
 
 thread_local! {
     /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
@@ -200,14 +196,14 @@ impl Zswap {
             let object = self.compress(entry, page, &mut scratch)?;
             let handle = self.alloc_object(object.len())?;
             let hint = self.pool.write(handle, object);
-            if self.lru.reserve().is_err() {
+            let data = EntryData { swpentry: entry, handle, length: object.len() as u32, hint };
+            let Ok(node) = self.lru.alloc(&data) else {
                 self.pool.free(handle);
                 self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
-            }
-            let new = Arc::new(ZswapEntry::new(entry, handle, object.len() as u32, hint));
-            self.publish(new)
+            };
+            self.publish(node, &data)
         })
     }
 
@@ -267,44 +263,48 @@ impl Zswap {
         }
     }
 
-    /// Puts `new` in its tree and at the head of the LRU, replacing (and then freeing) the
-    /// slot's older entry. The LRU node was reserved by the caller.
-    fn publish(&self, new: Arc<ZswapEntry>) -> Result<(), Reject> {
+    /// Puts `node` (filled with `new` by the caller, not yet linked) in its tree and at
+    /// the head of the LRU, replacing (and then freeing) the slot's older entry.
+    fn publish(&self, node: NodeId, new: &EntryData) -> Result<(), Reject> {
         let (mut tree, key) = self.trees.lock(new.swpentry.offset());
-        let old = match tree.xa.store(key, Entry::Item(Arc::clone(&new))) {
-            Ok(old) => old.map(into_item),
+        let old = match tree.xa.store(key, Entry::Value(u64::from(node))) {
+            Ok(old) => old.map(|old| {
+                let old = into_node(old);
+                (old, self.lru.node(old).data())
+            }),
             Err(_refused) => {
-                // An order-0 store of an item cannot be refused (no multi-index entries
-                // are ever stored here); handled as an allocation failure all the same.
+                // A store over an empty key may need an XArray node and be refused;
+                // handled as an allocation failure.
                 drop(tree);
-                self.lru.cancel();
+                self.lru.cancel(node);
                 self.pool.free(new.handle);
                 self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
         };
-        if let Some(old) = &old {
+        if let Some((_, old)) = &old {
             assert_eq!(old.swpentry, new.swpentry, "slot holds another device's entry");
         }
         self.trees.sync(&mut tree);
-        self.count_stored(1, raw_share(&new));
+        self.count_stored(1, raw_share(new));
         self.move_unowned(-1);
-        let old_in_lru = {
+        {
             let mut list = self.lru.list.lock();
-            self.lru.push_head(&mut list, new);
-            old.as_ref().map(|old| self.lru.remove(&mut list, old))
-        };
-        if let Some(old) = &old {
+            self.lru.push_head(&mut list, node);
+            if let Some((old_node, _)) = old {
+                self.lru.remove(&mut list, old_node);
+            }
+        }
+        if let Some((_, old)) = &old {
             self.count_gone(1, raw_share(old));
         }
         drop(tree);
-        if let Some(old) = old {
+        if let Some((_, old)) = old {
             self.pool.free(old.handle);
             self.move_unowned(-1);
             bump(&self.counters.replaced_entries);
         }
-        drop(old_in_lru);
         bump(&self.counters.zswpout);
         Ok(())
     }
@@ -393,10 +393,7 @@ impl Zswap {
     }
 
     fn metadata_bytes(&self) -> u64 {
-        self.fixed_bytes
-            + self.trees.bytes.load(Relaxed)
-            + self.lru.chunk_bytes.load(Relaxed)
-            + self.counters.stored_pages.load(Relaxed) * ENTRY_BYTES
+        self.fixed_bytes + self.trees.bytes.load(Relaxed) + self.lru.chunk_bytes.load(Relaxed)
     }
 
     /// Entries stored now.
@@ -434,12 +431,13 @@ impl Zswap {
             let mut scratch = scratch.borrow_mut();
             let (handle, raw) = {
                 let (tree, key) = self.trees.lock(entry.offset());
-                let Some(found) = self.find(&tree, key, entry) else {
+                let Some((_, node)) = self.find(&tree, key, entry) else {
                     bump(&self.counters.load_misses);
                     return Ok(false);
                 };
+                let found = node.data();
                 found.hint.prefetch();
-                found.mark_referenced();
+                node.mark_referenced();
                 (found.handle, found.is_raw())
             };
             self.read_into(handle, raw, page, &mut scratch)?;
@@ -452,16 +450,17 @@ impl Zswap {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             let (mut tree, key) = self.trees.lock(entry.offset());
-            let Some(found) = self.find(&tree, key, entry) else {
+            let Some((_, node)) = self.find(&tree, key, entry) else {
                 bump(&self.counters.load_misses);
                 return Ok(false);
             };
+            let found = node.data();
             found.hint.prefetch();
             self.read_into(found.handle, found.is_raw(), page, &mut scratch)?;
             let erased = self.erase_locked(&mut tree, key);
             drop(tree);
             if let Some(erased) = erased {
-                self.release(erased);
+                self.release(&erased);
             }
             bump(&self.counters.exclusive_loads);
             bump(&self.counters.zswpin);
@@ -469,11 +468,13 @@ impl Zswap {
         })
     }
 
-    /// The entry at `key` of a locked tree, checked to belong to `entry`.
-    fn find<'t>(&self, tree: &'t Tree, key: u64, entry: SwapEntry) -> Option<&'t ZswapEntry> {
-        let found = tree.xa.load(key).and_then(EntryRef::item)?;
-        assert_eq!(found.swpentry, entry, "slot holds another device's entry");
-        Some(found)
+    /// The node of the entry at `key` of a locked tree, checked to belong to `entry`. The
+    /// node's data stays the entry's while the caller holds the tree lock (entry.rs).
+    pub(crate) fn find(&self, tree: &Tree, key: u64, entry: SwapEntry) -> Option<(NodeId, &Node)> {
+        let id = into_node_ref(tree.xa.load(key)?);
+        let node = self.lru.node(id);
+        assert_eq!(node.swpentry(), entry, "slot holds another device's entry");
+        Some((id, node))
     }
 
     /// Fills `page` from the object at `handle`: a raw page (`raw`) is copied; a compressed
@@ -571,66 +572,65 @@ impl Zswap {
             _ => {}
         }
         self.check_folio_range(first, nr);
-        let mut erased: SmallVec<[Erased; 16]> = SmallVec::new();
+        let mut handles: SmallVec<[Handle; 16]> = SmallVec::new();
         {
             let (mut tree, key) = self.trees.lock(first.offset());
             let (mut list, mut nr_raw) = (None, 0);
             for i in 0..nr {
-                if self.find(&tree, key + i, first.add(i)).is_some() {
-                    let entry = into_item(tree.xa.erase(key + i).expect("found above"));
+                if let Some((id, node)) = self.find(&tree, key + i, first.add(i)) {
+                    let entry = node.data();
+                    tree.xa.erase(key + i);
                     let list = list.get_or_insert_with(|| self.lru.list.lock());
                     nr_raw += raw_share(&entry);
-                    let in_lru = self.lru.remove(list, &entry);
-                    erased.push((entry, in_lru));
+                    self.lru.remove(list, id);
+                    handles.push(entry.handle);
                 }
             }
-            if erased.is_empty() {
+            if handles.is_empty() {
                 return;
             }
             drop(list);
-            self.count_gone(erased.len() as i64, nr_raw);
+            self.count_gone(handles.len() as i64, nr_raw);
             self.trees.sync(&mut tree);
         }
-        let handles: SmallVec<[Handle; 16]> =
-            erased.iter().map(|(entry, _)| entry.handle).collect();
         self.pool.free_many(&handles);
-        self.move_unowned(-(erased.len() as i64));
-        self.counters.invalidated.fetch_add(erased.len() as u64, Relaxed);
+        self.move_unowned(-(handles.len() as i64));
+        self.counters.invalidated.fetch_add(handles.len() as u64, Relaxed);
     }
 
-    /// Erases `entry`'s slot, only if it holds `expected` when one is given (pointer
-    /// identity). Returns whether an entry was erased.
+    /// Erases `entry`'s slot, only if its entry's object is `expected` when one is given
+    /// (the identity of an entry: a handle's generation changes whenever its slot is
+    /// reused). Returns whether an entry was erased.
     ///
     /// Context: takes the tree lock, then the LRU lock; frees the object after both.
-    pub(crate) fn erase(&self, entry: SwapEntry, expected: Option<&Arc<ZswapEntry>>) -> bool {
+    pub(crate) fn erase(&self, entry: SwapEntry, expected: Option<Handle>) -> bool {
         let (mut tree, key) = self.trees.lock(entry.offset());
-        let Some(found) = self.find(&tree, key, entry) else {
+        let Some((_, node)) = self.find(&tree, key, entry) else {
             return false;
         };
-        if expected.is_some_and(|expected| !std::ptr::eq(found, Arc::as_ptr(expected))) {
+        if expected.is_some_and(|expected| node.handle() != expected) {
             return false;
         }
         let erased = self.erase_locked(&mut tree, key);
         drop(tree);
-        erased.map(|erased| self.release(erased)).is_some()
+        erased.map(|erased| self.release(&erased)).is_some()
     }
 
-    /// Erases `key` from a locked tree and unlinks the entry from the LRU. Returns the
-    /// entry and the LRU's reference to it, for [`Zswap::release`] after unlocking.
-    fn erase_locked(&self, tree: &mut Tree, key: u64) -> Option<Erased> {
-        let erased = into_item(tree.xa.erase(key)?);
+    /// Erases `key` from a locked tree and unlinks the entry from the LRU, freeing its
+    /// node. Returns the entry's data, for [`Zswap::release`] after unlocking.
+    fn erase_locked(&self, tree: &mut Tree, key: u64) -> Option<EntryData> {
+        let id = into_node(tree.xa.erase(key)?);
         self.trees.sync(tree);
-        let in_lru = self.lru.remove(&mut self.lru.list.lock(), &erased);
+        let erased = self.lru.node(id).data();
+        self.lru.remove(&mut self.lru.list.lock(), id);
         self.count_gone(1, raw_share(&erased));
-        Some((erased, in_lru))
+        Some(erased)
     }
 
-    /// Frees an erased entry's object, then the entry. No lock held.
-    fn release(&self, (erased, in_lru): Erased) {
+    /// Frees an erased entry's object. No lock held.
+    fn release(&self, erased: &EntryData) {
         self.pool.free(erased.handle);
         self.move_unowned(-1);
-        drop(in_lru);
-        drop(erased);
     }
 
     /// # Panics
@@ -671,9 +671,10 @@ impl Zswap {
     pub fn corrupt_object(&self, entry: SwapEntry, mutate: impl FnOnce(&mut [u8])) -> bool {
         self.check_entry(entry);
         let (tree, key) = self.trees.lock(entry.offset());
-        let Some(found) = self.find(&tree, key, entry) else {
+        let Some((_, node)) = self.find(&tree, key, entry) else {
             return false;
         };
+        let found = node.data();
         let mut object = vec![0u8; found.length as usize];
         self.pool.read(found.handle, &mut object);
         mutate(&mut object);
@@ -703,7 +704,8 @@ impl Zswap {
     /// hot path).
     pub fn lru_order(&self) -> Vec<(SwapEntry, bool)> {
         let list = self.lru.list.lock();
-        list.iter().map(|entry| (entry.swpentry, entry.is_referenced())).collect()
+        let node = |id| self.lru.node(id);
+        self.lru.iter(&list).map(|id| (node(id).swpentry(), node(id).is_referenced())).collect()
     }
 
     pub(crate) fn fixed_bytes(&self) -> u64 {
@@ -711,12 +713,17 @@ impl Zswap {
     }
 }
 
-/// The item of an index entry (the index holds no value entries).
-fn into_item(entry: Entry<Arc<ZswapEntry>>) -> Arc<ZswapEntry> {
+/// The node number of an index entry.
+fn into_node(entry: Entry<NoItems>) -> NodeId {
     match entry {
-        Entry::Item(item) => item,
-        Entry::Value(value) => unreachable!("value entry {value} in the zswap index"),
+        Entry::Value(value) => value as NodeId,
+        Entry::Item(never) => match never {},
     }
+}
+
+/// The node number of an index entry, borrowed.
+pub(crate) fn into_node_ref(entry: EntryRef<'_, xarray::NoItem>) -> NodeId {
+    entry.value().map(|value| value as NodeId).expect("the zswap index holds no items")
 }
 
 impl fmt::Debug for Zswap {
@@ -732,6 +739,6 @@ impl fmt::Debug for Zswap {
 }
 
 /// 1 for an entry stored raw, else 0: its share of `stored_incompressible_pages`.
-fn raw_share(entry: &ZswapEntry) -> i64 {
+fn raw_share(entry: &EntryData) -> i64 {
     i64::from(entry.is_raw())
 }

@@ -502,3 +502,21 @@ fn invalidate_range_drops_every_entry_of_a_folio_and_nothing_else() {
     zswap.invalidate_range(slot(32), 16); // nothing there
     zswap.check_invariants();
 }
+
+#[test]
+fn an_entry_costs_its_node_and_its_index_slot_and_nothing_more() {
+    // Each stored page costs a 40-byte node of the LRU's slab plus its share of the index
+    // (an XArray value entry, about 9 bytes when dense); the first design added an `Arc`
+    // per entry, 91-93 bytes in all. 16384 pages fill one tree's key range densely.
+    let zswap = Zswap::new(config("lz4", 1024 * MIB), SLOTS).expect("setup");
+    let entries = 16384;
+    for offset in 0..entries {
+        zswap.store(slot(offset), &text_page(offset)).expect("store");
+    }
+    let per_entry = zswap.stats().metadata_bytes as f64 / entries as f64;
+    assert!((40.0..56.0).contains(&per_entry), "{per_entry:.1} bytes of metadata per entry");
+    zswap.invalidate_range(slot(0), 512);
+    let after = zswap.stats().metadata_bytes as f64 / entries as f64;
+    assert!(after <= per_entry, "freed entries cost more: {after:.1} > {per_entry:.1}");
+    zswap.check_invariants();
+}
