@@ -55,7 +55,6 @@
 
 #![deny(unsafe_code)]
 
-pub mod arena;
 mod hooks;
 mod interpose;
 pub mod maps;

@@ -122,12 +122,3 @@ fn parse_line(line: &[u8]) -> Option<Candidate> {
     let named_anon = name.starts_with(b"[anon:") && !name.starts_with(b"[anon:uswap");
     (name.is_empty() || heap || named_anon).then_some(Candidate { start, end, heap })
 }
-
-/// Names an anonymous mapping (`[anon:NAME]` in /proc/self/maps); a kernel without
-/// CONFIG_ANON_VMA_NAME says EINVAL, which is fine: the exclusions hold it by address too.
-pub fn name_mapping(addr: usize, len: usize, name: &std::ffi::CStr) {
-    const PR_SET_VMA: libc::c_int = 0x5356_4d41;
-    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
-    // SAFETY: prctl reads the NUL-terminated name; the range is ours.
-    unsafe { libc::prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len, name.as_ptr()) };
-}

@@ -1,41 +1,5 @@
-//! The shim's allocator: every Rust allocation of the shim (the engine's page tables, the
-//! pool's pages, folio buffers, std's own) comes from one private mapping, never from
-//! glibc's `malloc`.
-//!
-//! Why: the program's heap is managed memory. A handler thread that called `malloc` could
-//! touch an evicted page of it (a free chunk's header) and fault on memory only it can
-//! bring back, or wait for an arena lock held by a program thread that is itself waiting
-//! for the handler to serve a fault: either way the process hangs. So the engine's threads
-//! allocate here, and the shim keeps this mapping out of the managed set (it is named
-//! `[anon:uswap-arena]` in /proc/self/maps where the kernel supports names, and recorded
-//! as the engine's in any case).
-//!
-//! ```text
-//!   one reservation of ARENA_BYTES, MAP_NORESERVE (untouched pages cost nothing)
-//!   +--------------------------------------------+---------------------------------+
-//!   | blocks handed out, bump-allocated           |      never touched              |
-//!   +--------------------------------------------+---------------------------------+
-//!   ^ base                                       ^ base + next
-//!   free lists: one per size class, a freed block's first word links to the next; blocks
-//!   of 64 KiB and more give their pages after the first back to the kernel when freed
-//!   (MADV_DONTNEED: this mapping is not registered, so no event is sent).
-//!   classes: 16, 32, 48, 64, then four per doubling (64 · 5/4, 6/4, 7/4, 2, ...) up to
-//!   16 GiB: a request wastes at most a fifth of its block above 64 bytes.
-//! ```
-//!
-//! Why four classes per doubling: the engine's most numerous blocks are not powers of
-//! two. Its XArray nodes are 544 bytes; with one class per power of two each took a
-//! 1024-byte block, and at 1 GiB under 256 MiB the engine's 10,600 nodes held 10.9 MB of
-//! arena for 5.8 MB of nodes (docs/benchmarks.md), all of it charged to the budget (in the
-//! process's resident set). A 640-byte class holds them in 6.8 MB. A block's alignment is
-//! the largest power of two dividing its class size (a 640-byte block is aligned to 128),
-//! so a request aligned more than its class allows takes the next class that allows it.
-//!
-//! Bounds: the reservation; an allocation past it fails (Rust aborts with an allocation
-//! error, loudly). Locks: one mutex per size class (std's futex mutex, which never
-//! allocates), held for a pointer swap. Blocks are never split or merged: a block of class
-//! k serves only class k (engine allocations are mostly few sizes repeated: nodes, folio
-//! buffers, pool pages).
+//! The allocator (the crate essay): the reservation, the size classes, the free lists,
+//! and `GlobalAlloc`. A leaf module: raw memory, so `unsafe` is allowed here.
 
 #![allow(unsafe_code)]
 
@@ -221,7 +185,7 @@ fn reserve() -> usize {
         return 0;
     }
     let addr = addr as usize;
-    crate::maps::name_mapping(addr, ARENA_BYTES, c"uswap-arena");
+    name_mapping(addr, ARENA_BYTES, c"uswap-arena");
     addr
 }
 
@@ -283,6 +247,16 @@ unsafe impl GlobalAlloc for Arena {
         }
         new
     }
+}
+
+/// Names an anonymous mapping (`[anon:NAME]` in /proc/self/maps); a kernel without
+/// CONFIG_ANON_VMA_NAME says EINVAL, which is fine: the shim's exclusions hold the arena by
+/// address too.
+fn name_mapping(addr: usize, len: usize, name: &std::ffi::CStr) {
+    const PR_SET_VMA: libc::c_int = 0x5356_4d41;
+    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    // SAFETY: prctl reads the NUL-terminated name; the range is ours.
+    unsafe { libc::prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len, name.as_ptr()) };
 }
 
 #[cfg(test)]

@@ -1,0 +1,46 @@
+//! The shim's allocator: every Rust allocation of the shim (the engine's page tables, the
+//! pool's pages, folio buffers, std's own) comes from one private mapping, never from
+//! glibc's `malloc`.
+//!
+//! Why: the program's heap is managed memory. A handler thread that called `malloc` could
+//! touch an evicted page of it (a free chunk's header) and fault on memory only it can
+//! bring back, or wait for an arena lock held by a program thread that is itself waiting
+//! for the handler to serve a fault: either way the process hangs. So the engine's threads
+//! allocate here, and the shim keeps this mapping out of the managed set (it is named
+//! `[anon:uswap-arena]` in /proc/self/maps where the kernel supports names, and recorded
+//! as the engine's in any case).
+//!
+//! ```text
+//!   one reservation of ARENA_BYTES, MAP_NORESERVE (untouched pages cost nothing)
+//!   +--------------------------------------------+---------------------------------+
+//!   | blocks handed out, bump-allocated           |      never touched              |
+//!   +--------------------------------------------+---------------------------------+
+//!   ^ base                                       ^ base + next
+//!   free lists: one per size class, a freed block's first word links to the next; blocks
+//!   of 64 KiB and more give their pages after the first back to the kernel when freed
+//!   (MADV_DONTNEED: this mapping is not registered, so no event is sent).
+//!   classes: 16, 32, 48, 64, then four per doubling (64 · 5/4, 6/4, 7/4, 2, ...) up to
+//!   16 GiB: a request wastes at most a fifth of its block above 64 bytes.
+//! ```
+//!
+//! Why four classes per doubling: the engine's most numerous blocks are not powers of
+//! two. Its XArray nodes are 544 bytes; with one class per power of two each took a
+//! 1024-byte block, and at 1 GiB under 256 MiB the engine's 10,600 nodes held 10.9 MB of
+//! arena for 5.8 MB of nodes (docs/benchmarks.md), all of it charged to the budget (in the
+//! process's resident set). A 640-byte class holds them in 6.8 MB. A block's alignment is
+//! the largest power of two dividing its class size (a 640-byte block is aligned to 128),
+//! so a request aligned more than its class allows takes the next class that allows it.
+//!
+//! Bounds: the reservation; an allocation past it fails (Rust aborts with an allocation
+//! error, loudly). Locks: one mutex per size class (std's futex mutex, which never
+//! allocates), held for a pointer swap. Blocks are never split or merged: a block of class
+//! k serves only class k (engine allocations are mostly few sizes repeated: nodes, folio
+//! buffers, pool pages).
+//!
+//! The allocator itself is the leaf module `arena` (raw memory: `unsafe` allowed there).
+
+#![deny(unsafe_code)]
+
+mod arena;
+
+pub use arena::{Arena, ARENA_BYTES};
