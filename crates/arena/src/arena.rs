@@ -38,6 +38,19 @@ pub struct Arena {
     next: AtomicUsize,
     /// Free list heads per class (0: empty).
     free: [Mutex<usize>; CLASSES],
+    /// Bytes of the blocks on the free lists.
+    free_bytes: AtomicUsize,
+}
+
+/// What the arena holds (for the shim's statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Bytes of the reservation handed out so far (its high-water mark: blocks are reused,
+    /// never returned to the reservation).
+    pub bumped_bytes: usize,
+    /// Bytes of the blocks on the free lists (blocks of 64 KiB and more keep only their
+    /// first page resident).
+    pub free_bytes: usize,
 }
 
 impl Arena {
@@ -47,6 +60,15 @@ impl Arena {
             base: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             free: [const { Mutex::new(0) }; CLASSES],
+            free_bytes: AtomicUsize::new(0),
+        }
+    }
+
+    /// Its sizes now: blocks in use are `bumped_bytes - free_bytes`.
+    pub fn stats(&self) -> ArenaStats {
+        ArenaStats {
+            bumped_bytes: self.next.load(SeqCst),
+            free_bytes: self.free_bytes.load(SeqCst),
         }
     }
 
@@ -102,6 +124,7 @@ impl Arena {
             // SAFETY: a block on a free list is ours, at least 16 bytes, and its first word
             // was written by `push` under this lock.
             *head = unsafe { *(block as *const usize) };
+            self.free_bytes.fetch_sub(class_size(class), SeqCst);
         }
         block
     }
@@ -112,6 +135,7 @@ impl Arena {
         // is given back by its owner: nobody else uses it.
         unsafe { *(block as *mut usize) = *head };
         *head = block;
+        self.free_bytes.fetch_add(class_size(class), SeqCst);
     }
 }
 
@@ -325,10 +349,13 @@ mod tests {
             assert!(bytes.iter().all(|&b| b == round), "{layout:?}: block overwritten");
         }
         let used = arena.next.load(SeqCst);
+        assert_eq!(arena.stats(), ArenaStats { bumped_bytes: used, free_bytes: 0 });
         for &(ptr, layout, _) in &held {
             // SAFETY: allocated above with this layout, freed once.
             unsafe { arena.dealloc(ptr, layout) };
         }
+        let freed: usize = held.iter().map(|(_, l, _)| class_size(class_of(*l).unwrap().0)).sum();
+        assert_eq!(arena.stats().free_bytes, freed, "every freed block on a free list");
         for &(_, layout, _) in &held {
             // SAFETY: as above; freed again at once.
             let ptr = unsafe { arena.alloc(layout) };
@@ -337,5 +364,6 @@ mod tests {
             unsafe { arena.dealloc(ptr, layout) };
         }
         assert_eq!(arena.next.load(SeqCst), used, "freed blocks are reused, not bumped");
+        assert_eq!(arena.stats().free_bytes, freed);
     }
 }

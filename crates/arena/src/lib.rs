@@ -43,4 +43,4 @@
 
 mod arena;
 
-pub use arena::{Arena, ARENA_BYTES};
+pub use arena::{Arena, ArenaStats, ARENA_BYTES};

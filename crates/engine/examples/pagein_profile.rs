@@ -10,7 +10,8 @@
 //! Pages hold one repeated byte by default; `CORPUS=1` fills them from the zswap corpus
 //! instead (as `uswap bench engine` does: a page-in then reads a cold page, not one line
 //! over and over), and `EACH=1` pages out one folio per call (as the benchmark does)
-//! instead of the whole region in one call.
+//! instead of the whole region in one call. `VERIFY=1` reads each folio's first page back
+//! after its fault and checks it, as the benchmark does between its timed faults.
 
 use engine::config::ZswapSettings;
 use engine::mem_source::MemorySource;
@@ -86,6 +87,8 @@ fn main() {
     let corpus = zswap::corpus::Corpus::generate(1, pages as usize);
     let varied = std::env::var_os("CORPUS").is_some();
     let each = std::env::var_os("EACH").is_some();
+    let verify = std::env::var_os("VERIFY").is_some();
+    let mut check = vec![0u8; PAGE as usize];
     let data = vec![7u8; PAGE as usize];
     for page in 0..pages {
         let d = if varied { corpus.page(page as usize) } else { &data[..] };
@@ -123,6 +126,11 @@ fn main() {
         for page in (0..pages).step_by(1 << order) {
             engine.handle_fault(BASE + page * PAGE, false).expect("fault");
             faults += 1;
+            if verify {
+                source.read(&engine, BASE + page * PAGE, &mut check).expect("read");
+                let expected = if varied { corpus.page(page as usize) } else { &data[..] };
+                assert_eq!(&check[..], expected, "page {page} came back wrong");
+            }
         }
         let round = start.elapsed().as_nanos();
         in_ns += round;

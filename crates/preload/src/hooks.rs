@@ -342,6 +342,9 @@ impl ShimHooks {
         ] {
             file.set(name, value.load(Relaxed));
         }
+        let arena = crate::ARENA.stats();
+        file.set("arena_bumped_bytes", arena.bumped_bytes as u64);
+        file.set("arena_free_bytes", arena.free_bytes as u64);
         file.set("final", u64::from(final_));
         file.set("uptime_ms", self.t0.elapsed().as_millis() as u64);
         file.fault_ns = self.fault_ns.snapshot();
