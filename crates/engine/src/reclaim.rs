@@ -30,7 +30,7 @@ use crate::budget::Pressure;
 use crate::engine::Core;
 use crate::lru::{FolioOwner, LruId};
 use crate::page_source::SourceError;
-use crate::region::{Found, Pte, Region};
+use crate::region::{Found, Pte, Region, PTL_SPAN_PAGES};
 use crate::stats::Stats;
 use crate::storage::{Tier, WriteNotes};
 use crate::swap_cache::{Folio, Unlock};
@@ -49,6 +49,29 @@ const FRUITLESS_SCANS_MAX: u64 = 2;
 /// Reclaim looks up where an isolated folio lives at most this many times while remaps
 /// keep moving it away between the look-ups (each move is a REMAP event: a handful at most).
 const LOCATE_TRIES_MAX: u32 = 4;
+
+/// The most order-0 victims paged out as one run (`page_out_run`): 64 KiB, a large
+/// folio's worth.
+const RUN_PAGES_MAX: usize = 16;
+
+/// A victim of a reclaim pass: its region, LRU id and where it lives.
+type Victim = (Arc<Region>, LruId, FolioOwner);
+
+/// Why a run was not taken together.
+enum RunRefused {
+    /// A victim is no longer where it was located (dropped, moved, split): nothing was
+    /// done; each is paged out alone, which sorts it out.
+    Changed,
+    /// The page source refused the take: everything was undone, the victims are back on
+    /// a list.
+    Source,
+}
+
+thread_local! {
+    /// A run's pages between the take and their folios (64 KiB per reclaiming thread,
+    /// kept: a fresh block of that size would be given back to the kernel at each free).
+    static RUN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 impl Core {
     /// Wakes the background reclaimer if the budget is below its low watermark.
@@ -202,7 +225,7 @@ impl Core {
         Stats::add(&c.pgdeactivate, deactivated);
         let scanned: u64 = batch.iter().map(|(_, owner, _)| owner.nr_pages()).sum();
         Stats::add(if direct { &c.pgscan_direct } else { &c.pgscan_kswapd }, scanned);
-        let mut reclaimed = 0;
+        let mut victims: Vec<Victim> = Vec::with_capacity(batch.len());
         for (id, isolated_as, referenced) in batch {
             let Some((region, owner)) = self.locate_isolated(id, isolated_as) else { continue };
             let addr = region.addr_of(owner.index);
@@ -212,7 +235,21 @@ impl Core {
                 Stats::add(&c.pgactivate, 1);
                 continue;
             }
-            reclaimed += self.page_out(&region, id, owner);
+            victims.push((region, id, owner));
+        }
+        // Neighbours side by side: a walk through memory leaves its pages on the inactive
+        // tail in address order, and they go out as runs (`page_out_run`).
+        victims.sort_by_key(|(region, _, owner)| (region.id(), owner.index));
+        let mut reclaimed = 0;
+        let mut rest = &victims[..];
+        while let Some((region, id, owner)) = rest.first() {
+            let len = run_len(rest);
+            reclaimed += if len == 1 {
+                self.page_out(region, *id, *owner)
+            } else {
+                self.page_out_run(region, &rest[..len])
+            };
+            rest = &rest[len..];
         }
         Stats::add(if direct { &c.pgsteal_direct } else { &c.pgsteal_kswapd }, reclaimed);
         (reclaimed, scanned)
@@ -287,6 +324,112 @@ impl Core {
                 0
             }
         }
+    }
+
+    /// Pages out a run of order-0 victims at consecutive indices of `region`, in one PTL
+    /// span (`run_len`): steps 2-3 for each, step 4 for all of them under one PTL hold with
+    /// one take (through userfaultfd one `UFFDIO_MOVE`, so one TLB flush: one a page was the
+    /// reclaimer's largest cost, docs/benchmarks.md), then steps 5-7 for each. Returns pages
+    /// reclaimed. If anything differs from the one-folio path's expectations the run is
+    /// undone and each victim paged out alone.
+    fn page_out_run(&self, region: &Region, run: &[Victim]) -> u64 {
+        let mut folios: Vec<(SwapEntry, Arc<Folio>)> = Vec::with_capacity(run.len());
+        for _ in run {
+            let Ok(entry) = self.storage.device.alloc(0) else { break };
+            let folio = Folio::new_locked(entry.offset(), 0);
+            let _stale_shadow = self.swap_cache.add_new(&folio);
+            self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+            folios.push((entry, folio));
+        }
+        let taken = if folios.len() == run.len() {
+            self.take_run(region, run, &folios)
+        } else {
+            Err(RunRefused::Changed) // out of slots: page_out says so for each
+        };
+        match taken {
+            Ok(()) => {
+                Stats::add(&self.stats.counters.pageout_runs, 1);
+                Stats::add(&self.stats.counters.pageout_run_pages, run.len() as u64);
+                run.iter()
+                    .zip(&folios)
+                    .map(|((_, id, owner), (entry, folio))| {
+                        self.store_taken(region, *id, *owner, *entry, folio)
+                    })
+                    .sum()
+            }
+            Err(refused) => {
+                for (_, folio) in &folios {
+                    folio.unlock(Unlock::Abandoned);
+                    self.delete_folio(folio, None);
+                }
+                match refused {
+                    RunRefused::Changed => {
+                        run.iter().map(|(_, id, owner)| self.page_out(region, *id, *owner)).sum()
+                    }
+                    RunRefused::Source => {
+                        for (_, id, _) in run {
+                            self.lru.putback(*id, false);
+                        }
+                        0
+                    }
+                }
+            }
+        }
+    }
+
+    /// Step 4 for a run, under its span's PTL: every victim still resident where it was,
+    /// its entry set, then one take into the run buffer, copied into each folio before the
+    /// PTL is dropped (a racing fault finds the locked folio, then its data).
+    fn take_run(
+        &self,
+        region: &Region,
+        run: &[Victim],
+        folios: &[(SwapEntry, Arc<Folio>)],
+    ) -> Result<(), RunRefused> {
+        let first = run[0].2.index;
+        let bytes = run.len() * PAGE_SIZE;
+        RUN_BUFFER.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            if buffer.len() < bytes {
+                buffer.resize(RUN_PAGES_MAX * PAGE_SIZE, 0);
+            }
+            let mut pt = region.lock_span(first);
+            let resident = |(_, id, owner): &Victim| Found {
+                first: owner.index,
+                order: 0,
+                pte: Pte::Resident(*id),
+            };
+            if run.iter().any(|victim| pt.lookup(victim.2.index) != Some(resident(victim))) {
+                return Err(RunRefused::Changed);
+            }
+            for ((_, _, owner), (entry, _)) in run.iter().zip(folios) {
+                pt.set(owner.index, 0, Pte::Swap(*entry));
+                if let Err(error) = self.storage.device.dup(*entry, 1) {
+                    panic!("fresh slot {entry:?} refused a reference: {error}");
+                }
+            }
+            match region.source().take(region.addr_of(first), &mut buffer[..bytes]) {
+                Ok(_) => {
+                    for (page, (_, folio)) in buffer.chunks(PAGE_SIZE).zip(folios) {
+                        folio.with_data_mut(|data| data.copy_from_slice(page));
+                    }
+                    Ok(())
+                }
+                Err(error) => {
+                    // The pages never left: undo, under the same lock hold.
+                    for (victim, (entry, _)) in run.iter().zip(folios) {
+                        pt.set(victim.2.index, 0, Pte::Resident(victim.1));
+                        self.device_op(self.storage.device.put(*entry, 1), "undo put", *entry);
+                    }
+                    let c = &self.stats.counters;
+                    match error {
+                        SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
+                        SourceError::Failed(_) => Stats::add(&c.map_error, 1),
+                    }
+                    Err(RunRefused::Source)
+                }
+            }
+        })
     }
 
     /// Step 4, under the PTL. `Err(moved)` if the pages were not taken: `moved` says the
@@ -420,4 +563,21 @@ impl Core {
         }
         Ok(reclaimed)
     }
+}
+
+/// How many victims from the first make a run: order-0 folios of one region at
+/// consecutive indices within one PTL span, at most [`RUN_PAGES_MAX`].
+fn run_len(victims: &[Victim]) -> usize {
+    let (region, _, first) = &victims[0];
+    if first.order != 0 {
+        return 1;
+    }
+    let span = first.index / PTL_SPAN_PAGES;
+    let next_of_run = |(k, (other, _, owner)): &(usize, &Victim)| {
+        Arc::ptr_eq(other, region)
+            && owner.order == 0
+            && owner.index == first.index + *k as u64
+            && owner.index / PTL_SPAN_PAGES == span
+    };
+    victims.iter().enumerate().take(RUN_PAGES_MAX).take_while(next_of_run).count().max(1)
 }

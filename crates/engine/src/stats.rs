@@ -112,6 +112,10 @@ counters! {
     /// Isolated folios a remap moved before their page-out took them: paged out where they
     /// went, or put back on a list if they moved while being paged out.
     pageout_moved,
+    /// Runs of neighbouring order-0 victims taken out of the program together (one
+    /// `PageSource::take`, so one TLB flush through userfaultfd), and the pages in them.
+    pageout_runs,
+    pageout_run_pages,
     /// Swap-in reads that failed (I/O error, checksum, decompression): the access gets an
     /// error, never wrong data.
     swpin_error,

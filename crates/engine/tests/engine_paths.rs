@@ -143,6 +143,40 @@ fn a_take_that_must_retry_keeps_the_page() {
     }
 }
 
+/// A walk through memory leaves its pages on the inactive tail in address order, and
+/// reclaim takes them out in runs (one take, so one TLB flush through userfaultfd); a run
+/// the source refuses is undone whole. Every page reads back.
+#[test]
+fn neighbours_go_out_in_runs_and_a_refused_run_keeps_its_pages() {
+    let (engine, source) = setup(EngineConfig { folio_order: 0, ..config(64) }, 1024);
+    for page in 0..512 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let c = engine.stats().counters;
+    assert!(c.pageout_runs > 0, "no run in a sequential fill");
+    assert!(
+        c.pageout_run_pages * 2 > c.pswpout,
+        "{} of {} pages went out in runs",
+        c.pageout_run_pages,
+        c.pswpout
+    );
+    assert!(c.pageout_run_pages >= 2 * c.pageout_runs, "a run has two pages at least");
+    engine.check_invariants();
+    source.inject_take_retries(3);
+    for page in 512..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let after = engine.stats().counters;
+    assert_eq!(after.pageout_retry - c.pageout_retry, 3, "three takes were refused");
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..1024 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    engine.check_invariants();
+}
+
 #[test]
 fn bad_input_is_refused_with_a_clear_error() {
     let tiny = EngineConfig { budget_bytes: 8192, folio_order: 4, ..config(1) };
