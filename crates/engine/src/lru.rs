@@ -370,6 +370,22 @@ impl Lru {
         true
     }
 
+    /// Takes `id` off the inactive list for reclaim if it is a cold neighbour: an order-0
+    /// folio on the inactive list, not referenced. Returns its owner, else `None` (nothing
+    /// changed).
+    pub fn isolate_cold(&self, id: LruId) -> Option<FolioOwner> {
+        let mut inner = self.inner.lock();
+        if !inner.live(id) {
+            return None;
+        }
+        let record = &inner.records[id.slot()];
+        if record.list != ListKind::Inactive || record.referenced || record.owner.order != 0 {
+            return None;
+        }
+        inner.isolate_slot(id.slot() as u32);
+        Some(inner.records[id.slot()].owner)
+    }
+
     /// Takes one folio off its list for reclaim (MADV_PAGEOUT of a range). Returns its
     /// owner, or `None` if the id is stale or the folio is isolated already.
     pub fn isolate_one(&self, id: LruId) -> Option<FolioOwner> {

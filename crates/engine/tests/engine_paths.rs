@@ -5,7 +5,9 @@ mod common;
 
 use common::{addr, content, setup, PAGE};
 use engine::budget::Watermarks;
-use engine::{EngineConfig, Error};
+use engine::mem_source::MemorySource;
+use engine::{Engine, EngineConfig, Error, PageSource};
+use std::sync::Arc;
 
 /// Pages go straight to the swap device (no pool), so the device path is what is tested.
 fn config(budget_pages: u64) -> EngineConfig {
@@ -173,6 +175,43 @@ fn neighbours_go_out_in_runs_and_a_refused_run_keeps_its_pages() {
     for page in 0..1024 {
         source.read(&engine, addr(page), &mut buf).unwrap();
         assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    engine.check_invariants();
+}
+
+/// Pages faulted in a scattered order leave the inactive tail in no address order; their
+/// cold neighbours go out with them, in runs, and every page reads back.
+#[test]
+fn cold_neighbours_of_scattered_victims_go_out_in_runs() {
+    // Half the pages fit: a victim's neighbours are often resident, as at 1 GiB under 256
+    // MiB (a fifth there).
+    let pages = 512;
+    let source = Arc::new(MemorySource::new(common::BASE, pages).without_access_bits());
+    let dyn_source: Arc<dyn PageSource> = source.clone();
+    let engine = Engine::new(EngineConfig { folio_order: 0, ..config(256) }, dyn_source).unwrap();
+    engine.add_region(common::BASE, pages * PAGE as u64).unwrap();
+    // 301 is odd: page (i * 301) % 512 visits every page, neighbours far apart in time.
+    let scattered = |i: u64| (i * 301) % pages;
+    for round in 1..=3 {
+        for i in 0..pages {
+            let page = scattered(i);
+            source.write(&engine, addr(page), &content(page, round)).unwrap();
+        }
+    }
+    let c = engine.stats().counters;
+    eprintln!("{} of {} pages out in {} runs", c.pageout_run_pages, c.pswpout, c.pageout_runs);
+    assert!(c.pswpout > pages, "pages went out: {}", c.pswpout);
+    assert!(
+        c.pageout_run_pages * 4 > c.pswpout,
+        "{} of {} pages went out in runs though the tail was in no address order",
+        c.pageout_run_pages,
+        c.pswpout
+    );
+    engine.check_invariants();
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..pages {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 3), "page {page}");
     }
     engine.check_invariants();
 }
