@@ -8,7 +8,7 @@
 #![allow(dead_code)] // Each test binary uses a different subset.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -97,8 +97,7 @@ impl Handler {
                     if matches!(event, Event::PageFault { .. }) {
                         resolve(&uffd, &event);
                     }
-                    // The receiver may be gone at the end of a test.
-                    let _ = tx.send(event);
+                    forward(&tx, event, &flag);
                 }
             }
         });
@@ -114,6 +113,27 @@ impl Handler {
     /// The next event within a generous bound.
     pub fn next(&self) -> Event {
         self.events.recv_timeout(Duration::from_secs(10)).expect("an event within 10 s")
+    }
+}
+
+/// Sends `event` on, waiting while the channel is full, until the handler is told to stop:
+/// a test that never reads its events (one that only counts faults) fills the channel,
+/// and a plain blocking `send` then never saw the stop, so dropping the handler waited for
+/// ever (`a_writer_never_loses_a_write_while_its_page_is_moved` hung a `.ci/run` once: its
+/// writer faulted more than the channel holds, and the handler was parked in `send` while
+/// the test joined it). No allocation: `try_send` on a bounded channel and a sleep.
+fn forward(tx: &SyncSender<Event>, mut event: Event, stop: &AtomicBool) {
+    loop {
+        match tx.try_send(event) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => return, // gone at the end of a test
+            Err(TrySendError::Full(back)) => {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                event = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 }
 
