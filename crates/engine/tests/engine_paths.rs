@@ -3,11 +3,10 @@
 
 mod common;
 
-use common::{addr, content, setup, PAGE};
+use common::{addr, check_pages, content, setup, setup_with, PAGE};
 use engine::budget::Watermarks;
 use engine::mem_source::MemorySource;
-use engine::{Engine, EngineConfig, Error, PageSource};
-use std::sync::Arc;
+use engine::{EngineConfig, Error};
 
 /// Pages go straight to the swap device (no pool), so the device path is what is tested.
 fn config(budget_pages: u64) -> EngineConfig {
@@ -171,11 +170,7 @@ fn neighbours_go_out_in_runs_and_a_refused_run_keeps_its_pages() {
     let after = engine.stats().counters;
     assert_eq!(after.pageout_retry - c.pageout_retry, 3, "three takes were refused");
     engine.check_invariants();
-    let mut buf = vec![0u8; PAGE];
-    for page in 0..1024 {
-        source.read(&engine, addr(page), &mut buf).unwrap();
-        assert_eq!(buf, content(page, 1), "page {page}");
-    }
+    check_pages(&engine, &source, 0..1024, 1);
     engine.check_invariants();
 }
 
@@ -186,10 +181,9 @@ fn cold_neighbours_of_scattered_victims_go_out_in_runs() {
     // Half the pages fit: a victim's neighbours are often resident, as at 1 GiB under 256
     // MiB (a fifth there).
     let pages = 512;
-    let source = Arc::new(MemorySource::new(common::BASE, pages).without_access_bits());
-    let dyn_source: Arc<dyn PageSource> = source.clone();
-    let engine = Engine::new(EngineConfig { folio_order: 0, ..config(256) }, dyn_source).unwrap();
-    engine.add_region(common::BASE, pages * PAGE as u64).unwrap();
+    let source = MemorySource::new(common::BASE, pages).without_access_bits();
+    let (engine, source) =
+        setup_with(source, EngineConfig { folio_order: 0, ..config(256) }, pages);
     // 301 is odd: page (i * 301) % 512 visits every page, neighbours far apart in time.
     let scattered = |i: u64| (i * 301) % pages;
     for round in 1..=3 {
@@ -208,11 +202,7 @@ fn cold_neighbours_of_scattered_victims_go_out_in_runs() {
         c.pswpout
     );
     engine.check_invariants();
-    let mut buf = vec![0u8; PAGE];
-    for page in 0..pages {
-        source.read(&engine, addr(page), &mut buf).unwrap();
-        assert_eq!(buf, content(page, 3), "page {page}");
-    }
+    check_pages(&engine, &source, 0..pages, 3);
     engine.check_invariants();
 }
 
@@ -406,12 +396,8 @@ fn a_pool_beside_the_budget_is_not_charged_to_it() {
 /// list), or reclaim is first in, first out and a hot page goes as soon as a cold one.
 #[test]
 fn quick_refaults_activate_without_access_bits() {
-    let source = std::sync::Arc::new(
-        engine::mem_source::MemorySource::new(common::BASE, 1024).without_access_bits(),
-    );
-    let dyn_source: std::sync::Arc<dyn engine::PageSource> = source.clone();
-    let engine = engine::Engine::new(config(64), dyn_source).unwrap();
-    engine.add_region(common::BASE, 1024 * PAGE as u64).unwrap();
+    let source = MemorySource::new(common::BASE, 1024).without_access_bits();
+    let (engine, source) = setup_with(source, config(64), 1024);
     for page in 0..1024 {
         source.write(&engine, addr(page), &content(page, 1)).unwrap();
     }

@@ -12,11 +12,35 @@ pub const BASE: u64 = 0x7f00_0000_0000;
 
 /// An engine with a region of `region_pages` over a fresh memory source.
 pub fn setup(config: EngineConfig, region_pages: u64) -> (Engine, Arc<MemorySource>) {
-    let source = Arc::new(MemorySource::new(BASE, region_pages));
+    setup_with(MemorySource::new(BASE, region_pages), config, region_pages)
+}
+
+/// As [`setup`], over `source` (made for `BASE` and `region_pages`: one without access
+/// bits, say).
+pub fn setup_with(
+    source: MemorySource,
+    config: EngineConfig,
+    region_pages: u64,
+) -> (Engine, Arc<MemorySource>) {
+    let source = Arc::new(source);
     let dyn_source: Arc<dyn PageSource> = source.clone();
     let engine = Engine::new(config, dyn_source).expect("engine");
     engine.add_region(BASE, region_pages * PAGE as u64).expect("region");
     (engine, source)
+}
+
+/// Reads every page of `pages` back and checks it holds `content(page, version)`.
+pub fn check_pages(
+    engine: &Engine,
+    source: &MemorySource,
+    pages: std::ops::Range<u64>,
+    version: u64,
+) {
+    let mut buf = vec![0u8; PAGE];
+    for page in pages {
+        source.read(engine, addr(page), &mut buf).expect("read");
+        assert_eq!(buf, content(page, version), "page {page}");
+    }
 }
 
 /// The content of `page` at `version`: mostly compressible, never all zero unless
