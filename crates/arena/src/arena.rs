@@ -37,9 +37,16 @@ pub struct Arena {
     /// Bytes bump-allocated so far.
     next: AtomicUsize,
     /// Free list heads per class (0: empty).
-    free: [Mutex<usize>; CLASSES],
-    /// Bytes of the blocks on the free lists.
-    free_bytes: AtomicUsize,
+    free: [Mutex<FreeList>; CLASSES],
+}
+
+/// One class's free list: its first block (0: empty; a block's first word links to the
+/// next) and how many blocks it holds (counted under the list's lock, not in a shared
+/// atomic every allocation and free would bounce between CPUs).
+#[derive(Debug)]
+struct FreeList {
+    head: usize,
+    blocks: usize,
 }
 
 /// What the arena holds (for the shim's statistics).
@@ -59,16 +66,17 @@ impl Arena {
         Arena {
             base: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
-            free: [const { Mutex::new(0) }; CLASSES],
-            free_bytes: AtomicUsize::new(0),
+            free: [const { Mutex::new(FreeList { head: 0, blocks: 0 }) }; CLASSES],
         }
     }
 
     /// Its sizes now: blocks in use are `bumped_bytes - free_bytes`.
+    ///
+    /// Context: takes each class's lock in turn (a diagnostic, not for a hot path).
     pub fn stats(&self) -> ArenaStats {
         ArenaStats {
             bumped_bytes: self.next.load(SeqCst),
-            free_bytes: self.free_bytes.load(SeqCst),
+            free_bytes: (0..CLASSES).map(|c| lock(&self.free[c]).blocks * class_size(c)).sum(),
         }
     }
 
@@ -118,24 +126,24 @@ impl Arena {
     }
 
     fn pop(&self, class: usize) -> usize {
-        let mut head = lock(&self.free[class]);
-        let block = *head;
+        let mut list = lock(&self.free[class]);
+        let block = list.head;
         if block != 0 {
             // SAFETY: a block on a free list is ours, at least 16 bytes, and its first word
             // was written by `push` under this lock.
-            *head = unsafe { *(block as *const usize) };
-            self.free_bytes.fetch_sub(class_size(class), SeqCst);
+            list.head = unsafe { *(block as *const usize) };
+            list.blocks -= 1;
         }
         block
     }
 
     fn push(&self, class: usize, block: usize) {
-        let mut head = lock(&self.free[class]);
+        let mut list = lock(&self.free[class]);
         // SAFETY: the block was handed out for this class (at least 16 bytes, aligned) and
         // is given back by its owner: nobody else uses it.
-        unsafe { *(block as *mut usize) = *head };
-        *head = block;
-        self.free_bytes.fetch_add(class_size(class), SeqCst);
+        unsafe { *(block as *mut usize) = list.head };
+        list.head = block;
+        list.blocks += 1;
     }
 }
 
@@ -145,7 +153,7 @@ impl Default for Arena {
     }
 }
 
-fn lock(mutex: &Mutex<usize>) -> std::sync::MutexGuard<'_, usize> {
+fn lock(mutex: &Mutex<FreeList>) -> std::sync::MutexGuard<'_, FreeList> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
