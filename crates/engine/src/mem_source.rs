@@ -315,15 +315,15 @@ impl MemorySource {
 }
 
 impl PageSource for MemorySource {
-    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+    fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
         let pending = self.inject_retry.load(Ordering::Relaxed);
         if pending > 0 {
             self.inject_retry.store(pending - 1, Ordering::Relaxed);
             return Err(SourceError::Retry);
         }
         let mut holes = 0;
-        let mut pages = self.lock_range(addr, dst.len());
-        for (page, out) in pages.iter_mut().zip(dst.chunks_mut(PAGE_SIZE)) {
+        let mut pages = self.lock_range(addr, dst.len() * PAGE_SIZE);
+        for (page, out) in pages.iter_mut().zip(dst.iter_mut()) {
             match std::mem::replace(&mut **page, State::Missing) {
                 State::Data => {
                     out.copy_from_slice(page.frame());

@@ -11,9 +11,9 @@
 //!
 //! The contract the engine relies on:
 //!
-//! 1. [`PageSource::take`] is atomic with respect to the program's accesses: a write either
-//!    happened before the take (and its data is in `dst`) or happens after (and faults into
-//!    the engine). No write is ever lost. Pages that were not present (the program dropped
+//! 1. [`PageSource::take_each`] (and [`PageSource::take`], which calls it) is atomic with
+//!    respect to the program's accesses: a write either happened before the take (and its
+//!    data is in the buffers) or happens after (and faults into the engine). No write is ever lost. Pages that were not present (the program dropped
 //!    them, e.g. `MADV_DONTNEED` racing with reclaim) read as zeros and are reported.
 //! 2. After [`PageSource::map`] or [`PageSource::map_zero`] returns `Mapped`, the program
 //!    sees exactly that data, and threads waiting in a fault on those pages are woken.
@@ -69,13 +69,25 @@ impl std::fmt::Display for SourceError {
 
 /// Where the managed pages live (see the module documentation for the contract).
 pub trait PageSource: Send + Sync {
-    /// Takes `dst.len()` bytes of pages at `addr` out of the program's view, copying their
-    /// content into `dst`.
+    /// Takes `pages.len()` pages at `addr` out of the program's view, all at once (one
+    /// `UFFDIO_MOVE`, so one TLB flush, through userfaultfd), copying page `i`'s content
+    /// into `pages[i]` (4 KiB each): reclaim takes a run of neighbouring folios straight
+    /// into their own buffers.
     ///
     /// # Errors
     /// [`SourceError::Retry`] if the layout is changing (nothing taken),
     /// [`SourceError::Gone`] if the range is not managed any more.
-    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError>;
+    fn take_each(&self, addr: u64, pages: &mut [&mut [u8]]) -> Result<Taken, SourceError>;
+
+    /// As [`PageSource::take_each`], into one buffer of `dst.len()` bytes.
+    ///
+    /// # Errors
+    /// As [`PageSource::take_each`].
+    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+        let mut pages: smallvec::SmallVec<[&mut [u8]; 16]> =
+            dst.chunks_mut(crate::PAGE_SIZE).collect();
+        self.take_each(addr, &mut pages)
+    }
 
     /// Maps `data` (whole pages) at `addr` and wakes threads faulting there.
     ///

@@ -71,12 +71,6 @@ enum RunRefused {
     Source,
 }
 
-thread_local! {
-    /// A run's pages between the take and their folios (64 KiB per reclaiming thread,
-    /// kept: a fresh block of that size would be given back to the kernel at each free).
-    static RUN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl Core {
     /// Wakes the background reclaimer if the budget is below its low watermark.
     pub(crate) fn wake_kswapd_if_short(&self) {
@@ -452,8 +446,8 @@ impl Core {
     }
 
     /// Step 4 for a run, under its span's PTL: every victim still resident where it was,
-    /// its entry set, then one take into the run buffer, copied into each folio before the
-    /// PTL is dropped (a racing fault finds the locked folio, then its data).
+    /// its entry set, then one take straight into the folios (a racing fault finds a
+    /// locked folio, and its data once it is unlocked).
     fn take_run(
         &self,
         region: &Region,
@@ -461,49 +455,46 @@ impl Core {
         folios: &[(SwapEntry, Arc<Folio>)],
     ) -> Result<(), RunRefused> {
         let first = run[0].2.index;
-        let bytes = run.len() * PAGE_SIZE;
-        RUN_BUFFER.with(|buffer| {
-            let mut buffer = buffer.borrow_mut();
-            if buffer.len() < bytes {
-                buffer.resize(RUN_PAGES_MAX * PAGE_SIZE, 0);
+        let mut pt = region.lock_span(first);
+        let resident = |(_, id, owner): &Victim| Found {
+            first: owner.index,
+            order: 0,
+            pte: Pte::Resident(*id),
+        };
+        if run.iter().any(|victim| pt.lookup(victim.2.index) != Some(resident(victim))) {
+            return Err(RunRefused::Changed);
+        }
+        for ((_, _, owner), (entry, _)) in run.iter().zip(folios) {
+            pt.set(owner.index, 0, Pte::Swap(*entry));
+            if let Err(error) = self.storage.device.dup(*entry, 1) {
+                panic!("fresh slot {entry:?} refused a reference: {error}");
             }
-            let mut pt = region.lock_span(first);
-            let resident = |(_, id, owner): &Victim| Found {
-                first: owner.index,
-                order: 0,
-                pte: Pte::Resident(*id),
-            };
-            if run.iter().any(|victim| pt.lookup(victim.2.index) != Some(resident(victim))) {
-                return Err(RunRefused::Changed);
-            }
-            for ((_, _, owner), (entry, _)) in run.iter().zip(folios) {
-                pt.set(owner.index, 0, Pte::Swap(*entry));
-                if let Err(error) = self.storage.device.dup(*entry, 1) {
-                    panic!("fresh slot {entry:?} refused a reference: {error}");
-                }
-            }
-            match region.source().take(region.addr_of(first), &mut buffer[..bytes]) {
-                Ok(_) => {
-                    for (page, (_, folio)) in buffer.chunks(PAGE_SIZE).zip(folios) {
-                        folio.with_data_mut(|data| data.copy_from_slice(page));
-                    }
-                    Ok(())
-                }
-                Err(error) => {
-                    // The pages never left: undo, under the same lock hold.
-                    for (victim, (entry, _)) in run.iter().zip(folios) {
-                        pt.set(victim.2.index, 0, Pte::Resident(victim.1));
-                        self.device_op(self.storage.device.put(*entry, 1), "undo put", *entry);
-                    }
-                    let c = &self.stats.counters;
-                    match error {
-                        SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
-                        SourceError::Failed(_) => Stats::add(&c.map_error, 1),
-                    }
-                    Err(RunRefused::Source)
-                }
-            }
-        })
+        }
+        // Each page straight into its folio, as one take.
+        let mut data: SmallVec<[_; RUN_PAGES_MAX]> =
+            folios.iter().map(|(_, folio)| folio.lock_data()).collect();
+        let mut pages: SmallVec<[&mut [u8]; RUN_PAGES_MAX]> =
+            data.iter_mut().map(|page| &mut page[..]).collect();
+        let Err(error) = region.source().take_each(region.addr_of(first), &mut pages) else {
+            return Ok(());
+        };
+        // The pages never left: undo, under the same lock hold.
+        for (victim, (entry, _)) in run.iter().zip(folios) {
+            pt.set(victim.2.index, 0, Pte::Resident(victim.1));
+            self.device_op(self.storage.device.put(*entry, 1), "undo put", *entry);
+        }
+        self.count_take_error(&error);
+        Err(RunRefused::Source)
+    }
+
+    /// Counts a take the page source refused: a changing layout (`pageout_retry`), or a
+    /// failure (`map_error`).
+    fn count_take_error(&self, error: &SourceError) {
+        let c = &self.stats.counters;
+        match error {
+            SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
+            SourceError::Failed(_) => Stats::add(&c.map_error, 1),
+        }
     }
 
     /// Step 4, under the PTL. `Err(moved)` if the pages were not taken: `moved` says the
@@ -533,11 +524,7 @@ impl Core {
         // The pages never left: undo, under the same lock hold.
         pt.set(owner.index, order, Pte::Resident(id));
         self.device_op(self.storage.device.put(entry, nr), "undo put", entry);
-        let c = &self.stats.counters;
-        match error {
-            SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
-            SourceError::Failed(_) => Stats::add(&c.map_error, 1),
-        }
+        self.count_take_error(&error);
         Err(false)
     }
 

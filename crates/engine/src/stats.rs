@@ -113,7 +113,7 @@ counters! {
     /// went, or put back on a list if they moved while being paged out.
     pageout_moved,
     /// Runs of neighbouring order-0 victims taken out of the program together (one
-    /// `PageSource::take`, so one TLB flush through userfaultfd), and the pages in them.
+    /// `PageSource::take_each`, so one TLB flush through userfaultfd), and the pages in them.
     pageout_runs,
     pageout_run_pages,
     /// Swap-in reads that failed (I/O error, checksum, decompression): the access gets an

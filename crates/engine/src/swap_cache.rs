@@ -40,7 +40,7 @@
 //! cache; shadows of freed slots are dropped by whoever freed them, after the fact, or
 //! replaced when the slot is used again.
 
-use crate::sync::{AtomicBool, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
 use crate::workingset::Shadow;
 use crate::PAGE_SIZE;
 use std::sync::Arc;
@@ -176,12 +176,18 @@ impl Folio {
     /// Runs `f` on the data. The caller must be the thread that inserted the folio and the
     /// folio must still be locked (asserted).
     pub fn with_data_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.lock_data())
+    }
+
+    /// The data, locked, for a caller that fills several folios at once (a run of
+    /// page-outs taken together); as [`Folio::with_data_mut`] otherwise.
+    pub(crate) fn lock_data(&self) -> MutexGuard<'_, Box<[u8]>> {
         assert!(self.is_locked(), "folio data written after unlock");
         let mut data = self.data.lock();
         if data.is_empty() {
             *data = buffers::take(self.order);
         }
-        f(&mut data)
+        data
     }
 
     /// Runs `f` on the data of an unlocked, up-to-date folio (asserted).

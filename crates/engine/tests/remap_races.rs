@@ -34,8 +34,8 @@ struct RemapDuringReclaim {
 }
 
 impl PageSource for RemapDuringReclaim {
-    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
-        self.memory.take(addr, dst)
+    fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
+        self.memory.take_each(addr, dst)
     }
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {

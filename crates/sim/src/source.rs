@@ -152,13 +152,13 @@ impl SimSource {
 }
 
 impl PageSource for SimSource {
-    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+    fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
         if self.world.fires(Site::TakeRetry) {
             return Err(SourceError::Retry);
         }
         let mut pages = self.pages.lock();
         let mut holes = 0;
-        for (i, out) in dst.chunks_mut(PAGE_SIZE).enumerate() {
+        for (i, out) in dst.iter_mut().enumerate() {
             let at = addr + i as u64 * PAGE;
             match pages.get(&at).map(|s| &s.page) {
                 Some(Page::Data(data)) => out.copy_from_slice(&data[..]),

@@ -395,8 +395,13 @@ impl UffdSource {
         lane.undrained = 0;
     }
 
-    fn take_inner(&self, lanes: &Lanes, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
-        let pages = dst.len() / PAGE;
+    fn take_inner(
+        &self,
+        lanes: &Lanes,
+        addr: u64,
+        dst: &mut [&mut [u8]],
+    ) -> Result<Taken, SourceError> {
+        let pages = dst.len();
         let (lane_index, mut lane) = Self::lock_lane(lanes);
         let mut run = lane.staging.alloc_empty(pages);
         if run.is_none() && lane.undrained > 0 {
@@ -431,7 +436,7 @@ impl UffdSource {
             // it all in one call rather than meet one refusal per page.
             add(&self.counters.take_busy, 1);
             let busy = (done_pages * PAGE) as u64;
-            self.queue_cow(addr + busy, dst.len() as u64 - busy);
+            self.queue_cow(addr + busy, (pages * PAGE) as u64 - busy);
         }
         // Undo what staging really holds, not only what the kernel said it moved.
         let done_pages = match lane.staging.sync_present(run) {
@@ -784,13 +789,13 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl PageSource for UffdSource {
-    fn take(&self, addr: u64, dst: &mut [u8]) -> Result<Taken, SourceError> {
+    fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
         add(&self.counters.takes, 1);
         let Some(lanes) = &self.lanes else {
             add(&self.counters.take_failed, 1);
             return Err(SourceError::Failed("take from a forked child's address space".into()));
         };
-        if self.overlaps_orphan(addr, dst.len() as u64) {
+        if self.overlaps_orphan(addr, (dst.len() * PAGE) as u64) {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         }

@@ -353,7 +353,7 @@ impl Staging {
         Ok(present)
     }
 
-    /// Copies the pages of `run` into `out` (`run.pages` pages long) and returns how many
+    /// Copies page `i` of `run` into `out[i]` (`run.pages` buffers of a page) and returns how many
     /// slots held no page. A move with `ALLOW_SRC_HOLES` counts a source hole as moved and
     /// leaves the slot empty, which staging's bitmap cannot tell: the kernel is asked
     /// (mincore), and an empty slot reads as zeros without being touched (touching it would
@@ -363,18 +363,19 @@ impl Staging {
     /// mincore's errno (a bug: the range is ours).
     ///
     /// # Panics
-    /// If a slot of the run is not allocated, or `out` has the wrong length.
-    pub fn copy_out(&self, run: SlotRun, out: &mut [u8]) -> Result<u32, Error> {
-        assert_eq!(out.len(), run.pages as usize * PAGE_SIZE, "copy_out buffer length");
+    /// If a slot of the run is not allocated, or `out` holds the wrong number of buffers.
+    pub fn copy_out(&self, run: SlotRun, out: &mut [&mut [u8]]) -> Result<u32, Error> {
+        assert_eq!(out.len(), run.pages as usize, "copy_out buffer count");
+        assert!(out.iter().all(|page| page.len() == PAGE_SIZE), "copy_out buffers are pages");
         const CHUNK: usize = 512;
         let mut resident = [0u8; CHUNK];
         let mut holes = 0;
-        for (c, chunk) in out.chunks_mut(CHUNK * PAGE_SIZE).enumerate() {
+        for (c, chunk) in out.chunks_mut(CHUNK).enumerate() {
             let first = run.first.0 as usize + c * CHUNK;
-            let pages = chunk.len() / PAGE_SIZE;
+            let pages = chunk.len();
             crate::sys::mem::mincore(self.map.page_addr(first), &mut resident[..pages])
                 .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
-            for (i, page) in chunk.chunks_mut(PAGE_SIZE).enumerate() {
+            for (i, page) in chunk.iter_mut().enumerate() {
                 self.assert_owned(SlotIndex((first + i) as u32));
                 if resident[i] & 1 != 0 {
                     self.map.load((first + i) * PAGE_SIZE, page);
