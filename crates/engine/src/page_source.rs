@@ -12,9 +12,10 @@
 //! The contract the engine relies on:
 //!
 //! 1. [`PageSource::take_each`] (and [`PageSource::take`], which calls it) is atomic with
-//!    respect to the program's accesses: a write either happened before the take (and its
-//!    data is in the buffers) or happens after (and faults into the engine). No write is ever lost. Pages that were not present (the program dropped
-//!    them, e.g. `MADV_DONTNEED` racing with reclaim) read as zeros and are reported.
+//!    respect to the program's accesses: a write either happened before the take (and
+//!    its data is in the buffers) or happens after (and faults into the engine). No write
+//!    is ever lost. Pages that were not present (the program dropped them, e.g.
+//!    `MADV_DONTNEED` racing with reclaim) read as zeros and are reported.
 //! 2. After [`PageSource::map`] or [`PageSource::map_zero`] returns `Mapped`, the program
 //!    sees exactly that data, and threads waiting in a fault on those pages are woken.
 //!    `AlreadyPresent` means someone mapped the pages first: nothing changed.
