@@ -197,7 +197,8 @@ pub struct Gauges {
     pub nr_swapcached: u64,
     /// XArray node memory of the swap cache (folio and shadow entries), in bytes.
     pub swapcache_node_bytes: u64,
-    /// Bytes the compressed pool holds (zswap's pool_total_size).
+    /// Bytes the compressed pool holds and the budget charges: zswap's pool_total_size,
+    /// with the free pages its allocator keeps resident.
     pub pool_bytes: u64,
     /// Pages stored in the compressed pool (zswap's stored_pages).
     pub pool_stored_pages: u64,

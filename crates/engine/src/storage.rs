@@ -221,12 +221,13 @@ impl Storage {
         in_pool == 0 || in_pool == nr
     }
 
-    /// Bytes the pool holds (its pages and its metadata).
+    /// Bytes the pool holds (its resident pages, the free ones it keeps included, and its
+    /// metadata): what the budget charges for it.
     pub(crate) fn pool_bytes(&self) -> u64 {
-        self.zswap.as_ref().map_or(0, |z| z.total_bytes())
+        self.zswap.as_ref().map_or(0, |z| z.memory_bytes())
     }
 
-    /// Bytes of the pool's pages of compressed objects alone (no metadata).
+    /// Bytes of the pool's resident pages alone (no metadata).
     pub(crate) fn pool_data_bytes(&self) -> u64 {
         self.zswap.as_ref().map_or(0, |z| z.data_bytes())
     }

@@ -7,9 +7,14 @@
 //! pays that: its pages live in the direct map, mapped with 1 GiB or 2 MiB entries. Here
 //! the pool's pages come from 2 MiB-aligned chunks advised `MADV_HUGEPAGE`, so a whole
 //! chunk's pages share one TLB entry (measured: `uswap bench zswap`, docs/benchmarks.md).
+//! That pays from a few thousand pages on (the TLB's reach with 4 KiB pages), and a huge
+//! page is resident whole from its first touch: so only a pool with [`HUGE_FROM_PAGES`]
+//! (16 MiB) in use gets huge chunks; the chunks of a smaller one are advised
+//! `MADV_NOHUGEPAGE` and start wholly released, each page resident only once handed out
+//! (and zeroed then, after the lock).
 //!
 //! ```text
-//!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE)
+//!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE from 16 MiB in use)
 //!   [p0 used][p1 free, resident][p2 used][p3 free, released] ... [p511 used]
 //!   free bitmap:      0 1 0 1 ...        released bitmap: 0 0 0 1 ...
 //!   partial set: (free pages / 32 rounded up, chunk base): allocation takes a fullest chunk
@@ -27,7 +32,7 @@
 //!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c` on dev-vm: 18-23 against 9-10 us
 //!   per chunk; docs/benchmarks.md), and the next chunk the pool needs a fresh allocation and
 //!   huge-page advice again. Resident free pages are bounded: past
-//!   [`max(CHUNK_PAGES, in use / 8)`](resident_free_limit), runs of them are released to
+//!   [`max(64, in use / 8)`](resident_free_limit), runs of them are released to
 //!   the kernel (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed
 //!   page) down to half that bound, so a stream of frees (a pool draining as pages come
 //!   back in) costs one `madvise` per run of pages, not one per page;
@@ -41,15 +46,19 @@
 //! is the shim's private arena, which the shim keeps out of the managed set; a mapping of
 //! our own would appear in /proc/self/maps like the program's memory.
 //!
-//! Memory: the pool's total counts the pages its zspages hold, as the kernel's
-//! `pool_total_size` does; the arena's free pages that still hold memory are reported
-//! beside it ([`ArenaStats::pages_free_resident`]), bounded as above.
+//! Memory: every page that holds memory, in use or free and resident
+//! ([`PageArena::resident_pages`], published lock-free), is the pool's to account for: it is
+//! in the process's resident set, and a budget on that set must count it
+//! ([`crate::ZsPool::memory_bytes`]). The kernel's figure, the pages zspages hold, is the
+//! pool's size for its limits ([`crate::ZsPool::total_bytes`]). Not exact in one case: the
+//! kernel's khugepaged may collapse a huge chunk that releases split, making its released
+//! pages resident again until the next release.
 //!
 //! Invariants ([`PageArena::check_invariants`]): every chunk's free count equals its free
 //! bitmap's population; released pages are free; a chunk is in the partial set exactly when
 //! it has a free page, under its current count; a wholly free chunk is wholly released, and
 //! there are `chunks_empty` of them, at most [`EMPTY_CHUNKS_MAX`]; the counters equal the
-//! sums over chunks.
+//! sums over chunks, and the published resident count their sum.
 //!
 //! Lock: one mutex, a leaf, held for bitmap updates, to allocate a chunk (rare: once per
 //! 512 pages, and its huge-page advice with it) and across every release
@@ -63,6 +72,7 @@ use parking_lot::Mutex;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of one chunk: one x86-64 huge page.
 pub const CHUNK_BYTES: usize = 2 << 20;
@@ -216,6 +226,9 @@ impl ArenaState {
 #[derive(Debug, Default)]
 pub(crate) struct PageArena {
     state: Mutex<ArenaState>,
+    /// Pages holding memory (in use, or free and resident), published under the lock after
+    /// every change, for lock-free readers (the budget's charge).
+    resident_pages: AtomicU64,
 }
 
 fn chunk_layout() -> Layout {
@@ -225,9 +238,17 @@ fn chunk_layout() -> Layout {
     }
 }
 
-/// Resident free pages kept at most before a freed page is released at once.
+/// Pages in use from which a new chunk is a huge page (module essay): 16 MiB. Below it a
+/// chunk is mapped with 4 KiB pages, each resident only once handed out, so a small pool
+/// holds no more memory than it uses (a fresh huge chunk would hold 2 MiB at once, all of
+/// a 16 MiB budget's slack). From it on, [`resident_free_limit`] is at least a chunk, so a
+/// new huge chunk's free pages are kept, not released at the next free.
+pub const HUGE_FROM_PAGES: u64 = 8 * CHUNK_PAGES as u64;
+
+/// Resident free pages kept at most before a freed page is released at once: an eighth of
+/// the pages in use, at least 64 (256 KiB).
 fn resident_free_limit(pages_in_use: u64) -> u64 {
-    (CHUNK_PAGES as u64).max(pages_in_use / 8)
+    64.max(pages_in_use / 8)
 }
 
 impl PageArena {
@@ -239,7 +260,7 @@ impl PageArena {
     /// global allocator refuses a chunk.
     ///
     /// Context: takes the arena lock; may allocate and advise a 2 MiB chunk under it (once
-    /// per 512 pages).
+    /// per 512 pages). A page that held no memory is zeroed after the lock is dropped.
     pub(crate) fn alloc(&self) -> Option<PoolPage> {
         let mut state = self.state.lock();
         let base = match state.partial.first() {
@@ -247,7 +268,6 @@ impl PageArena {
             None => new_chunk(&mut state)?,
         };
         let chunk = state.chunks.get_mut(&base)?;
-        // A kept empty chunk (a new one is wholly free too, but resident and not counted).
         let was_empty =
             chunk.free_pages == CHUNK_PAGES as u16 && chunk.released == [u64::MAX; WORDS];
         let (page, released) = chunk.pick()?;
@@ -264,12 +284,34 @@ impl PageArena {
         } else {
             state.stats.pages_free_resident -= 1;
         }
+        self.publish(&state);
+        drop(state);
         let ptr = (base + page * PAGE_SIZE) as *mut [u8; PAGE_SIZE];
+        if released {
+            // SAFETY: the page is ours alone from here on (marked in use above), inside a
+            // chunk the arena holds. A released page reads as zeros already; a page of a
+            // fresh small chunk may hold the allocator's old bytes, or none it initialized.
+            unsafe { std::ptr::write_bytes(ptr, 0, 1) };
+        }
         NonNull::new(ptr).map(PoolPage)
+    }
+
+    fn publish(&self, state: &ArenaState) {
+        let resident = state.stats.pages_in_use + state.stats.pages_free_resident;
+        self.resident_pages.store(resident, Ordering::Relaxed);
+    }
+
+    /// Pages holding memory: in use, or free and still resident. Lock-free; exact when no
+    /// call is running.
+    pub(crate) fn resident_pages(&self) -> u64 {
+        self.resident_pages.load(Ordering::Relaxed)
     }
 }
 
-/// Allocates a zeroed chunk, asks for a huge page over it, and lists it; its base.
+/// Allocates a chunk and lists it; its base. From [`HUGE_FROM_PAGES`] in use it is advised
+/// for a huge page and zeroed whole (one fault, every page resident); below, it is advised
+/// against one and listed as wholly released (no page resident until handed out), like a
+/// kept empty chunk.
 fn new_chunk(state: &mut ArenaState) -> Option<usize> {
     // SAFETY: the layout has a non-zero size.
     let ptr = unsafe { std::alloc::alloc(chunk_layout()) };
@@ -278,16 +320,25 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
         return None;
     }
     let base = ptr as usize;
-    // Advised before the first touch, so the zeroing below can fault in one huge page.
-    advise_huge(base);
-    // SAFETY: the chunk is ours and CHUNK_BYTES long; zeroing makes every page's bytes
-    // initialized before any PoolPage refers to them.
-    unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
-    state.chunks.insert(base, Chunk::new());
+    let mut chunk = Chunk::new();
+    if state.stats.pages_in_use >= HUGE_FROM_PAGES {
+        // Advised before the first touch, so the zeroing below can fault in one huge page.
+        advise(base, rustix::mm::Advice::LinuxHugepage);
+        // SAFETY: the chunk is ours and CHUNK_BYTES long; zeroing makes every page's bytes
+        // initialized before any PoolPage refers to them.
+        unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
+        state.stats.pages_free_resident += CHUNK_PAGES as u64;
+    } else {
+        // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
+        advise(base, rustix::mm::Advice::LinuxNoHugepage);
+        chunk.released = [u64::MAX; WORDS];
+        state.stats.pages_released += CHUNK_PAGES as u64;
+        state.stats.chunks_empty += 1;
+    }
+    state.chunks.insert(base, chunk);
     state.partial.insert((bucket(CHUNK_PAGES as u16), base));
     state.stats.chunks += 1;
     state.stats.chunks_allocated += 1;
-    state.stats.pages_free_resident += CHUNK_PAGES as u64;
     Some(base)
 }
 
@@ -331,6 +382,7 @@ impl PageArena {
             if state.stats.pages_free_resident > limit {
                 Self::release_down_to(&mut state, limit / 2);
             }
+            self.publish(&state);
         }
         for &base in &empty[..nr_empty] {
             // SAFETY: `base` came from `alloc` with this layout, and every page of it is
@@ -431,7 +483,10 @@ impl PageArena {
     /// Context: takes the arena lock and releases every run under it (no page may be
     /// handed out while the kernel zeroes it).
     pub(crate) fn trim(&self) -> usize {
-        Self::release_down_to(&mut self.state.lock(), 0)
+        let mut state = self.state.lock();
+        let released = Self::release_down_to(&mut state, 0);
+        self.publish(&state);
+        released
     }
 
     pub(crate) fn stats(&self) -> ArenaStats {
@@ -466,6 +521,8 @@ impl PageArena {
         assert_eq!(stats.pages_free_resident, free - released, "resident free pages");
         let total = state.chunks.len() as u64 * CHUNK_PAGES as u64;
         assert_eq!(stats.pages_in_use, total - free, "pages in use");
+        let resident = stats.pages_in_use + stats.pages_free_resident;
+        assert_eq!(self.resident_pages(), resident, "published resident pages");
     }
 }
 
@@ -520,12 +577,11 @@ pub(crate) fn prefetch(addr: usize) {
     let _ = addr;
 }
 
-/// Asks for huge pages over a chunk. Failure (no THP in this kernel) is harmless.
-fn advise_huge(base: usize) {
+/// Asks for or against huge pages over a chunk. Failure (no THP in this kernel) is
+/// harmless.
+fn advise(base: usize, advice: rustix::mm::Advice) {
     // SAFETY: the chunk is ours, allocated and 2 MiB long; the advice changes no contents.
-    let result = unsafe {
-        rustix::mm::madvise(base as *mut _, CHUNK_BYTES, rustix::mm::Advice::LinuxHugepage)
-    };
+    let result = unsafe { rustix::mm::madvise(base as *mut _, CHUNK_BYTES, advice) };
     let _no_thp_is_fine = result;
 }
 

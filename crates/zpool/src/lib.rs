@@ -53,10 +53,12 @@
 //!
 //! Not counted: the system allocator's chunk headers around the metadata allocations, and
 //! the free pages the page arena ([`arena`]) keeps resident for the next zspage: bounded
-//! (an eighth of the pages in use, or one 2 MiB chunk), reported in
-//! [`PoolStats::arena`], and given back to the kernel by [`ZsPool::compact`]. Pages come
-//! from 2 MiB chunks advised for huge pages, so a cold load's walk to the object's bytes
-//! costs fewer TLB misses (the arena's essay). `uswap bench zpool` measures both views.
+//! (an eighth of the pages in use, at least 64), reported in [`PoolStats::arena`], and
+//! given back to the kernel by [`ZsPool::compact`]. Those pages are in the process's
+//! resident set all the same: [`ZsPool::memory_bytes`] counts every resident page of the
+//! arena, and is what a budget charges. A pool from 16 MiB in use takes its pages from
+//! 2 MiB chunks advised for huge pages, so a cold load's walk to the object's bytes costs
+//! fewer TLB misses (the arena's essay). `uswap bench zpool` measures both views.
 //!
 //! Conventions in this crate: `ppz` = pages per zspage, `obj` = an object index inside a
 //! zspage, `slot` = an index in a class's handle table, `step` = a 16 B size step.
@@ -72,7 +74,7 @@ mod state;
 mod stats;
 mod zspage;
 
-pub use arena::{ArenaStats, CHUNK_BYTES};
+pub use arena::{ArenaStats, CHUNK_BYTES, HUGE_FROM_PAGES};
 pub use class::{ClassGeometry, ClassIndex, ClassTable};
 pub use error::Error;
 pub use handle::Handle;

@@ -194,9 +194,9 @@ pub struct ZsPool {
     /// Pages of freed zspages kept for the next zspage (a leaf lock, held only to push or
     /// pop): a free-then-allocate cycle, the common case when pages come back in and go out
     /// again, then costs neither a malloc nor zeroing a fresh page. At most `SPARE_PAGES_MAX`.
-    /// Not counted in `total_bytes`: like memory malloc keeps after a free (and the kernel's
-    /// per-CPU free page lists, which no memory cgroup is charged for), they are free memory
-    /// the process still holds; [`ZsPool::compact`] gives them back.
+    /// Not counted in `total_bytes` (like the kernel's per-CPU free page lists, which its
+    /// pool size leaves out), but in `memory_bytes`: they are memory the process still
+    /// holds; [`ZsPool::compact`] gives them back.
     spare: Mutex<Vec<PoolPage>>,
     spare_pages: AtomicUsize,
     /// Where every page comes from and goes back to (its own leaf lock).
@@ -563,6 +563,20 @@ impl ZsPool {
         let pages = self.pages_held.load(Ordering::Relaxed);
         let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
         (pages * PAGE_SIZE + meta) as u64
+    }
+
+    /// Memory the pool holds, in bytes: every page of its arena that is resident (in
+    /// zspages, spare, or free and kept), plus metadata. What a budget on the process's
+    /// resident set charges for it; [`ZsPool::total_bytes`] is the kernel's figure, for
+    /// limits. Lock-free; exact when no operation is running.
+    pub fn memory_bytes(&self) -> u64 {
+        let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
+        self.page_memory_bytes() + meta as u64
+    }
+
+    /// The pages alone of [`ZsPool::memory_bytes`]. Lock-free.
+    pub fn page_memory_bytes(&self) -> u64 {
+        self.arena.resident_pages() * PAGE_SIZE as u64
     }
 
     /// Pages held by zspages. Lock-free.

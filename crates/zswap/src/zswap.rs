@@ -375,21 +375,29 @@ impl Zswap {
         self.update_full(self.total_bytes())
     }
 
-    /// Bytes that count against the budget (`pool_total_size`): the allocator's pages and
-    /// metadata, plus zswap's index nodes, entries, LRU chunks and fixed tables.
+    /// The pool's size for its limits (`pool_total_size`): the allocator's zspage pages
+    /// and metadata, plus zswap's index nodes, entries, LRU chunks and fixed tables.
     ///
     /// Context: lock-free; exact when no operation is running.
     pub fn total_bytes(&self) -> u64 {
         self.pool.total_bytes() + self.metadata_bytes()
     }
 
-    /// Bytes of the pages that hold compressed objects (the allocator's zspages), without
-    /// any metadata: the part of [`Zswap::total_bytes`] that is the store itself, as zram's
-    /// `mem_used_total` is.
+    /// Memory the pool holds, which a budget charges: [`Zswap::total_bytes`] with every
+    /// resident page of the allocator's arena in place of its zspage pages (the free pages
+    /// it keeps for the next zspage are resident too: `ZsPool::memory_bytes`).
+    ///
+    /// Context: lock-free; exact when no operation is running.
+    pub fn memory_bytes(&self) -> u64 {
+        self.pool.memory_bytes() + self.metadata_bytes()
+    }
+
+    /// The pages alone of [`Zswap::memory_bytes`], without any metadata: the part that is
+    /// the store itself, as zram's `mem_used_total` is (with the free pages kept resident).
     ///
     /// Context: lock-free.
     pub fn data_bytes(&self) -> u64 {
-        (self.pool.pages_held() * zpool::PAGE_SIZE) as u64
+        self.pool.page_memory_bytes()
     }
 
     fn metadata_bytes(&self) -> u64 {
