@@ -11,7 +11,8 @@
 //! page is resident whole from its first touch: so only a pool with [`HUGE_FROM_PAGES`]
 //! (16 MiB) in use gets huge chunks; the chunks of a smaller one are advised
 //! `MADV_NOHUGEPAGE` and start wholly released, each page resident only once handed out
-//! (and zeroed then, after the lock).
+//! (and zeroed then, after the lock). A chunk is shaped so whenever it starts from empty,
+//! new or kept ([`PageArena::shape`]).
 //!
 //! ```text
 //!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE from 16 MiB in use)
@@ -32,7 +33,8 @@
 //!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c` on dev-vm: 18-23 against 9-10 us
 //!   per chunk; docs/benchmarks.md), and the next chunk the pool needs a fresh allocation and
 //!   huge-page advice again. Resident free pages are bounded: past
-//!   [`max(64, in use / 8)`](resident_free_limit), runs of them are released to
+//!   [`max(64, in use / 8)`](resident_free_limit) (at least a chunk while huge chunks are
+//!   in use: releasing splits a huge page), runs of them are released to
 //!   the kernel (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed
 //!   page) down to half that bound, so a stream of frees (a pool draining as pages come
 //!   back in) costs one `madvise` per run of pages, not one per page;
@@ -135,11 +137,21 @@ struct Chunk {
     /// Bit set: the page is free and released to the kernel (`MADV_DONTNEED`).
     released: [u64; WORDS],
     free_pages: u16,
+    /// Shaped for a huge page when it last started from empty ([`PageArena::shape`]);
+    /// false once emptied and released.
+    huge: bool,
 }
 
 impl Chunk {
+    /// Wholly free and released: no page holds memory (a fresh chunk's bytes are not
+    /// trusted: a page is zeroed when handed out).
     fn new() -> Self {
-        Chunk { free: [u64::MAX; WORDS], released: [0; WORDS], free_pages: CHUNK_PAGES as u16 }
+        Chunk {
+            free: [u64::MAX; WORDS],
+            released: [u64::MAX; WORDS],
+            free_pages: CHUNK_PAGES as u16,
+            huge: false,
+        }
     }
 
     /// A free page, resident ones first; its index and whether it was released.
@@ -169,6 +181,8 @@ pub struct ArenaStats {
     pub chunks: u64,
     /// Chunks held wholly free and released, for reuse (module essay).
     pub chunks_empty: u64,
+    /// Chunks in use that started as a huge page (module essay); an emptied one is not.
+    pub chunks_huge: u64,
     /// Pages handed out.
     pub pages_in_use: u64,
     /// Free pages still holding memory.
@@ -241,14 +255,17 @@ fn chunk_layout() -> Layout {
 /// Pages in use from which a new chunk is a huge page (module essay): 16 MiB. Below it a
 /// chunk is mapped with 4 KiB pages, each resident only once handed out, so a small pool
 /// holds no more memory than it uses (a fresh huge chunk would hold 2 MiB at once, all of
-/// a 16 MiB budget's slack). From it on, [`resident_free_limit`] is at least a chunk, so a
-/// new huge chunk's free pages are kept, not released at the next free.
+/// a 16 MiB budget's slack). While huge chunks are in use, [`resident_free_limit`] is at
+/// least a chunk, so a new huge chunk's free pages are kept, not released at the next free.
 pub const HUGE_FROM_PAGES: u64 = 8 * CHUNK_PAGES as u64;
 
 /// Resident free pages kept at most before a freed page is released at once: an eighth of
-/// the pages in use, at least 64 (256 KiB).
-fn resident_free_limit(pages_in_use: u64) -> u64 {
-    64.max(pages_in_use / 8)
+/// the pages in use, at least 64 (256 KiB), or at least a chunk while the arena holds huge
+/// chunks (releasing a page of one splits its huge mapping, and a draining pool would
+/// split one after another).
+fn resident_free_limit(stats: &ArenaStats) -> u64 {
+    let floor = if stats.chunks_huge > 0 { CHUNK_PAGES as u64 } else { 64 };
+    floor.max(stats.pages_in_use / 8)
 }
 
 impl PageArena {
@@ -270,6 +287,10 @@ impl PageArena {
         let chunk = state.chunks.get_mut(&base)?;
         let was_empty =
             chunk.free_pages == CHUNK_PAGES as u16 && chunk.released == [u64::MAX; WORDS];
+        if was_empty {
+            Self::shape(&mut state, base);
+        }
+        let chunk = state.chunks.get_mut(&base)?;
         let (page, released) = chunk.pick()?;
         let (word, mask) = bit(page);
         chunk.free[word] &= !mask;
@@ -308,10 +329,8 @@ impl PageArena {
     }
 }
 
-/// Allocates a chunk and lists it; its base. From [`HUGE_FROM_PAGES`] in use it is advised
-/// for a huge page and zeroed whole (one fault, every page resident); below, it is advised
-/// against one and listed as wholly released (no page resident until handed out), like a
-/// kept empty chunk.
+/// Allocates a chunk and lists it, wholly free and released, as a kept empty chunk; its
+/// base. [`PageArena::alloc`] shapes it before its first page goes out.
 fn new_chunk(state: &mut ArenaState) -> Option<usize> {
     // SAFETY: the layout has a non-zero size.
     let ptr = unsafe { std::alloc::alloc(chunk_layout()) };
@@ -320,26 +339,40 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
         return None;
     }
     let base = ptr as usize;
-    let mut chunk = Chunk::new();
-    if state.stats.pages_in_use >= HUGE_FROM_PAGES {
-        // Advised before the first touch, so the zeroing below can fault in one huge page.
-        advise(base, rustix::mm::Advice::LinuxHugepage);
-        // SAFETY: the chunk is ours and CHUNK_BYTES long; zeroing makes every page's bytes
-        // initialized before any PoolPage refers to them.
-        unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
-        state.stats.pages_free_resident += CHUNK_PAGES as u64;
-    } else {
-        // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
-        advise(base, rustix::mm::Advice::LinuxNoHugepage);
-        chunk.released = [u64::MAX; WORDS];
-        state.stats.pages_released += CHUNK_PAGES as u64;
-        state.stats.chunks_empty += 1;
-    }
-    state.chunks.insert(base, chunk);
+    state.chunks.insert(base, Chunk::new());
     state.partial.insert((bucket(CHUNK_PAGES as u16), base));
     state.stats.chunks += 1;
     state.stats.chunks_allocated += 1;
+    state.stats.chunks_empty += 1;
+    state.stats.pages_released += CHUNK_PAGES as u64;
     Some(base)
+}
+
+impl PageArena {
+    /// Shapes wholly free, released chunk `base` for its next use, under the lock: from
+    /// [`HUGE_FROM_PAGES`] in use it is advised for a huge page and zeroed whole (one
+    /// fault, and every page resident: the huge page would be, from any first touch);
+    /// below, it is advised against one, each page resident only once handed out. A
+    /// kept chunk is shaped again each time it starts over, as the pool's size is then.
+    fn shape(state: &mut ArenaState, base: usize) {
+        let huge = state.stats.pages_in_use >= HUGE_FROM_PAGES;
+        let Some(chunk) = state.chunks.get_mut(&base) else { return };
+        if huge {
+            // Advised before the first touch, so the zeroing below faults in one huge page.
+            advise(base, rustix::mm::Advice::LinuxHugepage);
+            // SAFETY: the chunk is ours, CHUNK_BYTES long, and wholly free: no PoolPage
+            // points into it. Zeroing makes every page's bytes initialized.
+            unsafe { std::ptr::write_bytes(base as *mut u8, 0, CHUNK_BYTES) };
+            chunk.released = [0; WORDS];
+            state.stats.pages_released -= CHUNK_PAGES as u64;
+            state.stats.pages_free_resident += CHUNK_PAGES as u64;
+        } else {
+            // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
+            advise(base, rustix::mm::Advice::LinuxNoHugepage);
+        }
+        chunk.huge = huge;
+        state.stats.chunks_huge += u64::from(huge);
+    }
 }
 
 impl PageArena {
@@ -378,7 +411,7 @@ impl PageArena {
                     None => {}
                 }
             }
-            let limit = resident_free_limit(state.stats.pages_in_use);
+            let limit = resident_free_limit(&state.stats);
             if state.stats.pages_free_resident > limit {
                 Self::release_down_to(&mut state, limit / 2);
             }
@@ -415,7 +448,9 @@ impl PageArena {
             state.stats.chunks_empty += 1;
             return None;
         }
-        let released = state.chunks.remove(&base).map_or(0, |c| popcount(&c.released));
+        let (released, huge) =
+            state.chunks.remove(&base).map_or((0, false), |c| (popcount(&c.released), c.huge));
+        state.stats.chunks_huge -= u64::from(huge);
         state.set_free_count(base, CHUNK_PAGES as u16, 0);
         state.stats.chunks -= 1;
         state.stats.chunks_freed += 1;
@@ -429,14 +464,12 @@ impl PageArena {
     fn release_chunk(state: &mut ArenaState, base: usize) -> bool {
         let Some(chunk) = state.chunks.get_mut(&base) else { return false };
         let resident = CHUNK_PAGES as u64 - popcount(&chunk.released);
-        if resident == 0 {
-            return true;
-        }
-        if !dont_need(base, CHUNK_BYTES) {
+        if resident > 0 && !dont_need(base, CHUNK_BYTES) {
             state.stats.madvise_fail += 1;
             return false;
         }
         chunk.released = [u64::MAX; WORDS];
+        state.stats.chunks_huge -= u64::from(std::mem::take(&mut chunk.huge));
         state.stats.pages_free_resident -= resident;
         state.stats.pages_released += resident;
         state.stats.pages_madvised += resident;
@@ -496,7 +529,7 @@ impl PageArena {
     /// Asserts the module essay's invariants.
     pub(crate) fn check_invariants(&self) {
         let state = self.state.lock();
-        let (mut free, mut released, mut empty) = (0u64, 0u64, 0u64);
+        let (mut free, mut released, mut empty, mut huge) = (0u64, 0u64, 0u64, 0u64);
         for (&base, chunk) in &state.chunks {
             let count = popcount(&chunk.free);
             assert_eq!(u64::from(chunk.free_pages), count, "chunk {base:#x} free count");
@@ -511,11 +544,13 @@ impl PageArena {
             assert_eq!(listed, count > 0, "chunk {base:#x} partial listing");
             free += count;
             released += popcount(&chunk.released);
+            huge += u64::from(chunk.huge);
         }
         assert_eq!(state.partial.len(), state.chunks.iter().filter(|c| c.1.free_pages > 0).count());
         let stats = state.stats;
         assert_eq!(stats.chunks, state.chunks.len() as u64, "chunk count");
         assert_eq!(stats.chunks_empty, empty, "empty chunk count");
+        assert_eq!(stats.chunks_huge, huge, "huge chunk count");
         assert!(empty <= EMPTY_CHUNKS_MAX, "{empty} empty chunks held");
         assert_eq!(stats.pages_released, released, "released pages");
         assert_eq!(stats.pages_free_resident, free - released, "resident free pages");
@@ -602,7 +637,8 @@ mod tests {
     #[test]
     fn resident_runs_are_found_across_words_and_stop_at_released_pages() {
         let mut state = ArenaState::default();
-        let mut chunk = Chunk { free: [0; WORDS], released: [0; WORDS], free_pages: 0 };
+        let mut chunk =
+            Chunk { free: [0; WORDS], released: [0; WORDS], free_pages: 0, huge: false };
         let mut set = |pages: std::ops::Range<usize>, released: bool| {
             for page in pages {
                 let (word, mask) = bit(page);
@@ -695,6 +731,38 @@ mod tests {
         }
         arena.check_invariants();
         assert_eq!(arena.stats().chunks, arena.stats().chunks_empty);
+    }
+
+    #[test]
+    fn a_chunk_is_huge_and_resident_whole_only_from_sixteen_mib_in_use() {
+        let arena = PageArena::new();
+        let small: Vec<PoolPage> = (0..HUGE_FROM_PAGES).filter_map(|_| arena.alloc()).collect();
+        let stats = arena.stats();
+        assert_eq!((stats.chunks_huge, stats.pages_free_resident), (0, 0), "4 KiB pages");
+        assert_eq!(arena.resident_pages(), HUGE_FROM_PAGES, "only what is handed out");
+        // The next chunk starts at the threshold: a huge page, every page resident.
+        let mut big: Vec<PoolPage> = (0..2).filter_map(|_| arena.alloc()).collect();
+        let stats = arena.stats();
+        assert_eq!(stats.chunks_huge, 1);
+        assert_eq!(stats.pages_free_resident, CHUNK_PAGES as u64 - 2);
+        assert_eq!(arena.resident_pages(), HUGE_FROM_PAGES + CHUNK_PAGES as u64);
+        arena.check_invariants();
+        // Emptied, it is released and kept; reused below the threshold, it is small again.
+        big.drain(..).for_each(|page| arena.free(page));
+        assert_eq!(arena.stats().chunks_huge, 0);
+        let freed = small.len() / 2;
+        let mut small = small;
+        small.drain(..freed).for_each(|page| arena.free(page));
+        arena.trim();
+        let kept = arena.stats().chunks_empty;
+        assert!(kept >= 1, "the emptied chunks are kept");
+        let again: Vec<PoolPage> = (0..freed).filter_map(|_| arena.alloc()).collect();
+        let stats = arena.stats();
+        assert_eq!((stats.chunks_huge, stats.chunks_allocated), (0, 9), "kept ones, small");
+        assert_eq!(arena.resident_pages(), stats.pages_in_use);
+        arena.check_invariants();
+        small.into_iter().chain(again).for_each(|page| arena.free(page));
+        arena.check_invariants();
     }
 
     #[test]
