@@ -227,7 +227,8 @@ impl Storage {
         self.zswap.as_ref().map_or(0, |z| z.memory_bytes())
     }
 
-    /// Bytes of the pool's resident pages alone (no metadata).
+    /// Bytes of the pool's pages of compressed objects alone (no metadata, none of the
+    /// free pages its allocator keeps): what a pool beside the budget leaves uncharged.
     pub(crate) fn pool_data_bytes(&self) -> u64 {
         self.zswap.as_ref().map_or(0, |z| z.data_bytes())
     }

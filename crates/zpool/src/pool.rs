@@ -571,12 +571,7 @@ impl ZsPool {
     /// limits. Lock-free; exact when no operation is running.
     pub fn memory_bytes(&self) -> u64 {
         let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
-        self.page_memory_bytes() + meta as u64
-    }
-
-    /// The pages alone of [`ZsPool::memory_bytes`]. Lock-free.
-    pub fn page_memory_bytes(&self) -> u64 {
-        self.arena.resident_pages() * PAGE_SIZE as u64
+        self.arena.resident_pages() * PAGE_SIZE as u64 + meta as u64
     }
 
     /// Pages held by zspages. Lock-free.

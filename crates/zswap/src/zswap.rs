@@ -392,12 +392,14 @@ impl Zswap {
         self.pool.memory_bytes() + self.metadata_bytes()
     }
 
-    /// The pages alone of [`Zswap::memory_bytes`], without any metadata: the part that is
-    /// the store itself, as zram's `mem_used_total` is (with the free pages kept resident).
+    /// Bytes of the pages that hold compressed objects (the allocator's zspages), without
+    /// metadata or the free pages its arena keeps: the store itself, as zram's
+    /// `mem_used_total` is. A pool beside the budget leaves this part out of the charge;
+    /// the rest of [`Zswap::memory_bytes`] is charged.
     ///
     /// Context: lock-free.
     pub fn data_bytes(&self) -> u64 {
-        self.pool.page_memory_bytes()
+        (self.pool.pages_held() * zpool::PAGE_SIZE) as u64
     }
 
     fn metadata_bytes(&self) -> u64 {
