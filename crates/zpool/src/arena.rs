@@ -10,9 +10,9 @@
 //! That pays from a few thousand pages on (the TLB's reach with 4 KiB pages), and a huge
 //! page is resident whole from its first touch: so only a pool with [`HUGE_FROM_PAGES`]
 //! (16 MiB) in use gets huge chunks; the chunks of a smaller one are advised
-//! `MADV_NOHUGEPAGE` and start wholly released, each page resident only once handed out
-//! (and zeroed then, after the lock). A chunk is shaped so whenever it starts from empty,
-//! new or kept ([`PageArena::shape`]).
+//! `MADV_NOHUGEPAGE` and start wholly released (a new chunk is released with one
+//! `MADV_DONTNEED`, so its pages read as zeros), each page resident only once handed out. A chunk is shaped so whenever it starts from empty,
+//! new or kept ([`shape`]).
 //!
 //! ```text
 //!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE from 16 MiB in use)
@@ -137,14 +137,14 @@ struct Chunk {
     /// Bit set: the page is free and released to the kernel (`MADV_DONTNEED`).
     released: [u64; WORDS],
     free_pages: u16,
-    /// Shaped for a huge page when it last started from empty ([`PageArena::shape`]);
+    /// Shaped for a huge page when it last started from empty ([`shape`]);
     /// false once emptied and released.
     huge: bool,
 }
 
 impl Chunk {
-    /// Wholly free and released: no page holds memory (a fresh chunk's bytes are not
-    /// trusted: a page is zeroed when handed out).
+    /// Wholly free and released: no page holds memory (a new chunk is released whole
+    /// first: [`new_chunk`]).
     fn new() -> Self {
         Chunk {
             free: [u64::MAX; WORDS],
@@ -277,20 +277,20 @@ impl PageArena {
     /// global allocator refuses a chunk.
     ///
     /// Context: takes the arena lock; may allocate and advise a 2 MiB chunk under it (once
-    /// per 512 pages). A page that held no memory is zeroed after the lock is dropped.
+    /// per 512 pages).
     pub(crate) fn alloc(&self) -> Option<PoolPage> {
         let mut state = self.state.lock();
         let base = match state.partial.first() {
             Some(&(_, base)) => base,
             None => new_chunk(&mut state)?,
         };
-        let chunk = state.chunks.get_mut(&base)?;
+        let ArenaState { chunks, stats, .. } = &mut *state;
+        let chunk = chunks.get_mut(&base)?;
         let was_empty =
             chunk.free_pages == CHUNK_PAGES as u16 && chunk.released == [u64::MAX; WORDS];
         if was_empty {
-            Self::shape(&mut state, base);
+            shape(chunk, stats, base);
         }
-        let chunk = state.chunks.get_mut(&base)?;
         let (page, released) = chunk.pick()?;
         let (word, mask) = bit(page);
         chunk.free[word] &= !mask;
@@ -306,14 +306,7 @@ impl PageArena {
             state.stats.pages_free_resident -= 1;
         }
         self.publish(&state);
-        drop(state);
         let ptr = (base + page * PAGE_SIZE) as *mut [u8; PAGE_SIZE];
-        if released {
-            // SAFETY: the page is ours alone from here on (marked in use above), inside a
-            // chunk the arena holds. A released page reads as zeros already; a page of a
-            // fresh small chunk may hold the allocator's old bytes, or none it initialized.
-            unsafe { std::ptr::write_bytes(ptr, 0, 1) };
-        }
         NonNull::new(ptr).map(PoolPage)
     }
 
@@ -329,8 +322,10 @@ impl PageArena {
     }
 }
 
-/// Allocates a chunk and lists it, wholly free and released, as a kept empty chunk; its
-/// base. [`PageArena::alloc`] shapes it before its first page goes out.
+/// Allocates a chunk, releases it whole (`MADV_DONTNEED`: whatever the allocator left in
+/// it goes, every page reads as zeros and none is resident) and lists it, wholly free and
+/// released, as a kept empty chunk; its base. [`PageArena::alloc`] shapes it before its
+/// first page goes out.
 fn new_chunk(state: &mut ArenaState) -> Option<usize> {
     // SAFETY: the layout has a non-zero size.
     let ptr = unsafe { std::alloc::alloc(chunk_layout()) };
@@ -339,6 +334,12 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
         return None;
     }
     let base = ptr as usize;
+    if !dont_need(base, CHUNK_BYTES) {
+        // No page may be handed out with bytes nobody initialized.
+        state.stats.madvise_fail += 1;
+        // SAFETY: the chunk is ours and CHUNK_BYTES long; nothing points into it yet.
+        unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
+    }
     state.chunks.insert(base, Chunk::new());
     state.partial.insert((bucket(CHUNK_PAGES as u16), base));
     state.stats.chunks += 1;
@@ -348,31 +349,28 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
     Some(base)
 }
 
-impl PageArena {
-    /// Shapes wholly free, released chunk `base` for its next use, under the lock: from
-    /// [`HUGE_FROM_PAGES`] in use it is advised for a huge page and zeroed whole (one
-    /// fault, and every page resident: the huge page would be, from any first touch);
-    /// below, it is advised against one, each page resident only once handed out. A
-    /// kept chunk is shaped again each time it starts over, as the pool's size is then.
-    fn shape(state: &mut ArenaState, base: usize) {
-        let huge = state.stats.pages_in_use >= HUGE_FROM_PAGES;
-        let Some(chunk) = state.chunks.get_mut(&base) else { return };
-        if huge {
-            // Advised before the first touch, so the zeroing below faults in one huge page.
-            advise(base, rustix::mm::Advice::LinuxHugepage);
-            // SAFETY: the chunk is ours, CHUNK_BYTES long, and wholly free: no PoolPage
-            // points into it. Zeroing makes every page's bytes initialized.
-            unsafe { std::ptr::write_bytes(base as *mut u8, 0, CHUNK_BYTES) };
-            chunk.released = [0; WORDS];
-            state.stats.pages_released -= CHUNK_PAGES as u64;
-            state.stats.pages_free_resident += CHUNK_PAGES as u64;
-        } else {
-            // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
-            advise(base, rustix::mm::Advice::LinuxNoHugepage);
-        }
-        chunk.huge = huge;
-        state.stats.chunks_huge += u64::from(huge);
+/// Shapes wholly free, released chunk `chunk` at `base` for its next use, under the
+/// arena lock: from [`HUGE_FROM_PAGES`] in use it is advised for a huge page and zeroed
+/// whole (one fault, and every page resident: the huge page would be, from any first
+/// touch); below, it is advised against one, each page resident only once handed out. A
+/// kept chunk is shaped again each time it starts over, as the pool's size is then.
+fn shape(chunk: &mut Chunk, stats: &mut ArenaStats, base: usize) {
+    let huge = stats.pages_in_use >= HUGE_FROM_PAGES;
+    if huge {
+        // Advised before the first touch, so the zeroing below faults in one huge page.
+        advise(base, rustix::mm::Advice::LinuxHugepage);
+        // SAFETY: the chunk is ours, CHUNK_BYTES long, and wholly free: no PoolPage
+        // points into it.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 0, CHUNK_BYTES) };
+        chunk.released = [0; WORDS];
+        stats.pages_released -= CHUNK_PAGES as u64;
+        stats.pages_free_resident += CHUNK_PAGES as u64;
+    } else {
+        // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
+        advise(base, rustix::mm::Advice::LinuxNoHugepage);
     }
+    chunk.huge = huge;
+    stats.chunks_huge += u64::from(huge);
 }
 
 impl PageArena {

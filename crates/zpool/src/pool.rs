@@ -560,9 +560,12 @@ impl ZsPool {
     /// Memory held, in bytes: 4096 per zspage page, plus metadata (module essay of the
     /// crate says exactly what is counted). Lock-free; exact when no operation is running.
     pub fn total_bytes(&self) -> u64 {
-        let pages = self.pages_held.load(Ordering::Relaxed);
-        let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
-        (pages * PAGE_SIZE + meta) as u64
+        (self.pages_held.load(Ordering::Relaxed) * PAGE_SIZE) as u64 + self.metadata_bytes()
+    }
+
+    /// Metadata bytes of every class and of the pool structure. Lock-free.
+    fn metadata_bytes(&self) -> u64 {
+        (self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes) as u64
     }
 
     /// Memory the pool holds, in bytes: every page of its arena that is resident (in
@@ -570,8 +573,7 @@ impl ZsPool {
     /// resident set charges for it; [`ZsPool::total_bytes`] is the kernel's figure, for
     /// limits. Lock-free; exact when no operation is running.
     pub fn memory_bytes(&self) -> u64 {
-        let meta = self.meta_bytes.load(Ordering::Relaxed) + self.fixed_meta_bytes;
-        self.arena.resident_pages() * PAGE_SIZE as u64 + meta as u64
+        self.arena.resident_pages() * PAGE_SIZE as u64 + self.metadata_bytes()
     }
 
     /// Pages held by zspages. Lock-free.
