@@ -11,8 +11,8 @@
 //! page is resident whole from its first touch: so only a pool with [`HUGE_FROM_PAGES`]
 //! (16 MiB) in use gets huge chunks; the chunks of a smaller one are advised
 //! `MADV_NOHUGEPAGE` and start wholly released (a new chunk is released with one
-//! `MADV_DONTNEED`, so its pages read as zeros), each page resident only once handed out. A chunk is shaped so whenever it starts from empty,
-//! new or kept ([`shape`]).
+//! `MADV_DONTNEED`, so its pages read as zeros), each page resident only once handed
+//! out. A chunk is shaped so whenever it starts from empty, new or kept ([`shape`]).
 //!
 //! ```text
 //!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE from 16 MiB in use)
