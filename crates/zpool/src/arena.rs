@@ -32,17 +32,24 @@
 //!   in empties chunk after chunk, and handing each back to glibc cost a `munmap`, twice a
 //!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c` on dev-vm: 18-23 against 9-10 us
 //!   per chunk; docs/benchmarks.md), and the next chunk the pool needs a fresh allocation and
-//!   huge-page advice again. Resident free pages are bounded: past
-//!   [`max(64, in use / 8)`](resident_free_limit) (at least a chunk while huge chunks are
-//!   in use: releasing splits a huge page), runs of them are released to
-//!   the kernel (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed
-//!   page) down to half that bound, so a stream of frees (a pool draining as pages come
-//!   back in) costs one `madvise` per run of pages, not one per page;
+//!   huge-page advice again. The resident free pages of 4 KiB chunks are bounded: past
+//!   [`max(64, in use / 8)`](resident_free_limit), runs of them are released to the kernel
+//!   (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed page) down
+//!   to half that bound, so a stream of frees (a pool draining as pages come back in)
+//!   costs one `madvise` per run of pages, not one per page. A huge chunk's free pages are
+//!   never released one by one, only with the whole chunk (below);
 //! - **trim** ([`PageArena::trim`], called by the pool's compaction, the way a pool under
-//!   pressure gives memory back) releases every resident free page.
+//!   pressure gives memory back) releases every resident free page of a 4 KiB chunk.
 //!
-//! Releasing one 4 KiB page of a huge-mapped chunk splits the huge mapping (the kernel
-//! may collapse it again later): memory wins over TLB reach, as it should under pressure.
+//! Why a huge chunk is all or nothing: `MADV_DONTNEED` on part of a huge page splits its
+//! mapping and unmaps the pages, but the kernel frees none of them: the huge page stays
+//! allocated whole (on its deferred-split list) until all of it is released, or until
+//! memory runs short system-wide. The resident set drops, the memory does not, and a
+//! released page handed out again faults in a new 4 KiB page beside the old one, which
+//! the huge page still holds (`bench/probes/thp_partial.c`: 511 of every 512 pages
+//! released, RssAnon 0 and the memory cgroup still charged the whole 128 MiB;
+//! docs/benchmarks.md). So a huge chunk's free pages stay resident and counted, and its
+//! memory goes back when the chunk empties, with one `MADV_DONTNEED` of the whole chunk.
 //!
 //! Chunks come from the process's global allocator, not from `mmap`: under `uswap run` that
 //! is the shim's private arena, which the shim keeps out of the managed set; a mapping of
@@ -52,12 +59,12 @@
 //! ([`PageArena::resident_pages`], published lock-free), is the pool's to account for: it is
 //! in the process's resident set, and a budget on that set must count it
 //! ([`crate::ZsPool::memory_bytes`]). The kernel's figure, the pages zspages hold, is the
-//! pool's size for its limits ([`crate::ZsPool::total_bytes`]). Not exact in one case: the
-//! kernel's khugepaged may collapse a huge chunk that releases split, making its released
-//! pages resident again until the next release.
+//! pool's size for its limits ([`crate::ZsPool::total_bytes`]). A huge chunk is counted
+//! whole, as the kernel holds it.
 //!
 //! Invariants ([`PageArena::check_invariants`]): every chunk's free count equals its free
-//! bitmap's population; released pages are free; a chunk is in the partial set exactly when
+//! bitmap's population; released pages are free, and a huge chunk has none (its free pages
+//! are counted in `pages_free_huge`); a chunk is in the partial set exactly when
 //! it has a free page, under its current count; a wholly free chunk is wholly released, and
 //! there are `chunks_empty` of them, at most [`EMPTY_CHUNKS_MAX`]; the counters equal the
 //! sums over chunks, and the published resident count their sum.
@@ -187,6 +194,9 @@ pub struct ArenaStats {
     pub pages_in_use: u64,
     /// Free pages still holding memory.
     pub pages_free_resident: u64,
+    /// Of those, the free pages of huge chunks, which are never released one by one (module
+    /// essay): the part of `pages_free_resident` a release cannot give back.
+    pub pages_free_huge: u64,
     /// Free pages given back to the kernel (address space only).
     pub pages_released: u64,
     /// Chunks taken from and given back to the global allocator, over the arena's life.
@@ -255,17 +265,20 @@ fn chunk_layout() -> Layout {
 /// Pages in use from which a new chunk is a huge page (module essay): 16 MiB. Below it a
 /// chunk is mapped with 4 KiB pages, each resident only once handed out, so a small pool
 /// holds no more memory than it uses (a fresh huge chunk would hold 2 MiB at once, all of
-/// a 16 MiB budget's slack). While huge chunks are in use, [`resident_free_limit`] is at
-/// least a chunk, so a new huge chunk's free pages are kept, not released at the next free.
+/// a 16 MiB budget's slack). A huge chunk's free pages stay resident until the whole
+/// chunk is free (module essay).
 pub const HUGE_FROM_PAGES: u64 = 8 * CHUNK_PAGES as u64;
 
-/// Resident free pages kept at most before a freed page is released at once: an eighth of
-/// the pages in use, at least 64 (256 KiB), or at least a chunk while the arena holds huge
-/// chunks (releasing a page of one splits its huge mapping, and a draining pool would
-/// split one after another).
+/// Free pages of 4 KiB chunks kept resident at most before a freed page is released at
+/// once: an eighth of the pages in use, at least 64 (256 KiB). A huge chunk's free pages
+/// are not counted here: they are never released one by one (module essay).
 fn resident_free_limit(stats: &ArenaStats) -> u64 {
-    let floor = if stats.chunks_huge > 0 { CHUNK_PAGES as u64 } else { 64 };
-    floor.max(stats.pages_in_use / 8)
+    64.max(stats.pages_in_use / 8)
+}
+
+/// Free pages a release could give back: the resident free pages of 4 KiB chunks.
+fn releasable(stats: &ArenaStats) -> u64 {
+    stats.pages_free_resident - stats.pages_free_huge
 }
 
 impl PageArena {
@@ -295,11 +308,12 @@ impl PageArena {
         let (word, mask) = bit(page);
         chunk.free[word] &= !mask;
         chunk.released[word] &= !mask;
-        let old = chunk.free_pages;
+        let (old, huge) = (chunk.free_pages, chunk.huge);
         chunk.free_pages -= 1;
         state.set_free_count(base, old, old - 1);
         state.stats.chunks_empty -= u64::from(was_empty);
         state.stats.pages_in_use += 1;
+        state.stats.pages_free_huge -= u64::from(huge);
         if released {
             state.stats.pages_released -= 1;
         } else {
@@ -365,6 +379,7 @@ fn shape(chunk: &mut Chunk, stats: &mut ArenaStats, base: usize) {
         chunk.released = [0; WORDS];
         stats.pages_released -= CHUNK_PAGES as u64;
         stats.pages_free_resident += CHUNK_PAGES as u64;
+        stats.pages_free_huge += CHUNK_PAGES as u64;
     } else {
         // Under THP "always" the kernel would fault in the whole 2 MiB at the first touch.
         advise(base, rustix::mm::Advice::LinuxNoHugepage);
@@ -410,7 +425,7 @@ impl PageArena {
                 }
             }
             let limit = resident_free_limit(&state.stats);
-            if state.stats.pages_free_resident > limit {
+            if releasable(&state.stats) > limit {
                 Self::release_down_to(&mut state, limit / 2);
             }
             self.publish(&state);
@@ -436,6 +451,7 @@ impl PageArena {
         chunk.free[word] |= mask;
         let old = chunk.free_pages;
         chunk.free_pages += 1;
+        state.stats.pages_free_huge += u64::from(chunk.huge);
         state.stats.pages_in_use -= 1;
         state.set_free_count(base, old, old + 1);
         state.stats.pages_free_resident += 1;
@@ -449,6 +465,7 @@ impl PageArena {
         let (released, huge) =
             state.chunks.remove(&base).map_or((0, false), |c| (popcount(&c.released), c.huge));
         state.stats.chunks_huge -= u64::from(huge);
+        state.stats.pages_free_huge -= if huge { CHUNK_PAGES as u64 } else { 0 };
         state.set_free_count(base, CHUNK_PAGES as u16, 0);
         state.stats.chunks -= 1;
         state.stats.chunks_freed += 1;
@@ -467,18 +484,22 @@ impl PageArena {
             return false;
         }
         chunk.released = [u64::MAX; WORDS];
-        state.stats.chunks_huge -= u64::from(std::mem::take(&mut chunk.huge));
+        if std::mem::take(&mut chunk.huge) {
+            state.stats.chunks_huge -= 1;
+            state.stats.pages_free_huge -= CHUNK_PAGES as u64;
+        }
         state.stats.pages_free_resident -= resident;
         state.stats.pages_released += resident;
         state.stats.pages_madvised += resident;
         true
     }
 
-    /// Releases runs of resident free pages until at most `target` remain (or `madvise`
-    /// refuses: counted, the rest stay resident); returns how many pages it released.
+    /// Releases runs of resident free pages of 4 KiB chunks until at most `target` remain
+    /// (or `madvise` refuses: counted, the rest stay resident); returns how many pages it
+    /// released.
     fn release_down_to(state: &mut ArenaState, target: u64) -> usize {
         let mut released = 0;
-        while state.stats.pages_free_resident > target {
+        while releasable(&state.stats) > target {
             let Some((base, first, count)) = first_resident_run(state) else { break };
             let before = state.stats.pages_released;
             Self::release_locked(state, base, first, count);
@@ -509,7 +530,8 @@ impl PageArena {
         state.stats.pages_madvised += count as u64;
     }
 
-    /// Releases every resident free page to the kernel; returns how many.
+    /// Releases every resident free page of a 4 KiB chunk to the kernel (a huge chunk's go
+    /// back only with the whole chunk); returns how many.
     ///
     /// Context: takes the arena lock and releases every run under it (no page may be
     /// handed out while the kernel zeroes it).
@@ -528,6 +550,7 @@ impl PageArena {
     pub(crate) fn check_invariants(&self) {
         let state = self.state.lock();
         let (mut free, mut released, mut empty, mut huge) = (0u64, 0u64, 0u64, 0u64);
+        let mut free_huge = 0u64;
         for (&base, chunk) in &state.chunks {
             let count = popcount(&chunk.free);
             assert_eq!(u64::from(chunk.free_pages), count, "chunk {base:#x} free count");
@@ -543,6 +566,10 @@ impl PageArena {
             free += count;
             released += popcount(&chunk.released);
             huge += u64::from(chunk.huge);
+            if chunk.huge {
+                assert_eq!(popcount(&chunk.released), 0, "huge chunk {base:#x} partly released");
+                free_huge += count;
+            }
         }
         assert_eq!(state.partial.len(), state.chunks.iter().filter(|c| c.1.free_pages > 0).count());
         let stats = state.stats;
@@ -552,6 +579,7 @@ impl PageArena {
         assert!(empty <= EMPTY_CHUNKS_MAX, "{empty} empty chunks held");
         assert_eq!(stats.pages_released, released, "released pages");
         assert_eq!(stats.pages_free_resident, free - released, "resident free pages");
+        assert_eq!(stats.pages_free_huge, free_huge, "free pages of huge chunks");
         let total = state.chunks.len() as u64 * CHUNK_PAGES as u64;
         assert_eq!(stats.pages_in_use, total - free, "pages in use");
         let resident = stats.pages_in_use + stats.pages_free_resident;
@@ -575,10 +603,10 @@ fn popcount(bits: &[u64; WORDS]) -> u64 {
     bits.iter().map(|w| u64::from(w.count_ones())).sum()
 }
 
-/// The first run of free, resident pages in any chunk: (base, first page, length). Scans
-/// 64 pages a word.
+/// The first run of free, resident pages in any 4 KiB chunk (a huge chunk's are never
+/// released one by one): (base, first page, length). Scans 64 pages a word.
 fn first_resident_run(state: &ArenaState) -> Option<(usize, usize, usize)> {
-    for (&base, chunk) in &state.chunks {
+    for (&base, chunk) in state.chunks.iter().filter(|(_, chunk)| !chunk.huge) {
         let resident = |w: usize| chunk.free[w] & !chunk.released[w];
         let Some(w) = (0..WORDS).find(|&w| resident(w) != 0) else { continue };
         let first = w * 64 + resident(w).trailing_zeros() as usize;
@@ -760,6 +788,37 @@ mod tests {
         assert_eq!(arena.resident_pages(), stats.pages_in_use);
         arena.check_invariants();
         small.into_iter().chain(again).for_each(|page| arena.free(page));
+        arena.check_invariants();
+    }
+
+    // A huge page released in part frees none of its memory (module essay): the arena used
+    // to release a huge chunk's free pages past its bound, so the pool's charge and the
+    // process's resident set dropped while the kernel still held the whole huge page.
+    #[test]
+    fn a_huge_chunk_goes_back_whole_or_not_at_all() {
+        let arena = PageArena::new();
+        let small: Vec<PoolPage> = (0..HUGE_FROM_PAGES).filter_map(|_| arena.alloc()).collect();
+        let mut huge: Vec<PoolPage> = (0..CHUNK_PAGES).filter_map(|_| arena.alloc()).collect();
+        assert_eq!(arena.stats().chunks_huge, 1);
+        small.into_iter().for_each(|page| arena.free(page));
+        let madvised = arena.stats().pages_madvised;
+        // Free all but one page of the huge chunk: far past the bound on free pages (one
+        // page in use), yet none is released, and all stay charged.
+        let last = huge.pop().unwrap();
+        huge.into_iter().for_each(|page| arena.free(page));
+        assert!(CHUNK_PAGES as u64 - 1 > resident_free_limit(&arena.stats()));
+        assert_eq!(arena.trim(), 0, "trim leaves a huge chunk alone");
+        let stats = arena.stats();
+        assert_eq!(stats.pages_madvised, madvised, "no page of the huge chunk released");
+        assert_eq!(stats.pages_free_huge, CHUNK_PAGES as u64 - 1);
+        assert_eq!(arena.resident_pages(), CHUNK_PAGES as u64, "the whole chunk is charged");
+        arena.check_invariants();
+        // Its last page frees it whole: one release of the chunk, nothing left charged.
+        arena.free(last);
+        let stats = arena.stats();
+        assert_eq!(stats.pages_madvised, madvised + CHUNK_PAGES as u64);
+        assert_eq!((stats.chunks_huge, stats.pages_free_huge), (0, 0));
+        assert_eq!(arena.resident_pages(), 0);
         arena.check_invariants();
     }
 
