@@ -14,7 +14,7 @@ group=/sys/fs/cgroup/memory/uswap-cgroup-run
 mkdir -p "$group"
 echo 0 > "$group/memory.max_usage_in_bytes"
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+trap 'rm -rf "$scratch"; rmdir "$group" 2> /dev/null || true' EXIT
 t0=$(date +%s.%N)
 (
     echo $BASHPID > "$group/cgroup.procs"
@@ -39,5 +39,3 @@ cache=$(awk '/^cache /{print $2}' "$group/memory.stat")
 printf '%s %s: wall %.2f s, memory cgroup peak %d MiB, tree VmRSS peak %d MiB, page cache %d MiB\n' \
     "$bin" "$pattern" "$(echo "$t1 - $t0" | bc)" \
     $(($(cat "$group/memory.max_usage_in_bytes") >> 20)) $((peak / 1024)) $((cache >> 20))
-echo "$$" > /sys/fs/cgroup/memory/cgroup.procs
-rmdir "$group" 2> /dev/null || true

@@ -419,8 +419,7 @@ impl PageArena {
                     }
                     // More emptied chunks than the list holds (a caller freeing many pages
                     // at once): give this one back now, under the lock. Correct, if slower.
-                    // SAFETY: as below.
-                    Some(base) => unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) },
+                    Some(base) => give_back(base),
                     None => {}
                 }
             }
@@ -431,9 +430,7 @@ impl PageArena {
             self.publish(&state);
         }
         for &base in &empty[..nr_empty] {
-            // SAFETY: `base` came from `alloc` with this layout, and every page of it is
-            // free: no PoolPage points into it any more (`free_locked` unlisted it).
-            unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) };
+            give_back(base);
         }
     }
 
@@ -590,13 +587,25 @@ impl PageArena {
 impl Drop for PageArena {
     fn drop(&mut self) {
         let state = self.state.get_mut();
-        for &base in state.chunks.keys() {
-            // SAFETY: every chunk came from `alloc` with this layout; the arena is
-            // going away, and the pool that owns it drops its pages (which never touch
-            // their memory on drop) before or with it.
-            unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) };
-        }
+        // The arena is going away, and the pool that owns it drops its pages (which never
+        // touch their memory on drop) before or with it: no PoolPage is used again.
+        state.chunks.keys().for_each(|&base| give_back(base));
     }
+}
+
+/// Gives chunk `base` back to the global allocator, unused and unlisted (`free_locked`
+/// unlisted it, or the arena is dropped): first advised against huge pages and released
+/// whole, so the allocator gets address space only. Why not leave that to the allocator:
+/// the shim's arena releases a freed block but its first page (which keeps the free-list
+/// link), and on a huge page that releases nothing (module essay), while the link's write
+/// into a released, huge-advised chunk would fault in a whole huge page.
+fn give_back(base: usize) {
+    advise(base, rustix::mm::Advice::LinuxNoHugepage);
+    // Refused: the memory stays the allocator's to deal with, as before; harmless.
+    let _refused = dont_need(base, CHUNK_BYTES);
+    // SAFETY: `base` came from `alloc` with this layout, and no PoolPage points into it
+    // (the caller's contract above); it is given back once (it is no longer listed).
+    unsafe { std::alloc::dealloc(base as *mut u8, chunk_layout()) };
 }
 
 fn popcount(bits: &[u64; WORDS]) -> u64 {
@@ -649,9 +658,10 @@ fn advise(base: usize, advice: rustix::mm::Advice) {
 /// Releases `len` bytes of free pages at `addr`; whether the kernel agreed.
 fn dont_need(addr: usize, len: usize) -> bool {
     let advice = rustix::mm::Advice::LinuxDontNeed;
-    // SAFETY: the pages are free arena pages, released under the lock: no PoolPage points
-    // at them, and the next `alloc` of one treats it as fresh (the kernel gives back
-    // zeros). The memory stays allocated to us (only its contents go).
+    // SAFETY: the pages are free arena pages, released under the lock or in a chunk no
+    // longer listed: no PoolPage points at them, and the next `alloc` of one treats it as
+    // fresh (the kernel gives back zeros). The memory stays allocated to us (only its
+    // contents go).
     unsafe { rustix::mm::madvise(addr as *mut _, len, advice) }.is_ok()
 }
 
