@@ -78,7 +78,8 @@ use crate::PAGE_SIZE;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -283,7 +284,7 @@ impl Control {
             unmaps: get(&c.unmaps),
             unknown_events: get(&c.unknown_events),
             event_errors: get(&c.event_errors),
-            children_exited: get(&c.children_exited),
+            children_exited: c.children_exited.load(Acquire),
             readonly_episodes: get(&c.readonly_episodes),
             pending_full: get(&c.pending_full),
             trims: get(&c.trims),
@@ -868,7 +869,11 @@ impl Reader {
                 let served = self.served.remove(i);
                 self.children.retain(|&mm| mm != served.mm);
                 self.engine.exit_mm(served.mm);
-                self.control.counters.children_exited.fetch_add(1, Relaxed);
+                // Live before exited, published by the release: a reader that sees the
+                // exit (`Control::stats` loads it first, acquiring) sees the child
+                // gone from the live count and from the engine.
+                self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
+                self.control.counters.children_exited.fetch_add(1, Release);
                 self.pollfds_stale = true;
             } else {
                 i += 1;

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{fill_page, page_is, settle_resident, swap_or_skip};
+use common::{describe_page, fill_page, page_is, settle_resident, swap_or_skip};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -346,7 +346,16 @@ fn refused_page_out(orphan: bool) {
     }
     assert_eq!(exit_code(pid), 0);
     for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-        assert!(page_is(page, i as u64, if i == 0 { 4 } else { 2 }), "page {i}");
+        let version = if i == 0 { 4 } else { 2 };
+        if !page_is(page, i as u64, version) {
+            let stats = swap.stats().unwrap();
+            panic!(
+                "page {i} holds {} (expected version {version}); {:?}; {:?}",
+                describe_page(page, 15, 4),
+                stats.source,
+                stats.engine.counters
+            );
+        }
     }
     source.check_invariants();
 }

@@ -189,6 +189,22 @@ pub fn page_is(page: &[u8], page_index: u64, version: u64) -> bool {
     page == expected.as_slice()
 }
 
+/// What a page holds, for a failure message: all zeros, [`fill_page`]'s pattern for some
+/// page index and version (up to `max_index` and `max_version`), or neither (its first words).
+pub fn describe_page(page: &[u8], max_index: u64, max_version: u64) -> String {
+    if page.iter().all(|&b| b == 0) {
+        return "all zeros".into();
+    }
+    for version in 1..=max_version {
+        if let Some(index) = (0..=max_index).find(|&i| page_is(page, i, version)) {
+            return format!("page {index}'s data, version {version}");
+        }
+    }
+    let words: Vec<u64> =
+        page.chunks_exact(8).take(4).map(|w| u64::from_le_bytes(w.try_into().unwrap())).collect();
+    format!("no known pattern; first words {words:#x?}")
+}
+
 /// Waits (bounded) until the engine charges `pages` resident pages. A fault's map wakes the
 /// faulting thread before the handler thread records the page, so right after the program's
 /// last write the last page may still be in flight.
