@@ -515,6 +515,14 @@ impl Engine {
         self.core.check_invariants();
     }
 
+    /// Runs `f` while the background reclaimer is between passes (it holds no page taken
+    /// from the program): for checks of the page source's own state in tests. Direct
+    /// reclaim on a fault path is not paused.
+    pub fn with_reclaim_paused<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _quiet = self.core.kswapd_running.lock();
+        f()
+    }
+
     /// Counts `bytes` of memory the engine does not manage against the budget (capped at
     /// half of it: [`crate::budget::Budget::set_outside`]), and wakes the background
     /// reclaimer if that leaves the budget short. `uswap run`'s shim calls it with the part

@@ -596,6 +596,22 @@ impl Uswap {
         Ok(&self.inner.owner()?.source)
     }
 
+    /// Checks the engine's and the page source's invariants, each with the background
+    /// reclaimer paused: a page-out it has in flight holds staging slots, which the source's
+    /// check would count as leaked. For tests, once the program's own threads are quiet.
+    ///
+    /// # Errors
+    /// [`Error::ForkedChild`].
+    ///
+    /// # Panics
+    /// On a violated invariant.
+    pub fn check_invariants(&self) -> Result<(), Error> {
+        let parts = self.inner.owner()?;
+        parts.engine.check_invariants();
+        parts.engine.with_reclaim_paused(|| parts.source.check_invariants());
+        Ok(())
+    }
+
     /// The uffd that manages this process's memory: an embedding program registers ranges
     /// it adopts with it ([`Engine::add_region_populated`]), on the handler thread.
     ///

@@ -413,6 +413,8 @@ impl UffdSource {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         };
+        #[cfg(debug_assertions)]
+        Self::assert_really_empty(&mut lane.staging, run);
         let error = match self.move_out(&mut lane, run, addr) {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
@@ -448,6 +450,21 @@ impl UffdSource {
         };
         self.undo(lane_index, &mut lane, run, addr, done_pages);
         Err(self.classify_take_error(error))
+    }
+
+    /// Debug builds: a run handed out as empty holds no page in the kernel's view either. A
+    /// page there that the bitmap does not know would be taken for this take's page at its
+    /// EEXIST (`move_out`): another page's data, mapped as this one's.
+    #[cfg(debug_assertions)]
+    fn assert_really_empty(staging: &mut Staging, run: SlotRun) {
+        let mut stale = Vec::new();
+        let checked = staging.kernel_present(run, |_, (slot, holds)| {
+            if holds {
+                stale.push(slot.0);
+            }
+        });
+        assert!(checked.is_ok(), "mincore of staging failed: {checked:?}");
+        assert!(stale.is_empty(), "staging slots {stale:?} of an empty run hold pages");
     }
 
     /// Moves the pages of `addr..` into `run`, continuing past partial progress (the kernel

@@ -336,21 +336,41 @@ impl Staging {
     /// # Panics
     /// If a slot of the run is not allocated.
     pub fn sync_present(&mut self, run: SlotRun) -> Result<usize, Error> {
+        let mut present = 0;
+        self.kernel_present(run, |s, resident| {
+            set_bit(&mut s.present, resident.0 .0 as usize, resident.1);
+            present += usize::from(resident.1);
+        })?;
+        Ok(present)
+    }
+
+    /// Calls `each(self, (slot, holds a page))` for every slot of `run`, as the kernel's
+    /// page tables say (mincore), whatever the bitmap says.
+    ///
+    /// # Errors
+    /// mincore's errno (a bug: the range is ours).
+    ///
+    /// # Panics
+    /// If a slot of the run is not allocated.
+    pub fn kernel_present(
+        &mut self,
+        run: SlotRun,
+        mut each: impl FnMut(&mut Self, (SlotIndex, bool)),
+    ) -> Result<(), Error> {
         const CHUNK: usize = 512;
         let mut resident = [0u8; CHUNK];
-        let mut present = 0;
         let (first, pages) = (run.first.0 as usize, run.pages as usize);
         for start in (first..first + pages).step_by(CHUNK) {
             let n = CHUNK.min(first + pages - start);
             crate::sys::mem::mincore(self.map.page_addr(start), &mut resident[..n])
                 .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
             for (i, &r) in resident[..n].iter().enumerate() {
-                self.assert_owned(SlotIndex((start + i) as u32));
-                set_bit(&mut self.present, start + i, r & 1 != 0);
-                present += usize::from(r & 1 != 0);
+                let slot = SlotIndex((start + i) as u32);
+                self.assert_owned(slot);
+                each(self, (slot, r & 1 != 0));
             }
         }
-        Ok(present)
+        Ok(())
     }
 
     /// Copies page `i` of `run` into `out[i]` (`run.pages` buffers of a page) and returns how many

@@ -28,8 +28,7 @@ fn round_trip(swap: &Uswap, pages: usize) {
     }
     let stats = swap.stats().unwrap();
     assert!(stats.engine.counters.pgmajfault > 0, "the reads swapped in");
-    swap.engine().unwrap().check_invariants();
-    swap.source().unwrap().check_invariants();
+    swap.check_invariants().unwrap();
 }
 
 #[test]

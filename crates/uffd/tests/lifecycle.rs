@@ -221,8 +221,7 @@ fn forking_in_a_loop_while_faults_are_served_never_hangs() {
         assert!(page_is(page, i as u64, 11), "static page {i} intact");
     }
     drop(region);
-    swap.engine().unwrap().check_invariants();
-    swap.source().unwrap().check_invariants();
+    swap.check_invariants().unwrap();
 }
 
 #[test]
@@ -248,8 +247,7 @@ fn madv_dontneed_drops_swapped_and_resident_pages_to_zero() {
     let stats = swap.stats().unwrap();
     assert_eq!(stats.handler.removes, 1);
     assert!(stats.engine.counters.pages_removed >= 8);
-    swap.engine().unwrap().check_invariants();
-    swap.source().unwrap().check_invariants();
+    swap.check_invariants().unwrap();
 }
 
 #[test]
@@ -357,7 +355,7 @@ fn refused_page_out(orphan: bool) {
             );
         }
     }
-    source.check_invariants();
+    swap.check_invariants().unwrap();
 }
 
 /// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,

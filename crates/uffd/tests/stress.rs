@@ -195,8 +195,7 @@ fn run(plan: Plan) {
     }
     report(&plan, &outcome, &swap, paged.load(Relaxed), started.elapsed());
     drop(region);
-    swap.engine().unwrap().check_invariants();
-    swap.source().unwrap().check_invariants();
+    swap.check_invariants().unwrap();
 }
 
 fn report(plan: &Plan, o: &Outcome, swap: &Uswap, paged: u64, took: Duration) {
