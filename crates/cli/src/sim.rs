@@ -318,6 +318,7 @@ fn seeds_json(reports: &[RunReport], flags: &str) -> serde_json::Value {
                 "steps": r.steps,
                 "reads_checked": r.reads_checked,
                 "pages_lost": r.pages_lost,
+                "remaps": r.remaps,
                 "invariant_checks": r.invariant_checks,
                 "digest": format!("{:016x}", r.digest),
                 "replay": r.replay.as_ref().map(|p| serde_json::json!({

@@ -68,6 +68,18 @@ impl Ctx {
                 self.model.lock().drop_range(mm, addr, len);
                 Ok(0)
             }
+            // mremap moves the pages at once, and the engine learns of it from the REMAP
+            // event; nothing here yields, so no access comes between the two.
+            Op::Remap { from, to, len } => {
+                self.source.move_range(from, to, len);
+                let moved = self.engine.remap(mm, from, to, len);
+                self.model.lock().move_range(mm, from, to, len);
+                self.remaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                moved.map(|()| 0).map_err(|e| FailureKind::Engine {
+                    op: format!("{op:?}"),
+                    error: e.to_string(),
+                })
+            }
             Op::Fork => self.fork(me),
             Op::ChildRead { addr } => {
                 let child = self.children.lock().iter().find(|c| c.owner == me).cloned();

@@ -25,6 +25,9 @@ struct Written {
     version: Version,
     thread: usize,
     op: u64,
+    /// The address the bytes were made for (they depend on it): where the page was
+    /// written, until a remap moves it.
+    origin: u64,
 }
 
 /// The model (see the module documentation).
@@ -60,7 +63,8 @@ impl Model {
         self.versions += 1;
         let version = Version { n: self.versions, kind };
         content::fill(self.seed, addr, version, out);
-        self.pages.insert((mm.0, addr), Written { version, thread: who.0, op: who.1 });
+        let written = Written { version, thread: who.0, op: who.1, origin: addr };
+        self.pages.insert((mm.0, addr), written);
     }
 
     /// The version page `addr` of `mm` must read as.
@@ -76,12 +80,17 @@ impl Model {
         self.reads_checked += 1;
         let written = self.pages.get(&(mm.0, addr)).copied();
         let version = written.map_or(Version::ZERO, |w| w.version);
+        let origin = written.map_or(addr, |w| w.origin);
         let mut expected = [0u8; PAGE_SIZE];
-        content::fill(self.seed, addr, version, &mut expected);
+        content::fill(self.seed, origin, version, &mut expected);
         if data == expected.as_slice() {
             return Ok(());
         }
         let last_write = match written {
+            Some(w) if w.origin != addr => format!(
+                "written by thread {} in op #{} at {:#x}, then remapped",
+                w.thread, w.op, w.origin
+            ),
             Some(w) => format!("written by thread {} in op #{}", w.thread, w.op),
             None => "never written since mapped or dropped".into(),
         };
@@ -100,6 +109,23 @@ impl Model {
             self.pages.range((mm.0, addr)..(mm.0, addr + len)).map(|(k, _)| *k).collect();
         for key in doomed {
             self.pages.remove(&key);
+        }
+    }
+
+    /// `[from, from + len)` of `mm` moved to `to` (mremap): the versions go with the pages,
+    /// and whatever the destination held is gone.
+    pub fn move_range(&mut self, mm: MmId, from: u64, to: u64, len: u64) {
+        let moved: Vec<(u64, Written)> = self
+            .pages
+            .range((mm.0, from)..(mm.0, from + len))
+            .map(|(&(_, a), w)| (a, *w))
+            .collect();
+        for &(addr, _) in &moved {
+            self.pages.remove(&(mm.0, addr));
+        }
+        self.drop_range(mm, to, len);
+        for (addr, written) in moved {
+            self.pages.insert((mm.0, addr - from + to), written);
         }
     }
 
@@ -147,6 +173,21 @@ mod tests {
         let error = model.check_read(mm, 0x1000, &old).unwrap_err();
         assert!(error.to_string().contains("read page 0x1000 v1"), "{error}");
         assert!(error.to_string().contains("thread 1 in op #2"), "{error}");
+    }
+
+    #[test]
+    fn a_remap_moves_the_versions_and_their_bytes() {
+        let mut model = Model::new(5);
+        let mm = MmId::DEFAULT;
+        let (mut a, mut b) = ([0u8; PAGE_SIZE], [0u8; PAGE_SIZE]);
+        model.write(mm, 0x1000, Kind::Heap, (0, 1), &mut a);
+        model.write(mm, 0x9000, Kind::Heap, (0, 2), &mut b);
+        model.move_range(mm, 0x1000, 0x9000, 0x1000);
+        // The bytes written at 0x1000 are now 0x9000's; 0x1000 reads as zeros.
+        model.check_read(mm, 0x9000, &a).unwrap();
+        model.check_read(mm, 0x1000, &[0u8; PAGE_SIZE]).unwrap();
+        let error = model.check_read(mm, 0x9000, &b).unwrap_err();
+        assert!(error.to_string().contains("then remapped"), "{error}");
     }
 
     #[test]

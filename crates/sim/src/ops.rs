@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Around the accesses, the mix adds page-outs (MADV_PAGEOUT), drops (MADV_DONTNEED) and
-//! forks (a child that reads some of the parent's pages, then exits).
+//! forks (a child that reads some of the parent's pages, then exits); the kernel build also
+//! moves live objects to fresh addresses (mremap, [`REMAP_PER_MILLE`] of its accesses).
 
 use crate::buggify::Site;
 use crate::content::Kind;
@@ -88,6 +89,16 @@ pub enum Op {
         /// Bytes.
         len: u64,
     },
+    /// Move a range to fresh address space (mremap with MREMAP_MAYMOVE: a buffer grown by
+    /// realloc); the old range is unmapped.
+    Remap {
+        /// First byte of the old range.
+        from: u64,
+        /// First byte of the new range.
+        to: u64,
+        /// Bytes.
+        len: u64,
+    },
     /// Fork a child of the program (it reads some pages, then exits).
     Fork,
     /// A read by this thread's child.
@@ -119,6 +130,7 @@ impl Op {
             Op::ChildExit => 10,
             Op::Reclaim => 11,
             Op::Idle => 12,
+            Op::Remap { .. } => 13,
         }
     }
 
@@ -131,6 +143,7 @@ impl Op {
             | Op::Remove { addr, len }
             | Op::Map { addr, len }
             | Op::Unmap { addr, len } => (addr, len),
+            Op::Remap { from, len, .. } => (from, len),
             Op::Fork | Op::ChildExit | Op::Reclaim | Op::Idle => (0, 0),
         }
     }
@@ -164,6 +177,10 @@ impl Op {
         }
     }
 }
+
+/// Of a kernel-build thread's accesses to its filled objects, how many per mille are
+/// instead a move of the object to fresh address space (mremap: a buffer grown by realloc).
+pub const REMAP_PER_MILLE: u64 = 10;
 
 /// A live object of the kernel build.
 #[derive(Debug, Clone, Copy)]
@@ -213,15 +230,21 @@ impl Kbuild {
         0
     }
 
-    /// A new object of `thread`, mapped naturally aligned (up to 2 MiB) in fresh address
-    /// space: the addresses are never reused, so objects never overlap.
-    fn create(&mut self, thread: usize, now: u64, rng: &mut SimRng) -> Op {
-        let order = Self::draw_order(rng);
-        let pages = 1u64 << order;
+    /// Fresh address space for an object of `pages`, naturally aligned (up to 2 MiB): the
+    /// addresses are never reused, so objects never overlap.
+    fn place(&mut self, pages: u64) -> u64 {
         let align = (pages * PAGE).min(CHUNK);
         let addr = self.next_addr.div_ceil(align) * align;
         // A guard page between objects, as mmap leaves.
         self.next_addr = addr + (pages + 1) * PAGE;
+        addr
+    }
+
+    /// A new object of `thread`, mapped in fresh address space.
+    fn create(&mut self, thread: usize, now: u64, rng: &mut SimRng) -> Op {
+        let order = Self::draw_order(rng);
+        let pages = 1u64 << order;
+        let addr = self.place(pages);
         // Lifetimes are log-uniform between 32 and 4096 of the owner's operations: most
         // objects die young, a few live through the build, and a thread can keep its share
         // of the target live (it creates at most one object every two operations).
@@ -245,7 +268,7 @@ impl Kbuild {
         if self.live_pages < self.target_pages {
             return self.create(thread, now, rng);
         }
-        let own: Vec<Object> = self.objects.iter().copied().filter(mine).collect();
+        let own: Vec<usize> = (0..self.objects.len()).filter(|&i| mine(&self.objects[i])).collect();
         if own.is_empty() {
             return if self.live_pages < self.target_pages * 11 / 10 {
                 self.create(thread, now, rng)
@@ -253,7 +276,13 @@ impl Kbuild {
                 Op::Idle
             };
         }
-        let o = own[rng.below(own.len() as u64) as usize];
+        let i = own[rng.below(own.len() as u64) as usize];
+        let o = self.objects[i];
+        if rng.below(1000) < REMAP_PER_MILLE {
+            let to = self.place(o.pages);
+            self.objects[i].addr = to;
+            return Op::Remap { from: o.addr, to, len: o.pages * PAGE };
+        }
         let addr = o.addr + rng.below(o.pages) * PAGE;
         if rng.percent(70) {
             Op::Read { addr }

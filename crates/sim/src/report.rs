@@ -88,6 +88,8 @@ pub struct RunReport {
     pub reads_checked: u64,
     /// Pages lost loudly (poisoned and dropped).
     pub pages_lost: u64,
+    /// Ranges moved (mremap; the kernel build's workload).
+    pub remaps: u64,
     /// A replayed trace's records and what its evictions did.
     pub replay: Option<ReplayCounts>,
     /// How full the swap device ran after the warm-up: (mean, max) percent.
@@ -113,6 +115,7 @@ impl RunReport {
             invariant_checks: 0,
             reads_checked: 0,
             pages_lost: 0,
+            remaps: 0,
             replay: None,
             swap_fill_percent: (0, 0),
             faults_fired: Vec::new(),
@@ -131,7 +134,7 @@ impl RunReport {
         let c = self.stats.as_ref().map(|s| &s.counters);
         format!(
             "seed={} {verdict} workload={} ops={} steps={} reads_checked={} lost={} checks={} \
-             swpout={} swpin={} zswpout={} faults_fired={} digest={:016x} wall={:.2}s",
+             remaps={} swpout={} swpin={} zswpout={} faults_fired={} digest={:016x} wall={:.2}s",
             self.options.seed,
             self.options.workload.name(),
             self.ops,
@@ -139,6 +142,7 @@ impl RunReport {
             self.reads_checked,
             self.pages_lost,
             self.invariant_checks,
+            self.remaps,
             c.map_or(0, |c| c.pswpout + c.swpout_zero),
             c.map_or(0, |c| c.pswpin + c.swpin_zero),
             c.map_or(0, |c| c.zswpout),

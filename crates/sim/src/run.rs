@@ -82,6 +82,8 @@ pub(crate) struct Ctx {
     pub(crate) pageouts: AtomicU64,
     /// Pages they paged out.
     pub(crate) pageout_pages: AtomicU64,
+    /// Ranges moved (mremap).
+    pub(crate) remaps: AtomicU64,
     /// A replayed trace's records by kind (code order), counted at set-up.
     replay_records: Option<[u64; RecordKind::ALL.len()]>,
     /// Swap device fill samples after the warm-up: (samples, sum of percent, max percent).
@@ -152,6 +154,7 @@ fn report(ctx: &Ctx, failure: Option<Failure>, started: Instant) -> RunReport {
         invariant_checks: ctx.checks_done.load(Ordering::Relaxed),
         reads_checked: model.reads_checked,
         pages_lost: model.pages_lost,
+        remaps: ctx.remaps.load(Ordering::Relaxed),
         replay: ctx.replay_records.map(|records| ReplayCounts {
             records,
             pageouts: ctx.pageouts.load(Ordering::Relaxed),
@@ -279,6 +282,7 @@ fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Ge
         checks_done: AtomicU64::new(0),
         pageouts: AtomicU64::new(0),
         pageout_pages: AtomicU64::new(0),
+        remaps: AtomicU64::new(0),
         replay_records,
         fill: Mutex::new((0, 0, 0)),
     };

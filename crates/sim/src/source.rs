@@ -120,10 +120,17 @@ impl SimSource {
     /// Drops `[addr, addr + len)` as `MADV_DONTNEED` does: the pages become absent (the
     /// caller tells the engine, as the REMOVE event does).
     pub fn drop_range(&self, addr: u64, len: u64) {
+        take_range(&mut self.pages.lock(), addr, len);
+    }
+
+    /// The program moved `[from, from + len)` to `to` (mremap): present pages move, the
+    /// destination's old pages go, the source range is left empty.
+    pub fn move_range(&self, from: u64, to: u64, len: u64) {
         let mut pages = self.pages.lock();
-        let doomed: Vec<u64> = pages.range(addr..addr + len).map(|(a, _)| *a).collect();
-        for a in doomed {
-            pages.remove(&a);
+        let moved = take_range(&mut pages, from, len);
+        take_range(&mut pages, to, len);
+        for (addr, slot) in moved {
+            pages.insert(addr - from + to, slot);
         }
     }
 
@@ -149,6 +156,12 @@ impl SimSource {
         }
         Mapped::Done
     }
+}
+
+/// Removes and returns the pages of `[addr, addr + len)`.
+fn take_range(pages: &mut BTreeMap<u64, Slot>, addr: u64, len: u64) -> Vec<(u64, Slot)> {
+    let keys: Vec<u64> = pages.range(addr..addr + len).map(|(a, _)| *a).collect();
+    keys.into_iter().filter_map(|a| pages.remove(&a).map(|slot| (a, slot))).collect()
 }
 
 impl PageSource for SimSource {
