@@ -323,9 +323,9 @@ impl Core {
         } else {
             let (mut failed, mut missed) = (None, false);
             let (addr, len) = (region.addr_of(first), bytes_of(order));
-            let mapped = region.source().map_with(addr, len, &mut |i, page| match self
+            let mapped = region.source().map_with(addr, len, &mut |pages| match self
                 .storage
-                .pool_read(entry.add(i as u64), page, &self.stats)
+                .pool_read_folio(entry, pages, &self.stats)
             {
                 Ok(held) => {
                     missed = !held;

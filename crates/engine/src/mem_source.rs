@@ -355,7 +355,7 @@ impl PageSource for MemorySource {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         let mut pages = self.lock_range(addr, len as usize);
         if pages.iter().any(|p| **p != State::Missing) {
@@ -363,11 +363,12 @@ impl PageSource for MemorySource {
         }
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
         // the page's data only once every page is filled.
-        for (i, page) in pages.iter_mut().enumerate() {
-            if !fill(i, page.frame()) {
-                return Ok(None);
-            }
+        let mut frames: smallvec::SmallVec<[&mut [u8]; 16]> =
+            pages.iter_mut().map(|page| &mut page.frame()[..]).collect();
+        if !fill(&mut frames) {
+            return Ok(None);
         }
+        drop(frames);
         for page in pages.iter_mut() {
             **page = State::Data;
         }

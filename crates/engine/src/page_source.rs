@@ -105,11 +105,12 @@ pub trait PageSource: Send + Sync {
         false
     }
 
-    /// Maps `len` bytes at `addr` whose pages `fill(i, page)` writes, page `i` of the range
-    /// into `page` (4 KiB), unless any of them is present (`AlreadyPresent`, `fill` maybe
-    /// never called); wakes threads faulting there. `Ok(None)` if `fill` refused a page:
-    /// nothing is mapped, the pages stay missing. The caller holds the region's page-table
-    /// lock. The default fills a buffer and calls [`PageSource::map`].
+    /// Maps `len` bytes at `addr` whose pages `fill(pages)` writes, page `i` of the range
+    /// into `pages[i]` (4 KiB each, all at once: a folio's pool reads share their locks),
+    /// unless any of them is present (`AlreadyPresent`, `fill` maybe never called); wakes
+    /// threads faulting there. `Ok(None)` if `fill` refused: nothing is mapped, the pages
+    /// stay missing. The caller holds the region's page-table lock. The default fills a
+    /// buffer and calls [`PageSource::map`].
     ///
     /// # Errors
     /// As [`PageSource::take`].
@@ -117,14 +118,15 @@ pub trait PageSource: Send + Sync {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         let mut data = vec![0u8; len as usize];
-        for (i, page) in data.chunks_mut(crate::PAGE_SIZE).enumerate() {
-            if !fill(i, page) {
-                return Ok(None);
-            }
+        let mut pages: smallvec::SmallVec<[&mut [u8]; 16]> =
+            data.chunks_mut(crate::PAGE_SIZE).collect();
+        if !fill(&mut pages) {
+            return Ok(None);
         }
+        drop(pages);
         self.map(addr, &data).map(Some)
     }
 

@@ -208,7 +208,7 @@ impl PageSource for SimSource {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
@@ -217,13 +217,11 @@ impl PageSource for SimSource {
         if pages.range(addr..addr + len).next().is_some() {
             return Ok(Some(Mapped::AlreadyPresent));
         }
-        let mut filled = Vec::with_capacity((len / PAGE) as usize);
-        for i in 0..(len / PAGE) as usize {
-            let mut page = Box::new([0u8; PAGE_SIZE]);
-            if !fill(i, &mut page[..]) {
-                return Ok(None);
-            }
-            filled.push(page);
+        let mut filled: Vec<Box<[u8; PAGE_SIZE]>> =
+            (0..len / PAGE).map(|_| Box::new([0u8; PAGE_SIZE])).collect();
+        let mut frames: Vec<&mut [u8]> = filled.iter_mut().map(|page| &mut page[..]).collect();
+        if !fill(&mut frames) {
+            return Ok(None);
         }
         for (i, page) in filled.into_iter().enumerate() {
             let slot = Slot { page: Page::Data(page), referenced: false };

@@ -453,6 +453,34 @@ impl ZsPool {
         self.class_of(handle).state.lock().read_with(handle, scratch, reader)
     }
 
+    /// As [`ZsPool::read_with`] for every handle in turn, `each(i, bytes)` with
+    /// `handles[i]`'s bytes, holding one class lock for each run of consecutive handles of
+    /// one class (a folio's objects read under a few locks, not one each). Stops at the
+    /// first error and returns it.
+    ///
+    /// # Panics
+    /// As [`ZsPool::read_with`].
+    ///
+    /// Context: `each` runs under a class lock, as `read_with`'s reader: it must not call
+    /// into this pool; a run's lock is held across its objects' `each`.
+    pub fn read_each<E>(
+        &self,
+        handles: &[Handle],
+        scratch: &mut [u8],
+        mut each: impl FnMut(usize, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut i = 0;
+        while i < handles.len() {
+            let class = handles[i].class();
+            let state = self.class_of(handles[i]).state.lock();
+            while i < handles.len() && handles[i].class() == class {
+                state.read_with(handles[i], scratch, |bytes| each(i, bytes))?;
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// The object's size, as given to `malloc`.
     ///
     /// # Panics

@@ -456,6 +456,72 @@ impl Zswap {
         })
     }
 
+    /// As [`Zswap::load`] for the `pages.len()` slots from `first` (a folio's: they lie in
+    /// one tree), page `i` into `pages[i]` (4 KiB each), if the pool holds every one of
+    /// them; `Ok(false)` reads none. One tree lock for the look-ups, one class lock per run
+    /// of objects in one class ([`ZsPool::read_each`]), one count: per page, a load paid
+    /// each of these, and every locked instruction after a 4 KiB copy waits for the copy's
+    /// stores to drain (docs/benchmarks.md, "A folio's pages read under one lock").
+    ///
+    /// # Errors
+    /// As [`Zswap::load`]: the first page that failed to decompress (zero-filled); the
+    /// pages after it are not read.
+    ///
+    /// # Panics
+    /// As [`Zswap::load`]; if the slots cross a tree, or a page is not 4 KiB.
+    ///
+    /// Context: as [`Zswap::load`], for every slot.
+    pub fn load_folio(&self, first: SwapEntry, pages: &mut [&mut [u8]]) -> Result<bool, Error> {
+        let nr = pages.len();
+        if nr == 0 {
+            return Ok(true);
+        }
+        self.check_folio_range(first, nr as u64);
+        if self.exclusive_load {
+            // Each load erases its entry: read only once every one is known to be there
+            // (the caller's folio keeps them there).
+            if self.count_range(first, nr as u64) != nr as u64 {
+                bump(&self.counters.load_misses);
+                return Ok(false);
+            }
+            for (i, page) in pages.iter_mut().enumerate() {
+                let page: &mut [u8; PAGE_SIZE] = (&mut **page).try_into().expect("a page");
+                self.load_exclusive(first.add(i as u64), page)?;
+            }
+            return Ok(true);
+        }
+        let mut found: SmallVec<[(Handle, bool); 16]> = SmallVec::with_capacity(nr);
+        {
+            let (tree, key) = self.trees.lock(first.offset());
+            for i in 0..nr as u64 {
+                let Some((_, node)) = self.find(&tree, key + i, first.add(i)) else {
+                    bump(&self.counters.load_misses);
+                    return Ok(false);
+                };
+                let data = node.data();
+                data.hint.prefetch();
+                node.mark_referenced();
+                found.push((data.handle, data.is_raw()));
+            }
+        }
+        let handles: SmallVec<[Handle; 16]> = found.iter().map(|&(handle, _)| handle).collect();
+        SCRATCH
+            .with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                self.pool.read_each(&handles, &mut scratch, |i, bytes| {
+                    let page: &mut [u8; PAGE_SIZE] = (&mut *pages[i]).try_into().expect("a page");
+                    if found[i].1 {
+                        page.copy_from_slice(bytes);
+                        return Ok(());
+                    }
+                    self.compressor.decompress(bytes, page)
+                })
+            })
+            .inspect_err(|_| bump(&self.counters.decompress_fail))?;
+        self.counters.zswpin.fetch_add(nr as u64, Relaxed);
+        Ok(true)
+    }
+
     fn load_exclusive(&self, entry: SwapEntry, page: &mut [u8; PAGE_SIZE]) -> Result<bool, Error> {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();

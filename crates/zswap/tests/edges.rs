@@ -481,6 +481,62 @@ fn trees_split_the_device_every_16384_slots() {
     assert_eq!(zswap::TREE_SLOTS, 16384);
 }
 
+/// A folio's pages read in one call equal page-by-page loads, for every compressor (their
+/// objects in several classes, raw and compressed); a hole reads nothing; an exclusive
+/// load drops every entry.
+#[test]
+fn a_folio_loads_whole_or_not_at_all() {
+    for name in ["lz4", "zstd:1", "none"] {
+        for exclusive in [false, true] {
+            let mut c = config(name, 64 * MIB);
+            c.exclusive_load = exclusive;
+            let zswap = Zswap::new(c, SLOTS).expect("setup");
+            let kinds = PageKind::ALL;
+            let want: Vec<_> = (0..16).map(|i| page(kinds[i % kinds.len()], i as u64)).collect();
+            for (i, data) in want.iter().enumerate() {
+                zswap.store(slot(32 + i as u64), data).expect("store");
+            }
+            let mut back = vec![[9u8; PAGE_SIZE]; 16];
+            let loaded = {
+                let mut pages: Vec<&mut [u8]> = back.iter_mut().map(|p| &mut p[..]).collect();
+                zswap.load_folio(slot(32), &mut pages)
+            };
+            assert_eq!(loaded, Ok(true), "{name} exclusive {exclusive}");
+            for (i, data) in want.iter().enumerate() {
+                assert_eq!(back[i], **data, "{name} exclusive {exclusive}: page {i}");
+            }
+            assert_eq!(zswap.stats().zswpin, 16);
+            assert_eq!(zswap.count_range(slot(32), 16), if exclusive { 0 } else { 16 });
+            // A hole among the slots: nothing is read (the buffers keep their bytes).
+            zswap.store(slot(64), &want[0]).expect("store");
+            zswap.store(slot(66), &want[2]).expect("store");
+            let mut back = vec![[9u8; PAGE_SIZE]; 3];
+            let mut pages: Vec<&mut [u8]> = back.iter_mut().map(|p| &mut p[..]).collect();
+            assert_eq!(zswap.load_folio(slot(64), &mut pages), Ok(false));
+            assert!(back.iter().all(|p| p.iter().all(|&b| b == 9)), "{name}: a miss reads none");
+            assert_eq!(zswap.count_range(slot(64), 3), 2, "{name}: a miss drops nothing");
+            zswap.check_invariants();
+        }
+    }
+}
+
+/// A folio load that meets a corrupt object fails with the decompressor's error.
+#[test]
+fn a_folio_load_reports_a_corrupt_page() {
+    let zswap = pool("lz4");
+    for i in 0..4 {
+        zswap.store(slot(8 + i), &text_page(i)).expect("store");
+    }
+    zswap.corrupt_object(slot(10), |object| object.fill(0xff));
+    let mut back = vec![[0u8; PAGE_SIZE]; 4];
+    let mut pages: Vec<&mut [u8]> = back.iter_mut().map(|p| &mut p[..]).collect();
+    assert!(zswap.load_folio(slot(8), &mut pages).is_err());
+    assert_eq!(zswap.stats().decompress_fail, 1);
+    assert_eq!(back[2], [0u8; PAGE_SIZE], "the failed page is zero-filled");
+    assert_eq!(zswap.count_range(slot(8), 4), 4, "the entries stay");
+    zswap.check_invariants();
+}
+
 #[test]
 fn invalidate_range_drops_every_entry_of_a_folio_and_nothing_else() {
     let zswap = pool("lz4");
