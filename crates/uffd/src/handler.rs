@@ -879,7 +879,6 @@ impl Reader {
                 i += 1;
             }
         }
-        self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
     }
 }
 

@@ -458,7 +458,8 @@ impl Zswap {
 
     /// As [`Zswap::load`] for the `pages.len()` slots from `first` (a folio's: they lie in
     /// one tree), page `i` into `pages[i]` (4 KiB each), if the pool holds every one of
-    /// them; `Ok(false)` reads none. One tree lock for the look-ups, one class lock per run
+    /// them; `Ok(false)` reads none and counts no miss (the caller's page-by-page fallback
+    /// counts each, as [`Zswap::load`] does). One tree lock for the look-ups, one class lock per run
     /// of objects in one class ([`ZsPool::read_each`]), one count: per page, a load paid
     /// each of these, and every locked instruction after a 4 KiB copy waits for the copy's
     /// stores to drain (docs/benchmarks.md, "A folio's pages read under one lock").
@@ -481,7 +482,6 @@ impl Zswap {
             // Each load erases its entry: read only once every one is known to be there
             // (the caller's folio keeps them there).
             if self.count_range(first, nr as u64) != nr as u64 {
-                bump(&self.counters.load_misses);
                 return Ok(false);
             }
             for (i, page) in pages.iter_mut().enumerate() {
@@ -490,27 +490,27 @@ impl Zswap {
             }
             return Ok(true);
         }
-        let mut found: SmallVec<[(Handle, bool); 16]> = SmallVec::with_capacity(nr);
+        let mut handles: SmallVec<[Handle; 16]> = SmallVec::with_capacity(nr);
+        let mut raw: SmallVec<[bool; 16]> = SmallVec::with_capacity(nr);
         {
             let (tree, key) = self.trees.lock(first.offset());
             for i in 0..nr as u64 {
                 let Some((_, node)) = self.find(&tree, key + i, first.add(i)) else {
-                    bump(&self.counters.load_misses);
                     return Ok(false);
                 };
                 let data = node.data();
                 data.hint.prefetch();
                 node.mark_referenced();
-                found.push((data.handle, data.is_raw()));
+                handles.push(data.handle);
+                raw.push(data.is_raw());
             }
         }
-        let handles: SmallVec<[Handle; 16]> = found.iter().map(|&(handle, _)| handle).collect();
         SCRATCH
             .with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
                 self.pool.read_each(&handles, &mut scratch, |i, bytes| {
                     let page: &mut [u8; PAGE_SIZE] = (&mut *pages[i]).try_into().expect("a page");
-                    if found[i].1 {
+                    if raw[i] {
                         page.copy_from_slice(bytes);
                         return Ok(());
                     }
