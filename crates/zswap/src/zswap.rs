@@ -459,10 +459,11 @@ impl Zswap {
     /// As [`Zswap::load`] for the `pages.len()` slots from `first` (a folio's: they lie in
     /// one tree), page `i` into `pages[i]` (4 KiB each), if the pool holds every one of
     /// them; `Ok(false)` reads none and counts no miss (the caller's page-by-page fallback
-    /// counts each, as [`Zswap::load`] does). One tree lock for the look-ups, one class lock per run
-    /// of objects in one class ([`ZsPool::read_each`]), one count: per page, a load paid
-    /// each of these, and every locked instruction after a 4 KiB copy waits for the copy's
-    /// stores to drain (docs/benchmarks.md, "A folio's pages read under one lock").
+    /// counts each, as [`Zswap::load`] does). One tree lock for the look-ups, one class
+    /// lock per run of objects in one class ([`ZsPool::read_each`]), one count: per page,
+    /// a load paid each of these, and every locked instruction after a 4 KiB copy waits
+    /// for the copy's stores to drain (docs/benchmarks.md, "A folio's pages read under one
+    /// lock").
     ///
     /// # Errors
     /// As [`Zswap::load`]: the first page that failed to decompress (zero-filled); the
