@@ -414,7 +414,7 @@ impl UffdSource {
             return Err(SourceError::Retry);
         };
         #[cfg(debug_assertions)]
-        Self::assert_really_empty(&mut lane.staging, run);
+        Self::assert_really_empty(&lane.staging, run);
         let error = match self.move_out(&mut lane, run, addr) {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
@@ -456,9 +456,9 @@ impl UffdSource {
     /// page there that the bitmap does not know would be taken for this take's page at its
     /// EEXIST (`move_out`): another page's data, mapped as this one's.
     #[cfg(debug_assertions)]
-    fn assert_really_empty(staging: &mut Staging, run: SlotRun) {
+    fn assert_really_empty(staging: &Staging, run: SlotRun) {
         let mut stale = Vec::new();
-        let checked = staging.kernel_present(run, |_, (slot, holds)| {
+        let checked = staging.kernel_present(run, |slot, holds| {
             if holds {
                 stale.push(slot.0);
             }

@@ -336,15 +336,18 @@ impl Staging {
     /// # Panics
     /// If a slot of the run is not allocated.
     pub fn sync_present(&mut self, run: SlotRun) -> Result<usize, Error> {
+        // Out of `self` for the walk, which reads the rest of it; back whatever the outcome.
+        let mut bits = std::mem::take(&mut self.present);
         let mut present = 0;
-        self.kernel_present(run, |s, resident| {
-            set_bit(&mut s.present, resident.0 .0 as usize, resident.1);
-            present += usize::from(resident.1);
-        })?;
-        Ok(present)
+        let walked = self.kernel_present(run, |slot, holds| {
+            set_bit(&mut bits, slot.0 as usize, holds);
+            present += usize::from(holds);
+        });
+        self.present = bits;
+        walked.map(|()| present)
     }
 
-    /// Calls `each(self, (slot, holds a page))` for every slot of `run`, as the kernel's
+    /// Calls `each(slot, holds a page)` for every slot of `run`, in order, as the kernel's
     /// page tables say (mincore), whatever the bitmap says.
     ///
     /// # Errors
@@ -353,9 +356,9 @@ impl Staging {
     /// # Panics
     /// If a slot of the run is not allocated.
     pub fn kernel_present(
-        &mut self,
+        &self,
         run: SlotRun,
-        mut each: impl FnMut(&mut Self, (SlotIndex, bool)),
+        mut each: impl FnMut(SlotIndex, bool),
     ) -> Result<(), Error> {
         const CHUNK: usize = 512;
         let mut resident = [0u8; CHUNK];
@@ -367,7 +370,7 @@ impl Staging {
             for (i, &r) in resident[..n].iter().enumerate() {
                 let slot = SlotIndex((start + i) as u32);
                 self.assert_owned(slot);
-                each(self, (slot, r & 1 != 0));
+                each(slot, r & 1 != 0);
             }
         }
         Ok(())
@@ -387,24 +390,16 @@ impl Staging {
     pub fn copy_out(&self, run: SlotRun, out: &mut [&mut [u8]]) -> Result<u32, Error> {
         assert_eq!(out.len(), run.pages as usize, "copy_out buffer count");
         assert!(out.iter().all(|page| page.len() == PAGE_SIZE), "copy_out buffers are pages");
-        const CHUNK: usize = 512;
-        let mut resident = [0u8; CHUNK];
         let mut holes = 0;
-        for (c, chunk) in out.chunks_mut(CHUNK).enumerate() {
-            let first = run.first.0 as usize + c * CHUNK;
-            let pages = chunk.len();
-            crate::sys::mem::mincore(self.map.page_addr(first), &mut resident[..pages])
-                .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
-            for (i, page) in chunk.iter_mut().enumerate() {
-                self.assert_owned(SlotIndex((first + i) as u32));
-                if resident[i] & 1 != 0 {
-                    self.map.load((first + i) * PAGE_SIZE, page);
-                } else {
-                    page.fill(0);
-                    holes += 1;
-                }
+        self.kernel_present(run, |slot, holds| {
+            let page = &mut *out[(slot.0 - run.first.0) as usize];
+            if holds {
+                self.map.load(slot.0 as usize * PAGE_SIZE, page);
+            } else {
+                page.fill(0);
+                holes += 1;
             }
-        }
+        })?;
         Ok(holes)
     }
 

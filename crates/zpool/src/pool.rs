@@ -475,14 +475,13 @@ impl ZsPool {
         scratch: &mut [u8],
         mut each: impl FnMut(usize, &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut i = 0;
-        while i < handles.len() {
-            let class = handles[i].class();
-            let state = self.class_of(handles[i]).state.lock();
-            while i < handles.len() && handles[i].class() == class {
-                state.read_with(handles[i], scratch, |bytes| each(i, bytes))?;
-                i += 1;
+        let mut first = 0;
+        for run in handles.chunk_by(|a, b| a.class() == b.class()) {
+            let state = self.class_of(run[0]).state.lock();
+            for (i, &handle) in (first..).zip(run) {
+                state.read_with(handle, scratch, |bytes| each(i, bytes))?;
             }
+            first += run.len();
         }
         Ok(())
     }
