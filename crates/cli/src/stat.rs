@@ -59,7 +59,11 @@ fn find(pid: u32) -> Result<(u32, PathBuf)> {
     )
 }
 
-fn run_dir_of(pid: u32) -> Result<Option<PathBuf>> {
+/// The run directory in `pid`'s environment, if `uswap run` started it.
+///
+/// # Errors
+/// The process is gone, or its environment cannot be read.
+pub(crate) fn run_dir_of(pid: u32) -> Result<Option<PathBuf>> {
     let environ =
         std::fs::read(format!("/proc/{pid}/environ")).map_err(|e| anyhow!("pid {pid}: {e}"))?;
     let key = format!("{}=", runstat::env::RUN_DIR);

@@ -106,6 +106,10 @@ fn check_the_uswap_side(json: &Value, pool: &str) -> bool {
                 // data + half + 64 MiB of slack): it holds every page, the file none.
                 assert_eq!(json["uswap_pool_size_bytes"], 160 << 20, "{json}");
                 assert_eq!(cached, 0, "{row}");
+                // What it stored, read from the program's stats file while it ran.
+                let stored = row["uswap_stored_bytes"].as_u64().unwrap();
+                assert!(stored > 0 && stored < 64 << 20, "{row}");
+                assert!(row["uswap_compression_ratio"].as_f64().unwrap() > 1.0, "{row}");
             } else {
                 // A pool of 20% of 16 MiB: most pages go on to the swap file, through the
                 // page cache.

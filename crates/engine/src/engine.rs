@@ -496,7 +496,16 @@ impl Engine {
         self.core.storage.device.forget_cluster_hints();
     }
 
+    /// Bytes charged to the budget now (the `used_bytes` gauge). Lock-free, unlike
+    /// [`Engine::stats`], which walks the pool's class locks: for callers that poll.
+    pub fn used_bytes(&self) -> u64 {
+        self.core.budget.used(self.core.pool_charge())
+    }
+
     /// A snapshot of every counter and gauge.
+    ///
+    /// Context: takes the pool's class locks in turn (its compressed bytes); for reports,
+    /// not for a loop that polls.
     pub fn stats(&self) -> StatsSnapshot {
         self.core.stats_snapshot()
     }

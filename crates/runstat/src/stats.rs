@@ -132,8 +132,13 @@ pub struct Summary {
     pub in_file: u64,
     /// Pool pages written back to the file.
     pub writeback: u64,
-    /// Uncompressed over compressed size of what the pool holds (0: empty).
+    /// Uncompressed over compressed size of what the pool holds (0: empty): its memory,
+    /// pages and metadata.
     pub compression_ratio: f64,
+    /// Uncompressed over the compressed data alone (0: empty or not reported): the
+    /// compressor's share of `compression_ratio`, zram's `orig_data_size /
+    /// compr_data_size`.
+    pub data_ratio: f64,
     /// Faults handled.
     pub faults: u64,
     /// Fault latency quantiles, nanoseconds.
@@ -176,6 +181,10 @@ impl Summary {
             } else {
                 stored as f64 / pool_bytes as f64
             },
+            data_ratio: match file.get("zswap_compressed_bytes") {
+                0 => 0.0,
+                compressed => stored as f64 / compressed as f64,
+            },
             faults: file.fault_ns.total(),
             fault_ns_p50: file.fault_ns.quantile(0.5).unwrap_or(0),
             fault_ns_p99: file.fault_ns.quantile(0.99).unwrap_or(0),
@@ -215,7 +224,9 @@ impl Summary {
             ),
             format!(
                 "{prefix}compression ratio {}, faults {}, latency p50 {:.1} us, p99 {:.1} us",
-                if self.compression_ratio > 0.0 {
+                if self.data_ratio > 0.0 {
+                    format!("{:.2} (the data alone {:.2})", self.compression_ratio, self.data_ratio)
+                } else if self.compression_ratio > 0.0 {
                     format!("{:.2}", self.compression_ratio)
                 } else {
                     "- (the pool was empty at the end)".to_string()
@@ -304,6 +315,11 @@ mod tests {
         assert!(lines.iter().all(|l| l.starts_with("uswap: ")));
         assert!(!lines.iter().any(|l| l.contains("idle polling")), "no pollers, no line");
         assert!(!lines[0].contains("beside"), "{lines:?}");
+        assert!(lines[2].contains("compression ratio 2.00, "), "{lines:?}");
+        let mut data = file.clone();
+        data.set("zswap_compressed_bytes", 1 << 19);
+        let lines = Summary::of(&data).to_lines("");
+        assert!(lines[2].contains("compression ratio 2.00 (the data alone 4.00), "), "{lines:?}");
         let mut beside = file.clone();
         beside.set("pool_size_bytes", 1 << 30);
         let lines = Summary::of(&beside).to_lines("uswap: ");

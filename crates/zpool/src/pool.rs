@@ -609,6 +609,14 @@ impl ZsPool {
         self.arena.resident_pages() * PAGE_SIZE as u64 + self.metadata_bytes()
     }
 
+    /// Bytes of the objects stored, as callers sized them (zram's `compr_data_size`): set
+    /// beside [`ZsPool::pages_held`], the pool's fragmentation.
+    ///
+    /// Context: takes each class lock in turn, briefly (a statistic, not for a hot path).
+    pub fn object_bytes(&self) -> u64 {
+        self.classes.iter().map(|c| c.state.lock().object_bytes() as u64).sum()
+    }
+
     /// Pages held by zspages. Lock-free.
     pub fn pages_held(&self) -> usize {
         self.pages_held.load(Ordering::Relaxed)

@@ -212,6 +212,7 @@ fn accounting_counts_pages_and_metadata() {
     assert_eq!(stats.total_bytes, pool.total_bytes());
     assert_eq!(stats.total_bytes, (stats.pages * PAGE_SIZE + stats.metadata_bytes) as u64);
     assert_eq!(stats.object_bytes, 100 * size);
+    assert_eq!(pool.object_bytes(), 100 * size as u64);
     // Metadata: the fixed part plus a few words per object and per zspage.
     assert!(stats.metadata_bytes < empty as usize + 100 * 64, "{}", stats.metadata_bytes);
     for handle in handles {

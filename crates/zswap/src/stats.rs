@@ -32,6 +32,9 @@ pub struct ZswapStats {
     pub pool_total_size: u64,
     /// Entries stored now.
     pub stored_pages: u64,
+    /// Bytes of compressed data those entries hold (zram's `compr_data_size`): against
+    /// `stored_pages` the compression ratio, against the pool's pages its fragmentation.
+    pub compressed_bytes: u64,
     /// Of `stored_pages`, those stored raw (4096 bytes).
     pub stored_incompressible_pages: u64,
 
@@ -95,6 +98,7 @@ impl ZswapStats {
             ("written_back_pages", self.written_back_pages),
             ("pool_total_size", self.pool_total_size),
             ("stored_pages", self.stored_pages),
+            ("compressed_bytes", self.compressed_bytes),
             ("stored_incompressible_pages", self.stored_incompressible_pages),
             ("reject_accept_threshold", self.reject_accept_threshold),
             ("compress_fail_stored_raw", self.compress_fail_stored_raw),

@@ -761,13 +761,15 @@ impl Zswap {
 
     /// A snapshot of the counters (the kernel's debugfs names, and uswap's own) and sizes.
     ///
-    /// Context: lock-free.
+    /// Context: takes each pool class lock in turn, briefly, for `compressed_bytes`; the
+    /// rest is lock-free.
     pub fn stats(&self) -> ZswapStats {
         let mut stats = ZswapStats::default();
         self.counters.snapshot(&mut stats);
         stats.pool_bytes = self.pool.total_bytes();
         stats.metadata_bytes = self.metadata_bytes();
         stats.pool_total_size = stats.pool_bytes + stats.metadata_bytes;
+        stats.compressed_bytes = self.pool.object_bytes();
         stats.max_pool_bytes = self.limits.max_pool_bytes;
         stats.accept_threshold_bytes = self.limits.accept_bytes;
         stats.is_full = self.reached_full.load(Relaxed);

@@ -65,6 +65,14 @@ fn store_load_round_trip_every_compressor() {
         let raw = if name == "none" { 6 } else { 1 };
         assert_eq!(stats.stored_incompressible_pages, raw, "{name}");
         assert_eq!(stats.pool_total_size, zswap.total_bytes());
+        // The data alone: a raw page is 4096 bytes, the others compress.
+        let page_bytes = PAGE_SIZE as u64;
+        if name == "none" {
+            assert_eq!(stats.compressed_bytes, 6 * page_bytes);
+        } else {
+            let compressed = stats.compressed_bytes;
+            assert!(compressed > page_bytes && compressed < 6 * page_bytes, "{name} {compressed}");
+        }
         zswap.check_invariants();
     }
 }

@@ -14,7 +14,7 @@
 use super::cgroup::{self, CgroupParent, CgroupVersion, MemCgroup};
 use super::kernel::{preflight, KernelConfig, KernelSwap};
 use super::machine::{Machine, Roots};
-use super::outcome::RunOutcome;
+use super::outcome::{stored_peaks, RunOutcome};
 use super::runner::{MemoryProbe, Sample};
 use super::sys;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
@@ -162,17 +162,13 @@ pub fn run_kernel(
         // The pool outside the charge (v1), sampled: 0 on v2, where it is charged.
         measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0)
     };
+    let (compressed_peak_bytes, original_peak_bytes) = stored_peaks(&measured.samples);
     let outcome = RunOutcome {
         charged_peak_bytes,
         store_peak_bytes,
         peak_bytes: charged_peak_bytes + store_peak_bytes,
-        compressed_peak_bytes: measured
-            .samples
-            .iter()
-            .map(|s| s.compressed_bytes)
-            .max()
-            .unwrap_or(0),
-        original_peak_bytes: measured.samples.iter().map(|s| s.original_bytes).max().unwrap_or(0),
+        compressed_peak_bytes,
+        original_peak_bytes,
         kmem_peak_bytes: group.kmem_peak_bytes(),
         file_cache_peak_bytes: None,
         measured,

@@ -1,5 +1,6 @@
 //! What one (side, workload) run produced, and the sentence when it did not run.
 
+use super::runner::Sample;
 use super::workloads::Measured;
 
 /// The result of one side (a kernel configuration, or uswap) on one workload.
@@ -49,4 +50,11 @@ impl RunOutcome {
         (self.compressed_peak_bytes > 0)
             .then(|| self.original_peak_bytes as f64 / self.compressed_peak_bytes as f64)
     }
+}
+
+/// The most compressed bytes the samples saw stored, and the most uncompressed bytes (each
+/// its own maximum, as zram's `mm_stat` gives them).
+pub fn stored_peaks(samples: &[Sample]) -> (u64, u64) {
+    let peak = |figure: fn(&Sample) -> u64| samples.iter().map(figure).max().unwrap_or(0);
+    (peak(|s| s.compressed_bytes), peak(|s| s.original_bytes))
 }

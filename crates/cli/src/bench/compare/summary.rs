@@ -6,7 +6,9 @@
 //! uswap is faster; `uswap_peak_rss_bytes`, `kernel_peak_bytes`; `uswap_fault_p50_ns`,
 //! `kernel_fault_p50_ns`); the uswap side's `uswap_peak_bytes` (its RSS peak plus
 //! `uswap_file_cache_peak_bytes`, the most its swap file held in the page cache: the figure
-//! to set beside `kernel_peak_bytes`, which counts zram's pool); then every configuration's
+//! to set beside `kernel_peak_bytes`, which counts zram's pool), `uswap_stored_bytes` (the
+//! most compressed data its pools held, sampled from their stats files every second) and
+//! `uswap_compression_ratio`; then every configuration's
 //! own figures under
 //! `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
 //! `_store_peak_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
@@ -189,8 +191,10 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         json!(zram_lz4.and_then(|o| o.measured.fault_p50_ns)),
     );
     object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
-    let uswap_figures: [(&str, Value); 7] = [
+    let uswap_figures: [(&str, Value); 9] = [
         ("uswap_peak_bytes", json!(uswap.map(|o| o.peak_bytes))),
+        ("uswap_stored_bytes", json!(uswap.map(|o| o.compressed_peak_bytes))),
+        ("uswap_compression_ratio", json!(uswap.and_then(RunOutcome::compression_ratio))),
         ("uswap_file_cache_peak_bytes", json!(uswap.and_then(|o| o.file_cache_peak_bytes))),
         ("uswap_major_faults", json!(uswap.map(|o| o.measured.major_faults))),
         ("uswap_fault_p99_ns", json!(uswap.and_then(|o| o.measured.fault_p99_ns))),

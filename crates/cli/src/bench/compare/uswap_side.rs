@@ -10,7 +10,9 @@
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
 //!                        threads live inside the program, so this is everything it costs
 //!                        and the page cache's pages of each `uswap run`'s swap file
-//!                        (`cachestat(2)`; the harness names the files: `--swap-file`)
+//!                        (`cachestat(2)`; the harness names the files: `--swap-file`);
+//!                        what the pool stores, compressed and not, from each managed
+//!                        process's live stats file (rewritten every second)
 //!   peak                 charged: max(sampled tree RSS, wait4's ru_maxrss of the tree);
 //!                        store: the most the swap files had in the page cache;
 //!                        peak = charged + store, as the kernel side's cgroup + zram
@@ -28,11 +30,12 @@
 //! slack, docs/RUN.md).
 
 use super::kernel_side::meminfo_bytes;
-use super::outcome::{RunOutcome, Side};
+use super::outcome::{stored_peaks, RunOutcome, Side};
 use super::runner::{MemoryProbe, Sample};
 use super::sys::cached_pages;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
 use anyhow::{Context, Result};
+use runstat::StatsFile;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -129,12 +132,13 @@ fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOut
     let file_cache_peak_bytes = (!probe.cache_unknown.load(Ordering::Relaxed))
         .then(|| measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0));
     let store_peak_bytes = file_cache_peak_bytes.unwrap_or(0);
+    let (compressed_peak_bytes, original_peak_bytes) = stored_peaks(&measured.samples);
     Ok(RunOutcome {
         charged_peak_bytes,
         store_peak_bytes,
         peak_bytes: charged_peak_bytes + store_peak_bytes,
-        compressed_peak_bytes: 0,
-        original_peak_bytes: 0,
+        compressed_peak_bytes,
+        original_peak_bytes,
         kmem_peak_bytes: None,
         file_cache_peak_bytes,
         measured,
@@ -190,12 +194,32 @@ impl MemoryProbe for TreeProbe {
     fn sample(&self, pid: u32) -> Sample {
         let proc_root = Path::new("/proc");
         let pids = tree_pids(proc_root, pid);
+        let (compressed_bytes, original_bytes) = stored_bytes(&pids);
         Sample {
             charged_bytes: pids.iter().map(|&pid| rss_bytes(proc_root, pid)).sum(),
             outside_bytes: self.file_cache_bytes(proc_root, &pids),
+            compressed_bytes,
+            original_bytes,
             ..Sample::default()
         }
     }
+}
+
+/// What the pools of `pids` store: compressed bytes and the page bytes they stand for,
+/// summed over each managed process's live stats file (a process not managed, or with no
+/// file yet, adds nothing).
+fn stored_bytes(pids: &[u32]) -> (u64, u64) {
+    let (mut compressed, mut original) = (0, 0);
+    for &pid in pids {
+        let Ok(Some(dir)) = crate::stat::run_dir_of(pid) else { continue };
+        let text = std::fs::read_to_string(dir.join(format!("live-{pid}")));
+        let Ok(file) = text.map_err(|e| e.to_string()).and_then(|t| StatsFile::parse(&t)) else {
+            continue;
+        };
+        compressed += file.get("zswap_compressed_bytes");
+        original += file.get("zswap_stored_pages") * backend::PAGE_SIZE as u64;
+    }
+    (compressed, original)
 }
 
 /// `path` (unlinked or not) as one of `pids`' open files, opened again for reading.
