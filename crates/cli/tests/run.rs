@@ -328,6 +328,55 @@ fn a_pool_beside_the_budget_keeps_the_data() {
     assert_eq!(pages_out_figure(&err, "file "), 0, "a 64 MiB pool had room for all: {err}");
 }
 
+/// `uswap run --record` records the program's mremap (free_reuse grows its second half,
+/// 16 MiB, with MREMAP_MAYMOVE) as a remap pair, the old start then the new, and `uswap
+/// sim` replays it as a move, checked against the simulator's model: the program's pages
+/// read back at their new addresses.
+#[test]
+fn a_recorded_remap_replays_as_a_move() {
+    use runstat::trace::RecordKind;
+    if !can_run() {
+        return;
+    }
+    let trace = std::env::temp_dir().join(format!("uswap-remap-test-{}.trace", std::process::id()));
+    let trace_arg = trace.to_str().unwrap();
+    let (out, err) = free_reuse_under(&["--record", trace_arg]);
+    assert!(out.status.success(), "{err}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let (_, records) = runstat::trace::decode(&bytes).expect("a well-formed trace");
+    let pairs: Vec<_> = records
+        .windows(2)
+        .filter(|w| w[0].kind == RecordKind::RemapFrom && w[1].kind == RecordKind::RemapTo)
+        .collect();
+    assert!(
+        pairs
+            .iter()
+            .any(|w| w[0].len == 16 << 20 && w[1].len == 16 << 20 && w[0].addr != w[1].addr),
+        "no 16 MiB remap among {} pairs: {pairs:?}",
+        pairs.len()
+    );
+    let singles = records.iter().filter(|r| matches!(r.kind, RecordKind::RemapFrom)).count();
+    assert_eq!(singles, pairs.len(), "every remap-from is followed by its remap-to");
+    // Replayed up to 4000 records past the remap (the whole trace takes minutes per seed in
+    // a debug build).
+    let at = records.iter().position(|r| r.kind == RecordKind::RemapTo).unwrap();
+    let ops = (at + 4000).min(records.len()).to_string();
+    let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", "0..2"];
+    sim.extend(["--ops", &ops]);
+    if target_dir().ends_with("release") {
+        sim.push("--allow-release");
+    }
+    let out = uswap(&sim);
+    std::fs::remove_file(&trace).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert!(text.contains("2 seeds, 0 failed"), "{text}");
+    let replays: Vec<&str> = text.lines().filter(|l| l.contains("trace records:")).collect();
+    assert_eq!(replays.len(), 2, "a replay line per seed: {text}");
+    let remap_line = format!(" remap {};", pairs.len());
+    assert!(replays.iter().all(|l| l.contains(&remap_line)), "{text}");
+}
+
 /// The free_reuse program under `uswap run --budget 8M FLAGS`: its output and stderr.
 fn free_reuse_under(flags: &[&str]) -> (Output, String) {
     let exe = compile("free_reuse", &[]);

@@ -207,6 +207,18 @@ impl ShimHooks {
     }
 
     fn record(&self, kind: RecordKind, thread_id: u32, addr: usize, len: usize) {
+        self.record_with(thread_id, |time_ns, thread| {
+            [Record { time_ns, kind, thread, addr: addr as u64, len: len as u64 }]
+        });
+    }
+
+    /// Writes the records `make(time_ns, thread)` returns, together, under the trace's
+    /// lock (a remap's two records must not be split by another thread's).
+    fn record_with<const N: usize>(
+        &self,
+        thread_id: u32,
+        make: impl FnOnce(u64, u32) -> [Record; N],
+    ) {
         let Some(trace) = &self.trace else { return };
         let mut trace = lock(trace);
         let thread = match trace.threads.iter().position(|&t| t == thread_id) {
@@ -218,8 +230,7 @@ impl ShimHooks {
             None => THREADS_MAX - 1,
         };
         let time_ns = self.t0.elapsed().as_nanos() as u64;
-        let r = Record { time_ns, kind, thread: thread as u32, addr: addr as u64, len: len as u64 };
-        if trace.writer.record(&r).is_err() {
+        if trace.writer.record_all(&make(time_ns, thread as u32)).is_err() {
             self.counters.trace_errors.fetch_add(1, Relaxed);
         }
     }
@@ -410,7 +421,10 @@ impl uffd::Hooks for ShimHooks {
             Noted::Fork { .. } => self.record(RecordKind::Fork, 0, 0, 0),
             Noted::Remove { start, end } => self.record(RecordKind::Remove, 0, start, end - start),
             Noted::Unmap { start, end } => self.record(RecordKind::Unmap, 0, start, end - start),
-            Noted::Remap { .. } => {}
+            Noted::Remap { from, to, len_bytes } => self.record_with(0, |time_ns, thread| {
+                let (from, to, len) = (from as u64, to as u64, len_bytes as u64);
+                runstat::trace::remap_records(time_ns, thread, from, to, len)
+            }),
         }
     }
 

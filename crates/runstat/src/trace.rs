@@ -6,22 +6,28 @@
 //! simulator is merged; when it is, one of the two should re-export the other.
 //!
 //! ```text
-//!   header: magic "USWPTRC\0" | version u16 (1) | record size u16 (32) | page size u32
+//!   header: magic "USWPTRC\0" | version u16 (2) | record size u16 (32) | page size u32
 //!           | start time ns since the epoch u64 | reserved u64
 //!   record: time_ns u64 | kind u8 | reserved [u8; 3] | thread u32 | addr u64 | len u64
-//!   kinds:  0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork
+//!   kinds:  0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork,
+//!           6 remap-from, 7 remap-to (version 2)
 //! ```
 //!
-//! The shim records faults (one page each), REMOVE, UNMAP and FORK events as the handler
-//! sees them, and evictions (one record per folio paged out: its address and length) as
-//! the engine's page-out hook reports them.
+//! The shim records faults (one page each), REMOVE, UNMAP, FORK and REMAP events as the
+//! handler sees them, and evictions (one record per folio paged out: its address and
+//! length) as the engine's page-out hook reports them. A remap (mremap moving `len` bytes
+//! from `from` to `to`) needs three numbers, so it is two records written together
+//! ([`remap_records`], [`TraceWriter::record_all`]): remap-from (addr `from`) then remap-to
+//! (addr `to`), the same time, thread and len. Version 1 traces (no remaps) still read.
 
 use std::io::Write;
 
 /// The first 8 bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"USWPTRC\0";
-/// The format version.
-pub const VERSION: u16 = 1;
+/// The format version written.
+pub const VERSION: u16 = 2;
+/// The oldest version a reader accepts: version 1 is version 2 without remap records.
+pub const OLDEST_VERSION: u16 = 1;
 /// Bytes in the header.
 pub const HEADER_BYTES: usize = 32;
 /// Bytes in one record.
@@ -42,17 +48,23 @@ pub enum RecordKind {
     Unmap = 4,
     /// The process forked.
     Fork = 5,
+    /// A range moved by mremap: its old start (the record before a [`RecordKind::RemapTo`]).
+    RemapFrom = 6,
+    /// Where the range of the [`RecordKind::RemapFrom`] just before moved to.
+    RemapTo = 7,
 }
 
 impl RecordKind {
     /// Every kind, in code order.
-    pub const ALL: [RecordKind; 6] = [
+    pub const ALL: [RecordKind; 8] = [
         RecordKind::FaultRead,
         RecordKind::FaultWrite,
         RecordKind::Evict,
         RecordKind::Remove,
         RecordKind::Unmap,
         RecordKind::Fork,
+        RecordKind::RemapFrom,
+        RecordKind::RemapTo,
     ];
 
     /// The kind's byte in a record.
@@ -79,6 +91,17 @@ pub struct Record {
     pub addr: u64,
     /// Bytes.
     pub len: u64,
+}
+
+/// The two records of a remap of `len` bytes from `from` to `to` (module essay).
+pub fn remap_records(time_ns: u64, thread: u32, from: u64, to: u64, len: u64) -> [Record; 2] {
+    let from = Record { time_ns, kind: RecordKind::RemapFrom, thread, addr: from, len };
+    [from, Record { kind: RecordKind::RemapTo, addr: to, ..from }]
+}
+
+/// Whether a trace of `version` can be read.
+pub fn version_supported(version: u16) -> bool {
+    (OLDEST_VERSION..=VERSION).contains(&version)
 }
 
 /// The header bytes for a recording started at `start_ns` (ns since the epoch).
@@ -123,7 +146,8 @@ pub fn decode_record(bytes: &[u8; RECORD_BYTES]) -> Result<Record, u8> {
 /// wrong magic, version or record size, an unknown kind, or a partial record.
 pub fn decode(bytes: &[u8]) -> Option<(u32, Vec<Record>)> {
     let head = bytes.get(..HEADER_BYTES)?;
-    if head[..8] != MAGIC || head[8..10] != VERSION.to_le_bytes() || head[10..12] != [32, 0] {
+    let version = u16::from_le_bytes([head[8], head[9]]);
+    if head[..8] != MAGIC || !version_supported(version) || head[10..12] != [32, 0] {
         return None;
     }
     let page_size = u32::from_le_bytes(head[12..16].try_into().ok()?);
@@ -165,6 +189,20 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Appends records that belong together (a remap's two) with one write, so that no
+    /// other record comes between them when the caller holds the writer's lock.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn record_all(&mut self, records: &[Record]) -> std::io::Result<()> {
+        match records {
+            [one] => self.out.write_all(&encode(one))?,
+            _ => self.out.write_all(&records.iter().flat_map(encode).collect::<Vec<u8>>())?,
+        }
+        self.records += records.len() as u64;
+        Ok(())
+    }
+
     /// Records written.
     pub fn records(&self) -> u64 {
         self.records
@@ -194,7 +232,7 @@ mod tests {
         let bytes = w.out.clone();
         assert_eq!(bytes.len(), 32 + 2 * 32);
         assert_eq!(&bytes[..8], b"USWPTRC\0");
-        assert_eq!(bytes[8..12], [1, 0, 32, 0]);
+        assert_eq!(bytes[8..12], [2, 0, 32, 0]);
         assert_eq!(bytes[12..16], 4096u32.to_le_bytes());
         assert_eq!(bytes[16..24], 7u64.to_le_bytes());
         assert_eq!(bytes[32 + 8], 1);
@@ -202,5 +240,25 @@ mod tests {
         let (page, back) = decode(&bytes).unwrap();
         assert_eq!((page, back[0], back[1].kind), (4096, r, RecordKind::Fork));
         assert_eq!(decode(&bytes[..40]), None, "a partial record");
+        let mut old = bytes.clone();
+        old[8] = 1;
+        assert!(decode(&old).is_some(), "version 1 still reads");
+        old[8] = 3;
+        assert_eq!(decode(&old), None, "a version from the future");
+    }
+
+    #[test]
+    fn a_remap_is_two_records_written_together() {
+        let mut w = TraceWriter::new(Vec::new(), 4096, 0).unwrap();
+        let pair = remap_records(9, 1, 0x10_0000, 0x80_0000, 3 * 4096);
+        w.record_all(&pair).unwrap();
+        assert_eq!(w.records(), 2);
+        let (_, back) = decode(&w.out).unwrap();
+        assert_eq!(back, pair);
+        assert_eq!((back[0].kind, back[0].addr), (RecordKind::RemapFrom, 0x10_0000));
+        assert_eq!((back[1].kind, back[1].addr), (RecordKind::RemapTo, 0x80_0000));
+        assert_eq!((back[1].len, back[1].thread, back[1].time_ns), (3 * 4096, 1, 9));
+        assert_eq!(w.out[32 + 8], 6);
+        assert_eq!(w.out[64 + 8], 7);
     }
 }

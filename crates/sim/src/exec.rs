@@ -72,7 +72,11 @@ impl Ctx {
             // event; nothing here yields, so no access comes between the two.
             Op::Remap { from, to, len } => {
                 self.source.move_range(from, to, len);
-                let moved = self.engine.remap(mm, from, to, len);
+                let moved = if self.opts.workload == WorkloadKind::Replay {
+                    self.replay_remap(mm, from, to, len)
+                } else {
+                    self.engine.remap(mm, from, to, len)
+                };
                 self.model.lock().move_range(mm, from, to, len);
                 self.remaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 moved.map(|()| 0).map_err(|e| FailureKind::Engine {
@@ -145,10 +149,57 @@ impl Ctx {
             return first;
         }
         let chunk = addr & !(CHUNK - 1);
-        if self.engine.add_region(chunk, CHUNK).is_err() {
+        if !self.map_gaps(chunk, chunk + CHUNK) {
             return first;
         }
         source.access(&self.engine, mm, addr, write, f)
+    }
+
+    /// A replay's regions: the trace does not carry the recording's mappings, so a replay
+    /// maps what it touches, 2 MiB at a time, and what a remap moves into. This adds a
+    /// region over every gap between the regions in `[start, end)` (a remap's destination
+    /// may have left one in the middle of a chunk); whether every gap was added.
+    fn map_gaps(&self, start: u64, end: u64) -> bool {
+        let mut ranges = self.engine.region_ranges(MmId::DEFAULT);
+        ranges.sort_unstable();
+        let mut at = start;
+        for (s, e) in ranges.into_iter().filter(|&(s, e)| e > start && s < end) {
+            if s > at && self.engine.add_region(at, s - at).is_err() {
+                return false;
+            }
+            at = at.max(e);
+        }
+        at >= end || self.engine.add_region(at, end - at).is_ok()
+    }
+
+    /// A replayed remap: the destination is mapped first ([`Ctx::map_gaps`]), and the
+    /// move is cut at every region edge of the source and of the destination, so each
+    /// piece lies in one region at each end; a piece of the source in no region was never
+    /// touched in the recording, and moves nothing the engine tracks.
+    fn replay_remap(&self, mm: MmId, from: u64, to: u64, len: u64) -> Result<(), engine::Error> {
+        if mm != MmId::DEFAULT || !self.map_gaps(to, to + len) {
+            return self.engine.remap(mm, from, to, len);
+        }
+        let ranges = self.engine.region_ranges(mm);
+        let mut cuts = vec![0, len];
+        for (s, e) in &ranges {
+            for edge in [*s, *e] {
+                for base in [from, to] {
+                    if edge > base && edge < base + len {
+                        cuts.push(edge - base);
+                    }
+                }
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        for piece in cuts.windows(2) {
+            let (at, piece_len) = (piece[0], piece[1] - piece[0]);
+            if ranges.iter().any(|&(s, e)| s <= from + at && from + at < e) {
+                self.engine.remap(mm, from + at, to + at, piece_len)?;
+            }
+        }
+        Ok(())
     }
 
     fn access_failure(&self, addr: u64, error: AccessError) -> FailureKind {

@@ -148,33 +148,43 @@ impl Op {
         }
     }
 
-    /// The operation as a trace record, if it is one a recorder would see.
-    pub fn to_record(&self, time_ns: u64, thread: u32) -> Option<Record> {
+    /// The operation as the trace records a recorder would write: none, one, or a remap's
+    /// two.
+    pub fn to_records(&self, time_ns: u64, thread: u32) -> Vec<Record> {
         let (addr, len) = self.range();
-        let kind = match self {
+        let kind = match *self {
             Op::Read { .. } => RecordKind::FaultRead,
             Op::Write { .. } | Op::Fill { .. } => RecordKind::FaultWrite,
             Op::Pageout { .. } => RecordKind::Evict,
             Op::Remove { .. } => RecordKind::Remove,
             Op::Unmap { .. } => RecordKind::Unmap,
             Op::Fork => RecordKind::Fork,
-            _ => return None,
+            Op::Remap { from, to, len } => {
+                return crate::trace::remap_records(time_ns, thread, from, to, len).to_vec();
+            }
+            _ => return Vec::new(),
         };
-        Some(Record { time_ns, kind, thread, addr, len })
+        vec![Record { time_ns, kind, thread, addr, len }]
     }
 
-    /// The operation a trace record replays as.
-    pub fn from_record(r: &Record) -> Op {
-        let addr = r.addr & !(PAGE - 1);
-        let len = r.len.div_ceil(PAGE).max(1) * PAGE;
-        match r.kind {
+    /// The operation trace record `r` replays as; `None` for a remap-from, whose operation
+    /// comes with the remap-to after it (`remap_from`, the record before `r`).
+    pub fn from_record(r: &Record, remap_from: Option<&Record>) -> Option<Op> {
+        let page = |addr: u64| addr & !(PAGE - 1);
+        let (addr, len) = (page(r.addr), r.len.div_ceil(PAGE).max(1) * PAGE);
+        Some(match r.kind {
             RecordKind::FaultRead => Op::Read { addr },
             RecordKind::FaultWrite => Op::Write { addr, kind: Kind::Heap },
             RecordKind::Evict => Op::Pageout { addr, len },
             RecordKind::Remove => Op::Remove { addr, len },
             RecordKind::Unmap => Op::Unmap { addr, len },
             RecordKind::Fork => Op::Fork,
-        }
+            RecordKind::RemapFrom => return None,
+            RecordKind::RemapTo => {
+                let from = remap_from.filter(|f| f.kind == RecordKind::RemapFrom)?;
+                Op::Remap { from: page(from.addr), to: addr, len }
+            }
+        })
     }
 }
 
@@ -429,8 +439,11 @@ fn heap_addr(page: u64) -> u64 {
 /// recorded thread `t` becomes simulated thread `t % threads`).
 pub fn replay_queues(records: &[Record], threads: usize) -> Vec<VecDeque<Op>> {
     let mut queues = vec![VecDeque::new(); threads];
-    for r in records {
-        queues[r.thread as usize % threads].push_back(Op::from_record(r));
+    for (i, r) in records.iter().enumerate() {
+        let before = i.checked_sub(1).map(|j| &records[j]);
+        if let Some(op) = Op::from_record(r, before) {
+            queues[r.thread as usize % threads].push_back(op);
+        }
     }
     queues
 }
@@ -486,12 +499,23 @@ mod tests {
             Op::Remove { addr: 0x4000, len: 0x1000 },
             Op::Unmap { addr: 0x5000, len: 0x3000 },
             Op::Fork,
+            Op::Remap { from: 0x6000, to: 0x9_0000, len: 0x2000 },
         ];
         for op in ops {
-            let r = op.to_record(5, 2).unwrap();
-            assert_eq!(Op::from_record(&r), op);
+            let records = op.to_records(5, 2);
+            let last = records.len() - 1;
+            assert_eq!(
+                Op::from_record(&records[last], last.checked_sub(1).map(|i| &records[i])),
+                Some(op)
+            );
+            assert_eq!(replay_queues(&records, 1)[0], [op]);
         }
-        let queues = replay_queues(&[ops[0].to_record(0, 3).unwrap()], 2);
+        assert!(Op::Idle.to_records(0, 0).is_empty());
+        let queues = replay_queues(&ops[0].to_records(0, 3), 2);
         assert_eq!((queues[0].len(), queues[1].len()), (0, 1));
+        // A remap-to alone (no remap-from before it) replays as nothing.
+        let pair = Op::Remap { from: 0x6000, to: 0x9_0000, len: 0x1000 }.to_records(0, 0);
+        assert_eq!(Op::from_record(&pair[1], None), None);
+        assert_eq!(Op::from_record(&pair[1], Some(&pair[1])), None);
     }
 }

@@ -51,14 +51,15 @@ impl ReplayCounts {
     pub fn describe(&self) -> String {
         use crate::trace::RecordKind as K;
         format!(
-            "trace records: fault-read {} fault-write {} evict {} remove {} unmap {} fork {}; \
-             evictions replayed {} (paged out {} pages)",
+            "trace records: fault-read {} fault-write {} evict {} remove {} unmap {} fork {} \
+             remap {}; evictions replayed {} (paged out {} pages)",
             self.records_of(K::FaultRead),
             self.records_of(K::FaultWrite),
             self.records_of(K::Evict),
             self.records_of(K::Remove),
             self.records_of(K::Unmap),
             self.records_of(K::Fork),
+            self.records_of(K::RemapTo),
             self.pageouts,
             self.pageout_pages
         )

@@ -511,7 +511,7 @@ impl Ctx {
                     len: PAGE,
                 })
                 .collect(),
-            _ => op.to_record(now, me as u32).into_iter().collect(),
+            _ => op.to_records(now, me as u32),
         };
         for r in records {
             if trace.record(&r).is_err() {

@@ -9,7 +9,7 @@
 //!   header (32 bytes)
 //!   offset  size  field
 //!    0       8    magic "USWPTRC\0"
-//!    8       2    version (1)
+//!    8       2    version (2; 1 is read too: the same without remaps)
 //!   10       2    record size in bytes (32)
 //!   12       4    page size in bytes (4096)
 //!   16       8    start time, ns since the Unix epoch (informational; 0 if unknown)
@@ -18,7 +18,8 @@
 //!   record (32 bytes)
 //!   offset  size  field
 //!    0       8    time_ns: since the start of the recording
-//!    8       1    kind: 0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork
+//!    8       1    kind: 0 fault-read, 1 fault-write, 2 evict, 3 remove, 4 unmap, 5 fork,
+//!                 6 remap-from, 7 remap-to
 //!    9       3    reserved, 0
 //!   12       4    thread: the recording's thread number (dense, from 0)
 //!   16       8    addr: first byte (page aligned)
@@ -29,25 +30,31 @@
 //! access); *evict* is the engine paging a range out (or the program asking it to,
 //! `MADV_PAGEOUT`); *remove* is the program dropping pages (`MADV_DONTNEED`, the
 //! userfaultfd REMOVE event); *unmap* is `munmap` (UNMAP); *fork* is the process forking
-//! (FORK). Records are in time order per thread; threads interleave in the file.
+//! (FORK); *remap* is `mremap` moving `len` bytes (REMAP), two records in a row, remap-from
+//! (addr: the old start) then remap-to (addr: the new start), the same thread and len.
+//! Records are in time order per thread; threads interleave in the file.
 //! `uswap run --record` writes the program's faults under the faulting thread's number,
 //! and the engine's doings (events and evictions) under one number of their own.
 //!
 //! Replay (`uswap sim --workload replay`) turns records into operations per recorded
 //! thread (`ops::Op::from_record`): faults into reads and writes checked against the
 //! model, evictions into `MADV_PAGEOUT` of their range (the replay's engine pages out what
-//! it holds resident there, besides its own reclaim), removes and unmaps into drops.
+//! it holds resident there, besides its own reclaim), removes and unmaps into drops, a
+//! remap's pair into a move of the range (`ops::Op::Remap`).
 //! The run reports the trace's records by kind and what its evictions paged out
 //! (`report::ReplayCounts`).
 //!
 //! Fixed-size records keep the recorder cheap (one 32-byte write per event, no encoding)
 //! and let a reader seek, count or split a trace without parsing it. A reader refuses an
-//! unknown magic, version, record size or kind, and a file that ends inside a record; a
-//! newer minor format must bump the version. Reading is bounded by [`RECORDS_MAX`].
+//! unknown magic, version, record size or kind, a file that ends inside a record, and a
+//! remap record without its other half; a newer minor format must bump the version.
+//! Reading is bounded by [`RECORDS_MAX`].
 
 use std::io::{Read, Write};
 
-pub use runstat::trace::{Record, RecordKind, HEADER_BYTES, MAGIC, RECORD_BYTES, VERSION};
+pub use runstat::trace::{
+    remap_records, Record, RecordKind, HEADER_BYTES, MAGIC, OLDEST_VERSION, RECORD_BYTES, VERSION,
+};
 
 /// Most records a reader accepts (32 MiB of trace): a bound on the simulator's memory.
 pub const RECORDS_MAX: u64 = 1 << 20;
@@ -164,6 +171,8 @@ pub struct TraceReader<R: Read> {
     input: R,
     header: Header,
     index: u64,
+    /// The remap-from just read, waiting for its remap-to.
+    remap_from: Option<Record>,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -185,16 +194,17 @@ impl<R: Read> TraceReader<R> {
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
         let record = u16::from_le_bytes([bytes[10], bytes[11]]);
-        if version != VERSION || usize::from(record) != RECORD_BYTES {
+        if !runstat::trace::version_supported(version) || usize::from(record) != RECORD_BYTES {
             return Err(TraceError::BadHeader {
                 why: format!(
-                    "version {version} with {record}-byte records (expected {VERSION}, 32)"
+                    "version {version} with {record}-byte records (expected \
+                     {OLDEST_VERSION}..={VERSION}, 32)"
                 ),
             });
         }
         let page_size = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
         let header = Header { page_size, start_ns: word(&bytes, 16) };
-        Ok(TraceReader { input, header, index: 0 })
+        Ok(TraceReader { input, header, index: 0, remap_from: None })
     }
 
     /// The header.
@@ -205,9 +215,37 @@ impl<R: Read> TraceReader<R> {
     /// The next record; `Ok(None)` at a clean end of file.
     ///
     /// # Errors
-    /// [`TraceError::BadRecord`] for an unknown kind or a file ending inside a record;
-    /// [`TraceError::TooLong`]; [`TraceError::Io`].
+    /// [`TraceError::BadRecord`] for an unknown kind, a file ending inside a record, or a
+    /// remap record without its other half; [`TraceError::TooLong`]; [`TraceError::Io`].
     pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
+        let record = self.read_record()?;
+        let bad = |index, why: &str| Err(TraceError::BadRecord { index, why: why.into() });
+        match (self.remap_from.take(), record) {
+            (Some(_), None) => bad(self.index, "the file ends after a remap-from"),
+            (Some(from), Some(to)) => {
+                let paired = to.kind == RecordKind::RemapTo
+                    && (to.thread, to.len) == (from.thread, from.len);
+                if paired {
+                    Ok(Some(to))
+                } else {
+                    bad(self.index - 1, "a remap-from not followed by its remap-to")
+                }
+            }
+            (None, Some(r)) if r.kind == RecordKind::RemapTo => {
+                bad(self.index - 1, "a remap-to without a remap-from before it")
+            }
+            (None, Some(r)) => {
+                if r.kind == RecordKind::RemapFrom {
+                    self.remap_from = Some(r);
+                }
+                Ok(Some(r))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The next record as stored, unchecked against its neighbours.
+    fn read_record(&mut self) -> Result<Option<Record>, TraceError> {
         let mut bytes = [0u8; RECORD_BYTES];
         let mut filled = 0;
         while filled < RECORD_BYTES {
@@ -260,8 +298,9 @@ pub fn read_file(path: &std::path::Path) -> Result<(Header, Vec<Record>), TraceE
 mod tests {
     use super::*;
 
+    /// One record of every kind; the remap's two as the recorder writes them.
     fn sample() -> Vec<Record> {
-        RecordKind::ALL
+        let mut records: Vec<Record> = RecordKind::ALL[..6]
             .iter()
             .enumerate()
             .map(|(i, &kind)| Record {
@@ -271,7 +310,15 @@ mod tests {
                 addr: 0x7f00_0000_0000 + 4096 * i as u64,
                 len: 4096 * (i as u64 + 1),
             })
-            .collect()
+            .collect();
+        records.extend(remap_records(
+            u64::MAX / 2 + 6000,
+            3,
+            0x7f00_0010_0000,
+            0x7e00_0000_0000,
+            8192,
+        ));
+        records
     }
 
     #[test]
@@ -281,9 +328,9 @@ mod tests {
         for r in sample() {
             w.record(&r).unwrap();
         }
-        assert_eq!(w.records(), 6);
+        assert_eq!(w.records(), 8);
         let bytes = w.finish().unwrap();
-        assert_eq!(bytes.len(), HEADER_BYTES + 6 * RECORD_BYTES);
+        assert_eq!(bytes.len(), HEADER_BYTES + 8 * RECORD_BYTES);
         let reader = TraceReader::new(bytes.as_slice()).unwrap();
         assert_eq!(reader.header(), header);
         assert_eq!(reader.read_all().unwrap(), sample());
@@ -300,7 +347,7 @@ mod tests {
         wrong[0] = b'X';
         assert!(TraceReader::new(wrong.as_slice()).unwrap_err().to_string().contains("magic"));
         let mut newer = bytes.clone();
-        newer[8] = 2;
+        newer[8] = 3;
         assert!(TraceReader::new(newer.as_slice()).unwrap_err().to_string().contains("version"));
         // A record cut short, and a record of an unknown kind.
         bytes.extend_from_slice(&[0u8; 10]);
@@ -312,5 +359,40 @@ mod tests {
         bytes.extend_from_slice(&record);
         let error = TraceReader::new(bytes.as_slice()).unwrap().read_all().unwrap_err();
         assert!(error.to_string().contains("unknown kind 9"), "{error}");
+    }
+
+    /// A remap is read only whole: its remap-from then its remap-to, the same thread and
+    /// len; either half alone, or halves that do not match, is refused where it stands.
+    #[test]
+    fn a_remap_is_read_only_as_a_pair() {
+        let trace = |records: &[Record]| {
+            let header = Header { page_size: 4096, start_ns: 0 };
+            let mut w = TraceWriter::new(Vec::new(), header).unwrap();
+            records.iter().for_each(|r| w.record(r).unwrap());
+            TraceReader::new(w.finish().unwrap().as_slice()).unwrap().read_all()
+        };
+        let [from, to] = remap_records(5, 1, 0x10_0000, 0x40_0000, 4096);
+        let fault = Record { kind: RecordKind::FaultRead, ..from };
+        assert_eq!(trace(&[fault, from, to, fault]).unwrap(), [fault, from, to, fault]);
+        let refused = |records: &[Record], why: &str, at: u64| match trace(records) {
+            Err(TraceError::BadRecord { index, why: said }) => {
+                assert!(said.contains(why), "{said}");
+                assert_eq!(index, at, "{said}");
+            }
+            other => panic!("{why}: {other:?}"),
+        };
+        refused(&[fault, from], "ends after a remap-from", 2);
+        refused(&[from, fault], "not followed by its remap-to", 1);
+        refused(&[from, Record { thread: 2, ..to }], "not followed by its remap-to", 1);
+        refused(&[from, Record { len: 8192, ..to }], "not followed by its remap-to", 1);
+        refused(&[fault, to], "without a remap-from", 1);
+        // A version 1 trace (no remaps) still reads.
+        let mut old = TraceWriter::new(Vec::new(), Header { page_size: 4096, start_ns: 0 })
+            .unwrap()
+            .finish()
+            .unwrap();
+        old[8] = 1;
+        old.extend_from_slice(&runstat::trace::encode(&fault));
+        assert_eq!(TraceReader::new(old.as_slice()).unwrap().read_all().unwrap(), [fault]);
     }
 }

@@ -130,3 +130,77 @@ fn a_traces_evictions_replay_as_page_outs_and_are_counted() {
     assert!(report.reads_checked >= 64);
     assert!(replay.describe().contains("evict 1 "), "{}", replay.describe());
 }
+
+/// A recorded remap (mremap) replays as a move: the pages written before it, some evicted
+/// to swap, read back at their new addresses (checked against the model, which moves
+/// them too), the old addresses read as never written. Destinations: a chunk no access
+/// has touched, and a spot in the middle of a chunk already mapped; a third remap moves
+/// memory the trace never touched, which moves nothing. Then the same trace with the
+/// remap's second record missing is refused by the reader, naming the record.
+#[test]
+fn a_traces_remaps_replay_as_moves() {
+    use sim::trace::{remap_records, Header, Record, TraceWriter};
+    const PAGE: u64 = 4096;
+    let base = sim::ops::HEAP_BASE;
+    let (far, inside, untouched) = (base + (64 << 20), base + 256 * PAGE, base + (1 << 30));
+    let mut records = Vec::new();
+    let mut time_ns = 0;
+    let mut put = |records: &mut Vec<Record>, kind, addr, len| {
+        time_ns += 1000;
+        records.push(Record { time_ns, kind, thread: 0, addr, len });
+    };
+    for page in 0..24 {
+        put(&mut records, RecordKind::FaultWrite, base + page * PAGE, PAGE);
+    }
+    put(&mut records, RecordKind::Evict, base, 12 * PAGE);
+    records.extend(remap_records(50_000, 0, base, far, 8 * PAGE));
+    records.extend(remap_records(51_000, 0, base + 8 * PAGE, inside, 8 * PAGE));
+    records.extend(remap_records(52_000, 0, untouched, untouched + (4 << 20), 4 * PAGE));
+    for page in 0..8 {
+        put(&mut records, RecordKind::FaultRead, far + page * PAGE, PAGE);
+        put(&mut records, RecordKind::FaultRead, inside + page * PAGE, PAGE);
+        put(&mut records, RecordKind::FaultRead, base + page * PAGE, PAGE);
+    }
+    for page in 16..24 {
+        put(&mut records, RecordKind::FaultRead, base + page * PAGE, PAGE);
+    }
+    let write = |records: &[Record], name: &str| {
+        let path =
+            std::env::temp_dir().join(format!("uswap-sim-{name}-{}.bin", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::new(file, Header { page_size: 4096, start_ns: 0 }).unwrap();
+        records.iter().for_each(|r| w.record(r).unwrap());
+        w.finish().unwrap();
+        path
+    };
+    let path = write(&records, "remap");
+    let o = Overrides {
+        trace: Some(path.clone()),
+        threads: Some(1),
+        ops_per_thread: Some(1000),
+        budget_pages: Some(8192),
+        folio_order: Some(0),
+        faults: FaultChoice::None,
+        ..Overrides::default()
+    };
+    let report = run_seed(1, &o).expect("valid");
+    let _ = std::fs::remove_file(&path);
+    assert!(report.passed(), "{}", report.failure_report(""));
+    let replay = report.replay.expect("a replay reports its trace");
+    assert_eq!(replay.records_of(RecordKind::RemapTo), 3);
+    assert_eq!(report.remaps, 3, "every remap ran");
+    assert!(report.reads_checked >= 32, "{}", report.reads_checked);
+    let c = &report.stats.as_ref().unwrap().counters;
+    assert!(c.zswpin + c.pswpin >= 8, "the evicted pages came back from swap: {c:?}");
+    assert!(replay.describe().contains("remap 3;"), "{}", replay.describe());
+
+    // The second remap's remap-to dropped: the reader refuses the trace.
+    let cut = records.iter().position(|r| r.kind == RecordKind::RemapTo && r.addr == inside);
+    records.remove(cut.unwrap());
+    let path = write(&records, "remap-cut");
+    let refused = run_seed(1, &Overrides { trace: Some(path.clone()), ..o }).expect("valid");
+    let _ = std::fs::remove_file(&path);
+    assert!(!refused.passed(), "an unpaired remap is refused");
+    let why = refused.failure_report("");
+    assert!(why.contains("not followed by its remap-to"), "{why}");
+}
