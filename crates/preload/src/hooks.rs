@@ -112,6 +112,10 @@ struct Trace {
     writer: TraceWriter<BufWriter<std::fs::File>>,
     /// Thread ids seen, by recording number (bounded: later threads share the last).
     threads: Vec<u32>,
+    /// The final stats are written: the process is exiting, and nothing will flush the
+    /// buffer again, so each record from now on (page-outs still in flight) is flushed as
+    /// it is written.
+    closing: bool,
 }
 
 /// Counters of the shim itself (in the stats file).
@@ -162,7 +166,7 @@ impl ShimHooks {
                     start_ns,
                 )
                 .map_err(|e| format!("cannot write the trace file {path}: {e}"))?;
-                Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64) }))
+                Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64), closing: false }))
             }
         };
         let idle = (config.idle_page.as_deref())
@@ -230,7 +234,11 @@ impl ShimHooks {
             None => THREADS_MAX - 1,
         };
         let time_ns = self.t0.elapsed().as_nanos() as u64;
-        if trace.writer.record_all(&make(time_ns, thread as u32)).is_err() {
+        let mut written = trace.writer.record_all(&make(time_ns, thread as u32));
+        if trace.closing {
+            written = written.and_then(|()| trace.writer.flush());
+        }
+        if written.is_err() {
             self.counters.trace_errors.fetch_add(1, Relaxed);
         }
     }
@@ -379,7 +387,9 @@ impl ShimHooks {
             let _ = std::fs::rename(&tmp, &live);
         }
         if let Some(trace) = &self.trace {
-            let _ = lock(trace).writer.flush();
+            let mut trace = lock(trace);
+            trace.closing |= final_;
+            let _ = trace.writer.flush();
         }
     }
 
