@@ -360,16 +360,7 @@ fn a_recorded_remap_replays_as_a_move() {
     // Replayed up to 4000 records past the remap (the whole trace takes minutes per seed in
     // a debug build).
     let at = records.iter().position(|r| r.kind == RecordKind::RemapTo).unwrap();
-    let ops = (at + 4000).min(records.len()).to_string();
-    let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", "0..2"];
-    sim.extend(["--ops", &ops]);
-    if target_dir().ends_with("release") {
-        sim.push("--allow-release");
-    }
-    let out = uswap(&sim);
-    std::fs::remove_file(&trace).unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    let text = replay_in_sim(&trace, (at + 4000).min(records.len()), "0..2");
     assert!(text.contains("2 seeds, 0 failed"), "{text}");
     let replays: Vec<&str> = text.lines().filter(|l| l.contains("trace records:")).collect();
     assert_eq!(replays.len(), 2, "a replay line per seed: {text}");
@@ -578,16 +569,7 @@ fn a_recorded_run_replays_in_the_simulator() {
     // Replayed: the trace up to its first eviction and 8000 records on (the whole trace,
     // 100k records, takes minutes per seed in a debug build).
     let first_evict = records.iter().position(|r| r.kind == runstat::trace::RecordKind::Evict);
-    let ops = (first_evict.unwrap_or(0) + 8000).min(records.len()).to_string();
-    let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", "0..3"];
-    sim.extend(["--ops", &ops]);
-    if target_dir().ends_with("release") {
-        sim.push("--allow-release");
-    }
-    let out = uswap(&sim);
-    std::fs::remove_file(&trace).unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    let text = replay_in_sim(&trace, (first_evict.unwrap_or(0) + 8000).min(records.len()), "0..3");
     assert!(text.contains("3 seeds, 0 failed"), "{text}");
     let evict_line = format!(" evict {} ", evicts.len());
     let replays: Vec<&str> = text.lines().filter(|l| l.contains("trace records:")).collect();
@@ -605,6 +587,21 @@ fn a_recorded_run_replays_in_the_simulator() {
             .unwrap();
         assert!(replayed > 0, "no eviction replayed: {line}");
     }
+}
+
+/// `uswap sim --workload replay` of `trace`'s first `ops` records for `seeds`, which must
+/// exit successfully; its stdout and stderr. The trace is removed.
+fn replay_in_sim(trace: &Path, ops: usize, seeds: &str) -> String {
+    let (trace_arg, ops) = (trace.to_str().unwrap(), ops.to_string());
+    let mut sim = vec!["sim", "--workload", "replay", "--trace", trace_arg, "--seeds", seeds];
+    sim.extend(["--ops", &ops]);
+    if target_dir().ends_with("release") {
+        sim.push("--allow-release");
+    }
+    let out = uswap(&sim);
+    std::fs::remove_file(trace).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out)
 }
 
 /// Pages the program's engine paged out, from `uswap run`'s summary: zero + pool + file

@@ -109,17 +109,7 @@ fn a_traces_evictions_replay_as_page_outs_and_are_counted() {
         put(RecordKind::FaultRead, base + page * PAGE, PAGE);
     }
     w.finish().unwrap();
-    let o = Overrides {
-        trace: Some(path.clone()),
-        threads: Some(1),
-        ops_per_thread: Some(1000),
-        budget_pages: Some(8192),
-        folio_order: Some(0),
-        faults: FaultChoice::None,
-        ..Overrides::default()
-    };
-    let report = run_seed(1, &o).expect("valid");
-    let _ = std::fs::remove_file(&path);
+    let report = small_replay(&path);
     assert!(report.passed(), "{}", report.failure_report(""));
     let replay = report.replay.expect("a replay reports its trace");
     assert_eq!(replay.records_of(RecordKind::Evict), 1);
@@ -173,18 +163,7 @@ fn a_traces_remaps_replay_as_moves() {
         w.finish().unwrap();
         path
     };
-    let path = write(&records, "remap");
-    let o = Overrides {
-        trace: Some(path.clone()),
-        threads: Some(1),
-        ops_per_thread: Some(1000),
-        budget_pages: Some(8192),
-        folio_order: Some(0),
-        faults: FaultChoice::None,
-        ..Overrides::default()
-    };
-    let report = run_seed(1, &o).expect("valid");
-    let _ = std::fs::remove_file(&path);
+    let report = small_replay(&write(&records, "remap"));
     assert!(report.passed(), "{}", report.failure_report(""));
     let replay = report.replay.expect("a replay reports its trace");
     assert_eq!(replay.records_of(RecordKind::RemapTo), 3);
@@ -197,10 +176,25 @@ fn a_traces_remaps_replay_as_moves() {
     // The second remap's remap-to dropped: the reader refuses the trace.
     let cut = records.iter().position(|r| r.kind == RecordKind::RemapTo && r.addr == inside);
     records.remove(cut.unwrap());
-    let path = write(&records, "remap-cut");
-    let refused = run_seed(1, &Overrides { trace: Some(path.clone()), ..o }).expect("valid");
-    let _ = std::fs::remove_file(&path);
+    let refused = small_replay(&write(&records, "remap-cut"));
     assert!(!refused.passed(), "an unpaired remap is refused");
     let why = refused.failure_report("");
     assert!(why.contains("not followed by its remap-to"), "{why}");
+}
+
+/// Seed 1 replaying the trace at `path` (then removed) on one thread, with a budget too
+/// large for the replay's own reclaim to page anything out, 4 KiB folios, no faults.
+fn small_replay(path: &std::path::Path) -> sim::RunReport {
+    let o = Overrides {
+        trace: Some(path.to_path_buf()),
+        threads: Some(1),
+        ops_per_thread: Some(1000),
+        budget_pages: Some(8192),
+        folio_order: Some(0),
+        faults: FaultChoice::None,
+        ..Overrides::default()
+    };
+    let report = run_seed(1, &o).expect("valid");
+    let _ = std::fs::remove_file(path);
+    report
 }
