@@ -63,7 +63,9 @@ fn compare_quick_json_on_the_kernel_side() {
     }
     let zswap_before = read("/sys/module/zswap/parameters/enabled");
     // The uswap side's pool beside the budget (the default), then as a share of it.
-    for (pool, flags) in [("beside", &[][..]), ("share", &["--uswap-pool", "share"][..])] {
+    // The second with `--repeat 2`: two rounds, each workload's median reported.
+    let share = ["--uswap-pool", "share", "--repeat", "2"];
+    for (pool, flags) in [("beside", &[][..]), ("share", &share[..])] {
         let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
             .args(["bench", "compare", "--quick", "--json"])
             .args(flags)
@@ -75,6 +77,13 @@ fn compare_quick_json_on_the_kernel_side() {
         let row = &json["workloads"][0];
         assert_eq!(row["name"], "uniform");
         let uswap_ran = check_the_uswap_side(&json, pool);
+        if pool == "share" {
+            assert_eq!(json["repeat"], 2);
+            let ratios = json["rounds"][0]["ratios_vs_zram_lz4"].as_array().unwrap();
+            assert_eq!(ratios.len(), 2, "{json}");
+        } else {
+            assert!(json["rounds"].is_null(), "one round lists no rounds");
+        }
         if !check_the_kernel_side(row) {
             return;
         }

@@ -113,6 +113,13 @@ pub struct CompareArgs {
     /// default, 20%, charged to the budget: like zswap under a cgroup).
     #[arg(long, value_name = "MODE", value_parser = ["beside", "share"], default_value = "beside")]
     pub uswap_pool: String,
+    /// Run every workload N times (each round: every workload, uswap then each kernel
+    /// configuration) and report each workload's median round by its ratio against zram
+    /// lz4, every round's ratio beside it. On a shared, noisy machine one run settles
+    /// nothing. Every round's data is verified.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub repeat: u32,
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -188,19 +195,36 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
             .then(|| kernel_side::swap_bytes(size_bytes)),
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
-    let progress = progress_bar(common.json, specs.len() * (configs.len() + 1));
-    let rows = run_all(&specs, &configs, &ctx, &env, &progress)?;
+    let repeat = args.repeat as usize;
+    let progress = progress_bar(common.json, repeat * specs.len() * (configs.len() + 1));
+    let mut rounds = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        rounds.push(run_all(&specs, &configs, &ctx, &env, &progress)?);
+    }
     progress.finish_and_clear();
     let mut report = Report::new("compare");
     describe(&mut report, &ctx, &configs, &env);
+    report.field("repeat", args.repeat);
+    // Data safety is every round's, not only the reported one's.
+    let bad: Vec<String> = rounds
+        .iter()
+        .flatten()
+        .filter(|row| verify_errors(row) > 0)
+        .map(|r| r.name.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let rows = if repeat > 1 {
+        summary::pick_median_rounds(&mut report, rounds)
+    } else {
+        rounds.pop().unwrap_or_default()
+    };
     summary::fill(&mut report, &rows);
     if let Some(dir) = &args.plot {
         let results: Vec<plot::WorkloadResults<'_>> = rows.iter().map(plot_results).collect();
         let files = plot::write_all(dir, &results)?;
         report.note(format!("{} charts written to {}", files.len(), dir.display()));
     }
-    let bad: Vec<String> =
-        rows.iter().filter(|row| verify_errors(row) > 0).map(|r| r.name.clone()).collect();
     if !bad.is_empty() {
         report.print(common.json);
         bail!("pages read back wrong in: {} (data-safety failure)", bad.join(", "));

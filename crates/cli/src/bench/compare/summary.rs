@@ -13,7 +13,9 @@
 //! `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
 //! `_store_peak_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
 //! `_stored_bytes`, `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that
-//! was not measured is null, never zero.
+//! was not measured is null, never zero. With `--repeat N` each workload's object is its
+//! median round's (by the ratio against zram lz4), and `rounds` lists every round's ratio
+//! per workload with the median's index.
 
 use super::kernel::KernelConfig;
 use super::outcome::{RunOutcome, Side};
@@ -169,6 +171,52 @@ fn details(report: &mut Report, rows: &[WorkloadRow]) {
     }
 }
 
+/// The workload's ratio uswap / zram lz4, when both sides ran.
+pub fn row_ratio(row: &WorkloadRow) -> Option<f64> {
+    ratio(row.uswap.outcome(), row.kernel(KernelConfig::ZramLz4))
+}
+
+/// With `--repeat`: of each workload's rounds (`rounds[r][w]`, the same workloads in the
+/// same order every round), the round whose ratio is the median (the lower of the two
+/// middle ones for an even count; round 0 where no round has a ratio), and every round's
+/// ratio. Adds the `rounds` field (`[{name, ratios_vs_zram_lz4, median_round}]`) and a
+/// table; returns the chosen rows, for [`fill`].
+pub fn pick_median_rounds(report: &mut Report, rounds: Vec<Vec<WorkloadRow>>) -> Vec<WorkloadRow> {
+    let workloads = rounds.first().map_or(0, Vec::len);
+    let mut columns: Vec<Vec<WorkloadRow>> = (0..workloads).map(|_| Vec::new()).collect();
+    for round in rounds {
+        for (w, row) in round.into_iter().enumerate() {
+            columns[w].push(row);
+        }
+    }
+    let table = report.table(
+        "Rounds (--repeat): ratio uswap / zram lz4 of each; the median round is reported",
+        &["workload", "ratios", "median"],
+    );
+    let mut fields = Vec::new();
+    let mut chosen = Vec::new();
+    for mut column in columns {
+        let ratios: Vec<Option<f64>> = column.iter().map(row_ratio).collect();
+        let mut ranked: Vec<(f64, usize)> =
+            ratios.iter().enumerate().filter_map(|(i, r)| r.map(|r| (r, i))).collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let median = ranked.get(ranked.len().saturating_sub(1) / 2).map_or(0, |&(_, i)| i);
+        let shown: Vec<String> =
+            ratios.iter().map(|r| r.map_or("-".into(), |r| format!("{r:.3}"))).collect();
+        let name = column[median].name.clone();
+        let median_text = ratios[median].map_or("-".into(), |r| format!("{r:.3}"));
+        table.row([name.clone(), shown.join(" "), median_text]);
+        fields.push(json!({
+            "name": name,
+            "ratios_vs_zram_lz4": ratios,
+            "median_round": median,
+        }));
+        chosen.push(column.swap_remove(median));
+    }
+    report.field("rounds", Value::Array(fields));
+    chosen
+}
+
 fn ratio(uswap: Option<&RunOutcome>, kernel: Option<&RunOutcome>) -> Option<f64> {
     let (u, k) = (uswap?.measured.wall_s, kernel?.measured.wall_s);
     (k > 0.0).then(|| u / k)
@@ -305,5 +353,39 @@ mod tests {
         let text = report.to_text();
         assert!(text.contains("seq / zram lz4"), "{text}");
         assert!(text.contains("0.250"), "{text}");
+    }
+
+    /// `--repeat`: each workload reports its median round, the lower middle one for an even
+    /// count; a round without a ratio (a side skipped) is not ranked.
+    #[test]
+    fn repeated_rounds_report_each_workloads_median() {
+        let row = |name: &str, uswap_s: f64, kernel: Option<f64>| WorkloadRow {
+            name: name.into(),
+            uswap: ran(uswap_s, 1),
+            kernel: vec![(
+                KernelConfig::ZramLz4,
+                kernel.map_or(Side::Skipped("no zram".into()), |k| ran(k, 1)),
+            )],
+        };
+        let rounds = vec![
+            vec![row("zipf", 12.0, Some(10.0)), row("seq", 5.0, Some(10.0)), row("x", 1.0, None)],
+            vec![row("zipf", 10.0, Some(10.0)), row("seq", 7.0, Some(10.0)), row("x", 2.0, None)],
+            vec![row("zipf", 11.0, Some(10.0)), row("seq", 6.0, None), row("x", 3.0, None)],
+        ];
+        let mut report = Report::new("compare");
+        let chosen = pick_median_rounds(&mut report, rounds);
+        let walls: Vec<f64> =
+            chosen.iter().map(|r| r.uswap.outcome().unwrap().measured.wall_s).collect();
+        // zipf 1.2, 1.0, 1.1: the third; seq 0.5, 0.7 ranked (the third round skipped): the
+        // lower middle, the first; x never ranked: round 0.
+        assert_eq!(walls, [11.0, 5.0, 1.0]);
+        let json = report.to_json();
+        let rounds = &json["rounds"];
+        assert_eq!(rounds[0]["name"], "zipf");
+        assert_eq!(rounds[0]["median_round"], 2);
+        assert_eq!(rounds[0]["ratios_vs_zram_lz4"][1], 1.0);
+        assert_eq!(rounds[1]["ratios_vs_zram_lz4"][2], Value::Null);
+        assert_eq!(rounds[2]["median_round"], 0);
+        assert!(report.to_text().contains("1.200 1.000 1.100"), "{}", report.to_text());
     }
 }
