@@ -16,9 +16,10 @@
 //! The shim records faults (one page each), REMOVE, UNMAP, FORK and REMAP events as the
 //! handler sees them, and evictions (one record per folio paged out: its address and
 //! length) as the engine's page-out hook reports them. A remap (mremap moving `len` bytes
-//! from `from` to `to`) needs three numbers, so it is two records written together
-//! ([`remap_records`], [`TraceWriter::record_all`]): remap-from (addr `from`) then remap-to
-//! (addr `to`), the same time, thread and len. Version 1 traces (no remaps) still read.
+//! from `from` to `to`) needs three numbers, so it is two records written together under
+//! the trace's lock ([`remap_records`], [`TraceWriter::record_all`]): remap-from (addr
+//! `from`) then remap-to (addr `to`), the same time, thread and len. Version 1 traces (no
+//! remaps) still read.
 
 use std::io::Write;
 
@@ -189,18 +190,14 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
-    /// Appends records that belong together (a remap's two) with one write, so that no
-    /// other record comes between them when the caller holds the writer's lock.
+    /// Appends records that belong together (a remap's two), in order: a caller that holds
+    /// the writer's lock across the call keeps any other record from coming between them.
     ///
     /// # Errors
-    /// The writer's.
+    /// The writer's (the records before the failing one are written: a reader refuses a
+    /// remap's half).
     pub fn record_all(&mut self, records: &[Record]) -> std::io::Result<()> {
-        match records {
-            [one] => self.out.write_all(&encode(one))?,
-            _ => self.out.write_all(&records.iter().flat_map(encode).collect::<Vec<u8>>())?,
-        }
-        self.records += records.len() as u64;
-        Ok(())
+        records.iter().try_for_each(|r| self.record(r))
     }
 
     /// Records written.
