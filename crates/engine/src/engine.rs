@@ -496,12 +496,6 @@ impl Engine {
         self.core.storage.device.forget_cluster_hints();
     }
 
-    /// Bytes charged to the budget now (the `used_bytes` gauge). Lock-free, unlike
-    /// [`Engine::stats`], which walks the pool's class locks: for callers that poll.
-    pub fn used_bytes(&self) -> u64 {
-        self.core.budget.used(self.core.pool_charge())
-    }
-
     /// A snapshot of every counter and gauge.
     ///
     /// Context: takes the pool's class locks in turn (its compressed bytes); for reports,
@@ -572,9 +566,10 @@ impl Engine {
 
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool (or,
     /// beside the budget, its metadata), and the outside charge
-    /// ([`Engine::set_outside_charge`]).
+    /// ([`Engine::set_outside_charge`]). The `used_bytes` gauge; lock-free, unlike
+    /// [`Engine::stats`], so for callers that poll.
     pub fn charged_bytes(&self) -> u64 {
-        self.core.budget.used(self.core.pool_charge())
+        self.core.charged_bytes()
     }
 
     /// Memory the engine holds beside the budget, not charged to it: the data pages of a
@@ -685,6 +680,11 @@ impl Core {
         }
     }
 
+    /// What the budget charges now ([`Engine::charged_bytes`]). Lock-free.
+    pub(crate) fn charged_bytes(&self) -> u64 {
+        self.budget.used(self.pool_charge())
+    }
+
     /// Is the pool one of its own beside the budget?
     pub(crate) fn pool_is_beside(&self) -> bool {
         self.config.zswap.as_ref().is_some_and(|settings| settings.separate_bytes.is_some())
@@ -703,7 +703,7 @@ impl Core {
             swap_inuse_pages: self.storage.device.inuse_pages(),
             zeromap_pages: self.storage.zeromap.count(),
             budget_bytes: self.budget.budget_bytes(),
-            used_bytes: self.budget.used(self.pool_charge()),
+            used_bytes: self.charged_bytes(),
             used_bytes_peak: self.budget.peak_bytes(),
             outside_bytes: self.budget.outside_bytes(),
             reserve_bytes: self.budget.reserve_bytes(),

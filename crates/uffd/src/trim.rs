@@ -69,7 +69,7 @@ impl Trimmer {
         }
         self.last_check = Instant::now();
         let Some(anon) = anon_rss_bytes() else { return false };
-        let excess = anon.saturating_sub(engine.used_bytes());
+        let excess = anon.saturating_sub(engine.charged_bytes());
         self.excess_after_trim = self.excess_after_trim.min(excess);
         let grown = excess > self.excess_after_trim + self.slack_bytes;
         if !grown || self.last_trim.elapsed() < self.next_allowed {
@@ -83,7 +83,7 @@ impl Trimmer {
         self.trims += 1;
         self.trim_ns += took.as_nanos() as u64;
         let after = anon_rss_bytes().unwrap_or(anon);
-        self.excess_after_trim = after.saturating_sub(engine.used_bytes());
+        self.excess_after_trim = after.saturating_sub(engine.charged_bytes());
         true
     }
 }

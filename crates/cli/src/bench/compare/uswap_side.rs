@@ -36,6 +36,7 @@ use super::sys::cached_pages;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
 use anyhow::{Context, Result};
 use runstat::StatsFile;
+use std::collections::hash_map::{Entry, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -154,11 +155,19 @@ struct TreeProbe {
     files: Mutex<Vec<(PathBuf, Option<File>)>>,
     /// `cachestat(2)` failed (before Linux 6.5): the store is not measured (null).
     cache_unknown: AtomicBool,
+    /// The run directory of each managed process seen, read once from its environment
+    /// rather than at every sample.
+    run_dirs: Mutex<HashMap<u32, PathBuf>>,
 }
 
 impl TreeProbe {
     fn new(prefix: PathBuf) -> Self {
-        TreeProbe { prefix, files: Mutex::new(Vec::new()), cache_unknown: AtomicBool::new(false) }
+        TreeProbe {
+            prefix,
+            files: Mutex::new(Vec::new()),
+            cache_unknown: AtomicBool::new(false),
+            run_dirs: Mutex::new(HashMap::new()),
+        }
     }
 
     /// A fresh swap file path for the next `uswap run`.
@@ -194,7 +203,7 @@ impl MemoryProbe for TreeProbe {
     fn sample(&self, pid: u32) -> Sample {
         let proc_root = Path::new("/proc");
         let pids = tree_pids(proc_root, pid);
-        let (compressed_bytes, original_bytes) = stored_bytes(&pids);
+        let (compressed_bytes, original_bytes) = self.stored_bytes(&pids);
         Sample {
             charged_bytes: pids.iter().map(|&pid| rss_bytes(proc_root, pid)).sum(),
             outside_bytes: self.file_cache_bytes(proc_root, &pids),
@@ -205,21 +214,33 @@ impl MemoryProbe for TreeProbe {
     }
 }
 
-/// What the pools of `pids` store: compressed bytes and the page bytes they stand for,
-/// summed over each managed process's live stats file (a process not managed, or with no
-/// file yet, adds nothing).
-fn stored_bytes(pids: &[u32]) -> (u64, u64) {
-    let (mut compressed, mut original) = (0, 0);
-    for &pid in pids {
-        let Ok(Some(dir)) = crate::stat::run_dir_of(pid) else { continue };
-        let text = std::fs::read_to_string(dir.join(format!("live-{pid}")));
-        let Ok(file) = text.map_err(|e| e.to_string()).and_then(|t| StatsFile::parse(&t)) else {
-            continue;
-        };
-        compressed += file.get("zswap_compressed_bytes");
-        original += file.get("zswap_stored_pages") * backend::PAGE_SIZE as u64;
+impl TreeProbe {
+    /// What the pools of `pids` store: compressed bytes and the page bytes they stand for,
+    /// summed over each managed process's live stats file (a process not managed, or with
+    /// no file yet, adds nothing).
+    fn stored_bytes(&self, pids: &[u32]) -> (u64, u64) {
+        let (mut compressed, mut original) = (0, 0);
+        let mut run_dirs = self.run_dirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &pid in pids {
+            let dir = match run_dirs.entry(pid) {
+                Entry::Occupied(known) => known.into_mut(),
+                // Only a managed process's directory is kept: one sampled between `uswap
+                // run`'s fork and its exec has no run directory yet.
+                Entry::Vacant(new) => match crate::stat::run_dir_of(pid) {
+                    Ok(Some(dir)) => new.insert(dir),
+                    _ => continue,
+                },
+            };
+            let text = std::fs::read_to_string(dir.join(format!("live-{pid}")));
+            let Ok(file) = text.map_err(|e| e.to_string()).and_then(|t| StatsFile::parse(&t))
+            else {
+                continue;
+            };
+            compressed += file.get("zswap_compressed_bytes");
+            original += file.get("zswap_stored_pages") * backend::PAGE_SIZE as u64;
+        }
+        (compressed, original)
     }
-    (compressed, original)
 }
 
 /// `path` (unlinked or not) as one of `pids`' open files, opened again for reading.
