@@ -85,6 +85,13 @@ pub struct RunArgs {
     /// scattered touches take one page).
     #[arg(long, value_name = "POLICY", default_value = "sequential")]
     large_folios: String,
+    /// How a read of a page that holds only zeros is mapped: `protected` (the shared zero
+    /// page, write-protected: it costs nothing and is charged nothing until the program's
+    /// first write to it, a write-protect fault, makes it resident) or `charged` (the zero
+    /// page charged to the budget as a resident page, in case it is written unseen).
+    #[arg(long, value_name = "MODE", default_value = "protected",
+          value_parser = ["protected", "charged"])]
+    zero_pages: String,
     /// Run the program (and uswap's threads inside it) on these CPUs only, as taskset does:
     /// 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on one
     /// CPU spares uswap the cross-CPU wake-ups and TLB-flush interrupts that dominate its
@@ -273,6 +280,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         preload_path: preload.display().to_string(),
         folio_order: args.folio_order,
         large_folios: args.large_folios.clone(),
+        zero_pages: args.zero_pages.clone(),
         idle_page: None,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })

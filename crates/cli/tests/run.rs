@@ -290,6 +290,29 @@ fn a_forked_child_reads_its_parents_evicted_data() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("child 0 parent 0"));
 }
 
+/// Zero pages mapped write-protected: read, written (a write-protect fault each), inherited
+/// by a forked child, written through read(2); every byte checked, and the summary counts
+/// them. Then the same program with `--zero-pages charged`, which maps none uncharged.
+#[test]
+fn zero_pages_read_then_written_keep_their_data() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("zero_check", &[]);
+    let out = uswap(&["run", "--budget", "8M", "--", exe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("zero child 0 parent 0"));
+    let err = stderr(&out);
+    let mapped = summary_figure(&err, "zero pages:", "zero pages: ");
+    let written = summary_figure(&err, "zero pages:", "uncharged, ");
+    // 8192 pages read, 4096 of them written by the parent, one more through read(2).
+    assert!(mapped >= 8192 && (4097..=mapped).contains(&written), "{err}");
+    let out =
+        uswap(&["run", "--budget", "8M", "--zero-pages", "charged", "--", exe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("zero pages:"), "{}", stderr(&out));
+}
+
 #[test]
 fn freed_and_remapped_memory_reads_right() {
     if !can_run() {
@@ -613,7 +636,12 @@ fn pages_out(err: &str) -> u64 {
 
 /// The figure after `key` on the summary's `pages out:` line.
 fn pages_out_figure(err: &str, key: &str) -> u64 {
-    let line = err.lines().find(|l| l.contains("pages out:")).expect("summary line");
+    summary_figure(err, "pages out:", key)
+}
+
+/// The figure after `key` on the first summary line containing `line_key`.
+fn summary_figure(err: &str, line_key: &str, key: &str) -> u64 {
+    let line = err.lines().find(|l| l.contains(line_key)).unwrap_or_else(|| panic!("{err}"));
     let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {line}"));
     rest.trim_start().split([',', ')', ';', ' ']).next().unwrap().parse().unwrap()
 }

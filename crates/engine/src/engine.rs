@@ -80,6 +80,8 @@ pub(crate) struct Core {
     pub(crate) storage: Storage,
     /// Folios in the swap cache (the kernel's nr_swapcached).
     pub(crate) nr_swapcached: AtomicU64,
+    /// Pages of [`Pte::ZeroMapped`] entries (the `zero_mapped_pages` gauge).
+    pub(crate) zero_mapped_pages: AtomicU64,
     /// Set to wake the background reclaimer; guarded with `kswapd_wake`.
     pub(crate) kswapd_pending: Mutex<bool>,
     pub(crate) kswapd_wake: Condvar,
@@ -91,6 +93,9 @@ pub(crate) struct Core {
     /// without a lock.
     pub(crate) page_out_hook: std::sync::OnceLock<Arc<dyn PageOutHook>>,
 }
+
+/// Runs of pages: `(first page index, pages)`.
+type PageRuns = Vec<(u64, u64)>;
 
 /// The engine (see the crate documentation).
 #[derive(Debug)]
@@ -208,6 +213,7 @@ impl Engine {
             swap_cache,
             storage: Storage { device: Arc::new(device), zeromap, zswap },
             nr_swapcached: AtomicU64::new(0),
+            zero_mapped_pages: AtomicU64::new(0),
             kswapd_pending: Mutex::new(false),
             kswapd_wake: Condvar::new(),
             kswapd_running: Mutex::new(()),
@@ -296,18 +302,59 @@ impl Engine {
         len: u64,
         present: &[(u64, u64)],
     ) -> Result<u64, Error> {
+        let (region, runs) = self.runs_in_region(start, len, present)?;
+        Ok(self.core.adopt_present(region.id(), &runs))
+    }
+
+    /// Adopts pages of `[start, start + len)` (inside one region of the engine's own
+    /// address space) that the caller found mapped to the shared zero page and
+    /// write-protected through the page source ([`PageSource::protects_zero`]): `zero`
+    /// lists runs `(first page index from start, pages)`. Listed pages with no page-table
+    /// entry become zero-page entries, uncharged; the others are left alone. The contract
+    /// of [`Engine::adopt_populated`], and the protection must be in place before the
+    /// listing (a page written before it holds data). Returns pages adopted.
+    ///
+    /// # Errors
+    /// As [`Engine::adopt_populated`]; [`Error::BadRegion`] if the region's source does not
+    /// protect zero pages.
+    ///
+    /// Context: as [`Engine::adopt_populated`].
+    pub fn adopt_zero_mapped(
+        &self,
+        start: u64,
+        len: u64,
+        zero: &[(u64, u64)],
+    ) -> Result<u64, Error> {
+        let (region, runs) = self.runs_in_region(start, len, zero)?;
+        if !region.source().protects_zero() {
+            return Err(Error::BadRegion {
+                start,
+                len,
+                why: "its page source protects no zero page",
+            });
+        }
+        Ok(self.core.adopt_zero_mapped(&region, &runs))
+    }
+
+    /// The region holding `[start, start + len)`, and `runs` (page runs from `start`) as
+    /// page indexes of that region.
+    fn runs_in_region(
+        &self,
+        start: u64,
+        len: u64,
+        runs: &[(u64, u64)],
+    ) -> Result<(Arc<Region>, PageRuns), Error> {
         let region = self.core.region_of(MmId::DEFAULT, start)?;
         let end = start.checked_add(len).ok_or(Error::OutsideRegions { addr: start })?;
         if end > region.end() || !start.is_multiple_of(PAGE_SIZE as u64) {
             return Err(Error::OutsideRegions { addr: end.saturating_sub(1) });
         }
         let pages = len / PAGE_SIZE as u64;
-        if present.iter().any(|&(first, n)| first.checked_add(n).is_none_or(|end| end > pages)) {
+        if runs.iter().any(|&(first, n)| first.checked_add(n).is_none_or(|end| end > pages)) {
             return Err(Error::BadRegion { start, len, why: "a present run outside the range" });
         }
         let base = region.index_of(start);
-        let runs: Vec<(u64, u64)> = present.iter().map(|&(first, n)| (base + first, n)).collect();
-        Ok(self.core.adopt_present(region.id(), &runs))
+        Ok((region, runs.iter().map(|&(first, n)| (base + first, n)).collect()))
     }
 
     /// Rewrites the pool's stored object for the page at `addr` of `mm` with `mutate` (same
@@ -382,6 +429,19 @@ impl Engine {
     /// As [`Engine::handle_fault`], and [`Error::NoSuchMm`].
     pub fn handle_fault_in(&self, mm: MmId, addr: u64, write: bool) -> Result<FaultOutcome, Error> {
         self.core.handle_fault(mm, addr, write)
+    }
+
+    /// Handles a write-protect fault at `addr` in address space `mm`: a write to a zero
+    /// page the engine mapped write-protected ([`PageSource::protects_zero`]). The page's
+    /// entry becomes a resident folio, charged to the budget (direct reclaim makes room
+    /// first), and its protection is lifted so the write goes through. A protected page
+    /// the engine does not keep as a zero page (a forked child's) is only unprotected.
+    ///
+    /// # Errors
+    /// [`Error::OutsideRegions`], [`Error::NoSuchMm`]; [`Error::Source`] when the
+    /// protection could not be lifted.
+    pub fn handle_wp_fault_in(&self, mm: MmId, addr: u64) -> Result<FaultOutcome, Error> {
+        self.core.handle_wp_fault(mm, addr)
     }
 
     /// A process forked: its child's address space gets a copy of `parent`'s regions and
@@ -661,6 +721,22 @@ impl Core {
         adopted
     }
 
+    /// Makes the unmapped pages of `runs` in `region` zero-page entries (see
+    /// [`Engine::adopt_zero_mapped`]).
+    pub(crate) fn adopt_zero_mapped(&self, region: &Region, runs: &[(u64, u64)]) -> u64 {
+        let mut adopted = 0;
+        let mut pt = region.lock();
+        for index in runs.iter().flat_map(|&(first, n)| first..first + n) {
+            if pt.lookup(index).is_none() {
+                pt.set(index, 0, Pte::ZeroMapped);
+                adopted += 1;
+            }
+        }
+        self.zero_mapped_pages.fetch_add(adopted, Ordering::Relaxed);
+        Stats::add(&self.stats.counters.zero_mapped, adopted);
+        adopted
+    }
+
     /// The region with id `id`, if still managed.
     pub(crate) fn region_by_id(&self, id: RegionId) -> Option<Arc<Region>> {
         self.regions.read().by_id.get(&id).cloned()
@@ -702,6 +778,7 @@ impl Core {
             pool_stored_pages: self.storage.zswap.as_ref().map_or(0, |z| z.stored_pages()),
             swap_inuse_pages: self.storage.device.inuse_pages(),
             zeromap_pages: self.storage.zeromap.count(),
+            zero_mapped_pages: self.zero_mapped_pages.load(Ordering::Relaxed),
             budget_bytes: self.budget.budget_bytes(),
             used_bytes: self.charged_bytes(),
             used_bytes_peak: self.budget.peak_bytes(),
@@ -731,7 +808,8 @@ impl Core {
             );
         }
         let regions = self.regions.read();
-        let (mut resident, mut references) = (0u64, std::collections::HashMap::new());
+        let (mut resident, mut zero_mapped, mut references) =
+            (0u64, 0u64, std::collections::HashMap::new());
         for region in regions.mms.values().flat_map(|mm| mm.by_start.values()) {
             let pt = region.lock();
             pt.check_invariants();
@@ -752,9 +830,15 @@ impl Core {
                             *references.entry(entry.add(page)).or_insert(0u32) += 1;
                         }
                     }
+                    Pte::ZeroMapped => {
+                        assert!(region.managed(), "a zero-page entry in a forked child's table");
+                        zero_mapped += pages;
+                    }
                 }
             }
         }
+        let gauge = self.zero_mapped_pages.load(Ordering::Relaxed);
+        assert_eq!(zero_mapped, gauge, "zero-page entries vs their gauge");
         let counts = self.lru.counts();
         assert_eq!(counts.isolated_pages, 0, "folios left isolated");
         assert_eq!(resident, counts.active_pages + counts.inactive_pages, "page tables vs LRU");

@@ -10,11 +10,12 @@
 //!
 //! A fork copies the parent's page tables into a new, unmanaged address space: each swapped
 //! entry gains a reference (the slots live until both processes drop them), resident pages
-//! are the kernel's copy-on-write business. A remap moves entries between page tables,
-//! splitting large folios whose alignment the move would break, and updates each resident
-//! folio's LRU record (reclaim finds an isolated folio through it). What the destination
-//! held is dropped first, as a remove drops it: mremap replaces the destination's pages,
-//! and overwriting the entries leaked their records and slot references.
+//! and zero-page entries are the kernel's copy-on-write business. A remap moves entries
+//! between page tables, splitting large folios whose alignment the move would break, and
+//! updates each resident folio's LRU record (reclaim finds an isolated folio through it).
+//! What the destination held is dropped first, as a remove drops it: mremap replaces the
+//! destination's pages, and overwriting the entries leaked their records and slot
+//! references.
 //!
 //! Races with work in flight resolve through the page table: a swap-in or page-out that
 //! re-validates under the PTL after the entry went finds it gone and backs off, and the
@@ -25,6 +26,7 @@ use crate::lru::FolioOwner;
 use crate::page_source::PageSource;
 use crate::region::{Found, MmId, PageTable, Pte, Region};
 use crate::stats::Stats;
+use crate::sync::Ordering;
 use crate::{Error, PAGE_SIZE};
 use slots::SwapEntry;
 use std::sync::Arc;
@@ -62,7 +64,8 @@ impl Core {
     }
 
     /// Drops the entries of pages `first..=last` (a large folio sticking out is split
-    /// first): a resident folio's record and charge, a swapped one's slot references.
+    /// first): a resident folio's record and charge, a swapped one's slot references, a
+    /// zero-page entry's count.
     /// Returns the swap entries whose references went (their shadows are the caller's, once
     /// the lock is released) and the pages dropped. Caller holds the PTL.
     fn release_entries(
@@ -88,6 +91,9 @@ impl Core {
                     self.put_entry(entry, nr as u32);
                     freed.push((entry, nr));
                 }
+                Pte::ZeroMapped => {
+                    self.zero_mapped_pages.fetch_sub(nr, Ordering::Relaxed);
+                }
             }
         }
         (freed, pages)
@@ -110,6 +116,9 @@ impl Core {
                 pt.split(found.first, 0, |first, old| {
                     Pte::Swap(old.swap_entry_of(first).expect("a swapped entry"))
                 });
+            }
+            Pte::ZeroMapped => {
+                pt.split(found.first, 0, |_, _| Pte::ZeroMapped);
             }
             Pte::Resident(id) => {
                 // A stale id cannot happen: reclaim removes the record only after changing

@@ -1,8 +1,11 @@
 //! The page-in path (ARCHITECTURE.md, "Page-in"), in order:
 //!
 //! 1. A fault arrives for an address; find its region (else [`Error::OutsideRegions`]).
-//! 2. Under the PTL, read the page table: no entry → first touch; resident → spurious
-//!    (someone mapped it; wake the faulter); swapped → swap-in.
+//! 2. Under the PTL, read the page table: no entry → first touch; resident or a zero-page
+//!    entry → spurious (someone mapped it; wake the faulter); swapped → swap-in. A read
+//!    that maps the zero page maps it write-protected and uncharged when the source can
+//!    (a zero-page entry); the first write to it comes as a write-protect fault
+//!    ([`Core::handle_wp_fault`]), which makes the entry a resident folio first.
 //! 3. Swap-in: choose the folio (the whole large folio when its slots are of one kind, else
 //!    split the page-table entry and take one page, counted in `swpin_fallback`); make room
 //!    in the budget; `add_or_get` in the swap cache. The winner pins the slots, reads the
@@ -49,6 +52,17 @@ pub(crate) const MAX_FAULT_PASSES: u32 = 8;
 /// the kernel's shared zero page and costs no memory.
 static ZERO_FOLIO: [u8; PAGE_SIZE << MAX_ORDER] = [0; PAGE_SIZE << MAX_ORDER];
 
+/// What a page-in's pages become in a managed region's page table.
+#[derive(Debug, Clone, Copy)]
+struct MapAs {
+    /// The zero page was mapped write-protected: a zero-page entry, uncharged.
+    zero_mapped: bool,
+    /// Else a resident folio, put on the active list if set.
+    activate: bool,
+    /// The caller holds the folio caching the slots, locked (see [`Core::finish_map`]).
+    own_locked: bool,
+}
+
 /// A step of the fault: done, or look again.
 pub(crate) enum Step {
     Done(FaultOutcome),
@@ -83,7 +97,7 @@ impl Core {
             let found = region.lock_span(index).lookup(index);
             let step = match found {
                 None => self.first_touch(&region, index, write)?,
-                Some(Found { pte: Pte::Resident(_), .. }) => {
+                Some(Found { pte: Pte::Resident(_) | Pte::ZeroMapped, .. }) => {
                     Stats::add(&self.stats.counters.pgfault_spurious, 1);
                     region.source().wake(region.addr_of(index), PAGE);
                     Step::Done(FaultOutcome::Spurious)
@@ -108,7 +122,9 @@ impl Core {
         } else {
             0
         };
-        if region.managed() {
+        // A read maps the zero page, uncharged if the source can write-protect it.
+        let protect = !write && region.managed() && region.source().protects_zero();
+        if region.managed() && !protect {
             self.make_room(bytes_of(order));
         }
         let mut pt = region.lock_span(index);
@@ -124,21 +140,91 @@ impl Core {
         let (addr, len) = (region.addr_of(first), bytes_of(order));
         let mapped = if write {
             region.source().map(addr, &ZERO_FOLIO[..len as usize])
+        } else if protect {
+            region.source().map_zero_protected(addr, len)
         } else {
             region.source().map_zero(addr, len)
         };
-        if let Err(error) = mapped {
-            return self.source_failed(error);
-        }
+        let mapped = match mapped {
+            Ok(mapped) => mapped,
+            Err(error) => return self.source_failed(error),
+        };
         Stats::add(&self.stats.counters.pgfault_first_touch, 1);
         self.note_folio_end(&region.touch_next, first + (1 << order));
-        if !region.managed() {
-            return Ok(Step::Done(FaultOutcome::Mapped));
+        if region.managed() {
+            self.set_mapped(
+                &mut pt,
+                region,
+                first,
+                order,
+                protect && mapped == Mapped::Done,
+                false,
+            );
         }
-        let id = self.lru.add(FolioOwner { region: region.id(), index: first, order }, false);
-        pt.set(first, order, Pte::Resident(id));
-        self.budget.charge_resident(len);
         Ok(Step::Done(FaultOutcome::Mapped))
+    }
+
+    /// Records pages `[first, first + 2^order)` of a managed region as mapped, under the
+    /// PTL: a zero-page entry, uncharged, if `zero_mapped` (the source mapped the zero page
+    /// write-protected); else a resident folio, on the LRU and charged.
+    fn set_mapped(
+        &self,
+        pt: &mut PageTable<'_>,
+        region: &Region,
+        first: u64,
+        order: u32,
+        zero_mapped: bool,
+        activate: bool,
+    ) {
+        if zero_mapped {
+            pt.set(first, order, Pte::ZeroMapped);
+            Stats::add(&self.stats.counters.zero_mapped, 1 << order);
+            self.zero_mapped_pages.fetch_add(1 << order, Ordering::Relaxed);
+        } else {
+            let id =
+                self.lru.add(FolioOwner { region: region.id(), index: first, order }, activate);
+            pt.set(first, order, Pte::Resident(id));
+            self.budget.charge_resident(bytes_of(order));
+        }
+    }
+
+    /// A write to a write-protected page at `addr` (see
+    /// [`crate::Engine::handle_wp_fault_in`]): a zero-page entry becomes a resident folio,
+    /// charged, then the protection of its pages is lifted, and the write goes through
+    /// (allocating, as the kernel's copy-on-write of the zero page does). Any other page
+    /// is only unprotected: lifting a protection changes no data.
+    ///
+    /// # Errors
+    /// [`Error::OutsideRegions`]; [`Error::Source`] when the protection could not be lifted.
+    ///
+    /// Context: may reclaim (direct) before taking the PTL.
+    pub(crate) fn handle_wp_fault(&self, mm: MmId, addr: u64) -> Result<FaultOutcome, Error> {
+        Stats::add(&self.stats.counters.pgfault, 1);
+        Stats::add(&self.stats.counters.pgfault_wp, 1);
+        let region = self.region_of(mm, addr)?;
+        let index = region.index_of(addr);
+        let zero = region.lock_span(index).lookup(index).filter(|f| f.pte == Pte::ZeroMapped);
+        if let Some(found) = zero {
+            self.make_room(bytes_of(found.order));
+        }
+        let mut pt = region.lock_span(index);
+        let (first, order) = match pt.lookup(index) {
+            Some(Found { first, order, pte: Pte::ZeroMapped }) => {
+                self.zero_mapped_pages.fetch_sub(1 << order, Ordering::Relaxed);
+                Stats::add(&self.stats.counters.zero_mapped_written, 1 << order);
+                self.set_mapped(&mut pt, &region, first, order, false, false);
+                (first, order)
+            }
+            _ => (index, 0),
+        };
+        let step = match region.source().unprotect(region.addr_of(first), bytes_of(order)) {
+            Ok(()) => Step::Done(FaultOutcome::Mapped),
+            Err(error) => self.source_failed(error)?,
+        };
+        Ok(match step {
+            Step::Done(outcome) => outcome,
+            Step::Again => FaultOutcome::Retry,
+        })
     }
 
     /// Turns a page-source failure into the fault's outcome.
@@ -352,8 +438,8 @@ impl Core {
                 Ok(mapped) => {
                     let activate = shadow.is_some_and(|s| self.refault(s, order));
                     let mapped = mapped.expect("a refused page is a miss or a failure");
-                    Ok(self
-                        .finish_map(&mut pt, region, first, order, entry, mapped, activate, true))
+                    let how = MapAs { zero_mapped: false, activate, own_locked: true };
+                    Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, how))
                 }
                 Err(error) => self.source_failed(error),
             }
@@ -505,7 +591,10 @@ impl Core {
         }
         let (addr, len) = (region.addr_of(first), bytes_of(order));
         let source = region.source();
-        let mapped = if zero_page {
+        let protect = zero_page && region.managed() && source.protects_zero();
+        let mapped = if protect {
+            source.map_zero_protected(addr, len)
+        } else if zero_page {
             source.map_zero(addr, len)
         } else {
             let skip = ((entry.offset() - folio.first_slot()) * PAGE) as usize;
@@ -513,7 +602,10 @@ impl Core {
         };
         match mapped {
             Ok(mapped) => {
-                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, activate, false))
+                // Pages already present are not known to be zero: they are kept as resident.
+                let zero_mapped = protect && mapped == Mapped::Done;
+                let how = MapAs { zero_mapped, activate, own_locked: false };
+                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, how))
             }
             Err(error) => self.source_failed(error),
         }
@@ -524,7 +616,7 @@ impl Core {
     /// on), the budget its bytes, and the page table's reference to the slots is dropped.
     /// `AlreadyPresent` (someone mapped first) is counted and what is there stays.
     ///
-    /// `own_locked`: the caller holds, locked, the one folio caching these slots (the
+    /// `how.own_locked`: the caller holds, locked, the one folio caching these slots (the
     /// in-place page-in) and deletes it next, so dropping the reference needs no look for
     /// cached folios to release: [`Core::put_entry`] would find only that one, and a locked
     /// folio is its owner's to delete.
@@ -537,17 +629,14 @@ impl Core {
         order: u32,
         entry: SwapEntry,
         mapped: Mapped,
-        activate: bool,
-        own_locked: bool,
+        how: MapAs,
     ) -> Step {
+        let MapAs { zero_mapped, activate, own_locked } = how;
         if mapped == Mapped::AlreadyPresent {
             Stats::add(&self.stats.counters.map_error, 1);
         }
         if region.managed() {
-            let owner = FolioOwner { region: region.id(), index: first, order };
-            let id = self.lru.add(owner, activate);
-            pt.set(first, order, Pte::Resident(id));
-            self.budget.charge_resident(bytes_of(order));
+            self.set_mapped(pt, region, first, order, zero_mapped, activate);
         } else {
             // A forked child's page: served, then the kernel's like any other child page.
             pt.erase(first);

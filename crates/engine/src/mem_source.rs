@@ -2,8 +2,10 @@
 //! `uswap bench engine`, and for the simulator.
 //!
 //! Every page of the simulated address space is `Missing` (an access faults into the
-//! engine), `Zero` (the shared zero page: reads see zeros, a write allocates), `Data`, or
-//! `Poisoned` (an access fails, as SIGBUS would). Each page has its own lock, so a take or a
+//! engine), `Zero` (the shared zero page: reads see zeros, a write allocates),
+//! `ZeroProtected` (the same, but a write faults into the engine first, as a
+//! write-protected zero page does through userfaultfd), `Data`, or `Poisoned` (an access
+//! fails, as SIGBUS would). Each page has its own lock, so a take or a
 //! map of a page is atomic with respect to the simulated program's accesses to it, which
 //! is the [`PageSource`] contract: a write lands before a take (and is in the taken data)
 //! or after it (and faults).
@@ -26,6 +28,9 @@ enum State {
     Missing,
     /// The shared zero page: reads see zeros, a write allocates.
     Zero,
+    /// The shared zero page, write-protected: reads see zeros, a write faults into the
+    /// engine as a write-protect fault ([`MemorySource::with_protected_zero`]).
+    ZeroProtected,
     /// Its own data.
     Data,
     /// An access fails (SIGBUS).
@@ -70,6 +75,8 @@ pub struct MemorySource {
     inject_retry: AtomicU64,
     /// What reclaim sees of accesses to resident pages.
     access_bits: AccessBits,
+    /// Maps the zero page write-protected ([`PageSource::protects_zero`]).
+    protect_zero: bool,
 }
 
 /// What sets a page's referenced bit, and whether reclaim may read it.
@@ -107,7 +114,16 @@ impl MemorySource {
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
             access_bits: AccessBits::All,
+            protect_zero: false,
         }
+    }
+
+    /// The same source, mapping the zero page write-protected: the engine maps reads of
+    /// zero pages uncharged and learns of each first write from a write-protect fault, as
+    /// with userfaultfd's write protection.
+    pub fn with_protected_zero(mut self) -> Self {
+        self.protect_zero = true;
+        self
     }
 
     /// The same source, telling reclaim nothing of accesses to resident pages
@@ -160,7 +176,7 @@ impl MemorySource {
     pub fn read(&self, engine: &Engine, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
         self.access(engine, addr, false, |page| match **page {
             State::Data => buf.copy_from_slice(page.frame()),
-            State::Zero => buf.fill(0),
+            State::Zero | State::ZeroProtected => buf.fill(0),
             State::Missing | State::Poisoned => unreachable!("access() handles these"),
         })
     }
@@ -171,7 +187,7 @@ impl MemorySource {
         let mut page = self.pages.lock(self.page_index(addr));
         match *page {
             State::Data => buf.copy_from_slice(page.frame()),
-            State::Zero => buf.fill(0),
+            State::Zero | State::ZeroProtected => buf.fill(0),
             State::Missing | State::Poisoned => return false,
         }
         true
@@ -183,7 +199,7 @@ impl MemorySource {
     /// As [`MemorySource::read`].
     pub fn write(&self, engine: &Engine, addr: u64, data: &[u8]) -> Result<(), AccessError> {
         self.access(engine, addr, true, |page| {
-            if **page == State::Zero {
+            if **page == State::Zero || **page == State::ZeroProtected {
                 // Copy-on-write of the zero page: now it costs memory.
                 self.data_pages.fetch_add(1, Ordering::Relaxed);
                 **page = State::Data;
@@ -202,22 +218,29 @@ impl MemorySource {
         let index = self.page_index(addr);
         let mut faulted = false;
         for _ in 0..ACCESS_ROUNDS_MAX {
-            {
+            // A write to a protected zero page faults as write-protect, not as missing.
+            let protected = {
                 let mut page = self.pages.lock(index);
                 match *page {
                     State::Poisoned => return Err(AccessError::Poisoned { addr }),
-                    State::Data | State::Zero => {
+                    State::ZeroProtected if write => true,
+                    State::Data | State::Zero | State::ZeroProtected => {
                         if self.access_bits.set_by(write, faulted) {
                             self.referenced[index].store(true, Ordering::Relaxed);
                         }
                         f(&mut page);
                         return Ok(());
                     }
-                    State::Missing => {}
+                    State::Missing => false,
                 }
-            }
+            };
             faulted = true;
-            match engine.handle_fault(addr, write) {
+            let outcome = if protected {
+                engine.handle_wp_fault_in(crate::region::MmId::DEFAULT, addr)
+            } else {
+                engine.handle_fault(addr, write)
+            };
+            match outcome {
                 Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Retry) => {}
                 Ok(FaultOutcome::Gone) => {
                     return Err(AccessError::Engine(Error::OutsideRegions { addr }))
@@ -254,7 +277,8 @@ impl MemorySource {
                 child.data_pages.fetch_add(1, Ordering::Relaxed);
                 copy.frame().copy_from_slice(page.frame());
             }
-            *copy = *page;
+            // The child's zero pages are unprotected: its writes are the kernel's business.
+            *copy = if *page == State::ZeroProtected { State::Zero } else { *page };
         }
         child
     }
@@ -329,7 +353,7 @@ impl PageSource for MemorySource {
                     out.copy_from_slice(page.frame());
                     self.data_pages.fetch_sub(1, Ordering::Relaxed);
                 }
-                State::Zero => out.fill(0),
+                State::Zero | State::ZeroProtected => out.fill(0),
                 State::Missing | State::Poisoned => {
                     out.fill(0);
                     holes += 1;
@@ -345,6 +369,33 @@ impl PageSource for MemorySource {
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
         Ok(self.install(addr, len as usize, None))
+    }
+
+    fn protects_zero(&self) -> bool {
+        self.protect_zero
+    }
+
+    /// Maps, then protects, as userfaultfd does (`UFFDIO_ZEROPAGE`, then
+    /// `UFFDIO_WRITEPROTECT`): a write in between allocates unseen.
+    fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        let mapped = self.install(addr, len as usize, None);
+        if mapped == Mapped::Done {
+            for page in self.lock_range(addr, len as usize).iter_mut() {
+                if **page == State::Zero {
+                    **page = State::ZeroProtected;
+                }
+            }
+        }
+        Ok(mapped)
+    }
+
+    fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        for page in self.lock_range(addr, len as usize).iter_mut() {
+            if **page == State::ZeroProtected {
+                **page = State::Zero;
+            }
+        }
+        Ok(())
     }
 
     fn fills_in_place(&self) -> bool {

@@ -137,6 +137,43 @@ pub trait PageSource: Send + Sync {
     /// As [`PageSource::take`].
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError>;
 
+    /// Can this source map the zero page write-protected ([`PageSource::map_zero_protected`])?
+    /// Then the engine maps a read of a zero page uncharged, and learns of the first write
+    /// to it from a write-protect fault ([`crate::Engine::handle_wp_fault_in`]). `false` by
+    /// default: a zero-page mapping is then charged as a resident page, since a write to
+    /// it would allocate unseen.
+    fn protects_zero(&self) -> bool {
+        false
+    }
+
+    /// As [`PageSource::map_zero`], the pages left write-protected: a write to one faults
+    /// into the engine as a write-protect fault until [`PageSource::unprotect`] lifts it.
+    /// Called only if [`PageSource::protects_zero`].
+    ///
+    /// If the protection cannot be made atomic with the mapping (userfaultfd maps, then
+    /// protects), a write by another thread in between allocates unseen: that page keeps
+    /// its data, it is only uncharged until its next write-protect fault (or for ever, if
+    /// the program never writes it again). The engine never reads or takes a zero-page
+    /// entry's pages, so no data can be lost that way.
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        let _ = (addr, len);
+        Err(SourceError::Failed("this page source cannot write-protect".into()))
+    }
+
+    /// Lifts the write protection of `len` bytes at `addr` (a write may go through and
+    /// allocate now) and wakes threads faulting there. Harmless on pages not protected or
+    /// not present.
+    ///
+    /// # Errors
+    /// As [`PageSource::take`].
+    fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        let _ = (addr, len);
+        Ok(())
+    }
+
     /// Makes accesses to `len` bytes at `addr` fail loudly (SIGBUS), and wakes threads
     /// faulting there so they see the failure.
     ///

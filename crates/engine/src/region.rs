@@ -10,8 +10,15 @@
 //!   +----------------------------------------------------------+---+
 //!   |  swap type (5 bits) | slot offset (56 bits): swapped out  | 0 |
 //!   +----------------------------------------------------------+---+
+//!   |  1 (bit 62, past every swap type) | 0: the zero page      | 0 |
+//!   +----------------------------------------------------------+---+
 //!   no entry: never touched, or dropped by the program: reads as zeros
 //! ```
+//!
+//! A zero-page entry ([`Pte::ZeroMapped`]) maps the shared zero page write-protected: it
+//! holds no memory, so it is charged nothing and is on no LRU; the program's first write
+//! to it faults into the engine ([`crate::Engine::handle_wp_fault_in`]), which makes it a
+//! resident folio before letting the write through.
 //!
 //! A swapped folio of order `o` is one entry of order `o` whose value names the swap entry
 //! of its *first* page; page `i` of it lives at `offset + (i - first)`. Splitting such an
@@ -48,7 +55,20 @@ pub enum Pte {
     Resident(LruId),
     /// Swapped out; the swap entry of the entry's first page.
     Swap(SwapEntry),
+    /// Mapped to the shared zero page, write-protected (module documentation): no memory,
+    /// no charge, no LRU record.
+    ZeroMapped,
 }
+
+/// [`Pte::ZeroMapped`]'s value: bit 62, above a swapped entry's highest bit (5 bits of
+/// swap type over 56 of offset, shifted by the tag), with the swapped tag.
+const ZERO_MAPPED_VALUE: u64 = 1 << 62;
+
+// Every swap type and offset encodes below the zero-page value.
+const _: () = assert!(
+    (((slots::MAX_SWAPFILES as u64 - 1) << OFFSET_BITS) | ((1 << OFFSET_BITS) - 1)) << 1
+        < ZERO_MAPPED_VALUE
+);
 
 const OFFSET_BITS: u32 = 56;
 
@@ -64,6 +84,7 @@ impl Pte {
                 let ty = u64::from(entry.swap_type().get());
                 ((ty << OFFSET_BITS) | entry.offset()) << 1
             }
+            Pte::ZeroMapped => ZERO_MAPPED_VALUE,
         }
     }
 
@@ -71,6 +92,8 @@ impl Pte {
     pub fn from_value(value: u64) -> Pte {
         if value & 1 == 1 {
             Pte::Resident(LruId::from_raw(value >> 1))
+        } else if value == ZERO_MAPPED_VALUE {
+            Pte::ZeroMapped
         } else {
             let payload = value >> 1;
             let ty = SwapType::new((payload >> OFFSET_BITS) as u8).expect("swap type in range");
@@ -95,7 +118,7 @@ impl Found {
     pub fn swap_entry_of(&self, index: u64) -> Option<SwapEntry> {
         match self.pte {
             Pte::Swap(entry) => Some(entry.add(index - self.first)),
-            Pte::Resident(_) => None,
+            Pte::Resident(_) | Pte::ZeroMapped => None,
         }
     }
 }
@@ -499,6 +522,7 @@ mod tests {
             Pte::Swap(SwapEntry::new(SwapType::new(31).unwrap(), 12345)),
             Pte::Resident(LruId::from_raw(0)),
             Pte::Resident(LruId::from_raw((1 << 60) - 1)),
+            Pte::ZeroMapped,
         ] {
             let value = pte.to_value();
             assert!(value <= xarray::MAX_VALUE, "{pte:?} does not fit a value entry");

@@ -76,6 +76,14 @@ counters! {
     pgfault_first_touch,
     /// Faults that found the page already mapped (a racing fault served it).
     pgfault_spurious,
+    /// Write-protect faults: a write to a zero page mapped write-protected (or to a page
+    /// protected that the engine does not keep as one: a forked child's).
+    pgfault_wp,
+    /// Pages mapped to the shared zero page write-protected, uncharged (a read of a page
+    /// never written, or of a zero-map slot), when the page source can protect them.
+    zero_mapped,
+    /// Of those, pages made resident (charged, on the LRU) by the program's first write.
+    zero_mapped_written,
     /// Faults whose swap entry changed under them (re-validation after an unlock failed).
     swapin_raced,
     /// Faults that waited on a folio another thread was reading or writing.
@@ -206,6 +214,8 @@ pub struct Gauges {
     pub swap_inuse_pages: u64,
     /// Slots whose page was all zero (bits set in the zero map).
     pub zeromap_pages: u64,
+    /// Pages mapped to the shared zero page, write-protected and uncharged (no memory).
+    pub zero_mapped_pages: u64,
     /// The budget in bytes.
     pub budget_bytes: u64,
     /// Charged bytes: resident + swap cache + pool.
@@ -318,6 +328,7 @@ impl Gauges {
             ("stored_pages", self.pool_stored_pages),
             ("swap_inuse_pages", self.swap_inuse_pages),
             ("zeromap_pages", self.zeromap_pages),
+            ("zero_mapped_pages", self.zero_mapped_pages),
             ("budget_bytes", self.budget_bytes),
             ("used_bytes", self.used_bytes),
             ("used_bytes_peak", self.used_bytes_peak),

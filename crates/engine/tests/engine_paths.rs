@@ -87,6 +87,92 @@ fn zero_pages_are_stored_as_bits_and_read_as_the_zero_page() {
     engine.check_invariants();
 }
 
+/// With a source that write-protects zero pages: a read of a page never written, or of a
+/// zero-map slot, maps the zero page uncharged; the first write to it is a write-protect
+/// fault that makes the folio resident and charged before it lets the write through. A
+/// zero-page entry is dropped, moved and left out of a fork like any other, and never
+/// reclaimed: it holds nothing.
+#[test]
+fn zero_pages_read_uncharged_until_written() {
+    let source = MemorySource::new(common::BASE, 512).with_protected_zero();
+    let config = EngineConfig { folio_order: 2, ..config(256) };
+    let (engine, source) = setup_with(source, config, 512);
+    let mut buf = vec![1u8; PAGE];
+    // 256 pages never written, read: they would fill the budget, none is charged, and
+    // reclaim has nothing to take.
+    for page in 0..256 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert!(buf.iter().all(|b| *b == 0), "page {page}");
+    }
+    let stats = engine.stats();
+    assert_eq!((stats.gauges.zero_mapped_pages, stats.gauges.used_bytes), (256, 0));
+    assert_eq!((stats.counters.zero_mapped, stats.counters.pgscan_direct), (256, 0));
+    assert_eq!(source.data_pages(), 0);
+    engine.check_invariants();
+    // Writes: one write-protect fault per order-2 entry, which becomes resident whole.
+    for page in (0..64).step_by(4) {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let stats = engine.stats();
+    assert_eq!((stats.counters.pgfault_wp, stats.counters.zero_mapped_written), (16, 64));
+    assert_eq!(stats.gauges.zero_mapped_pages, 192);
+    assert_eq!(stats.gauges.resident_pages, 64);
+    assert_eq!(source.data_pages(), 16, "the kernel allocated the pages written, not the folio");
+    engine.check_invariants();
+    // Zero-map slots come back as protected zero pages too.
+    for page in 256..512 {
+        source.write(&engine, addr(page), &content(page, 0)).unwrap();
+    }
+    engine.pageout(addr(0), 512 * PAGE as u64).unwrap();
+    for page in 256..512 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert!(buf.iter().all(|b| *b == 0), "page {page}");
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.counters.swpin_zero, 256);
+    assert_eq!(stats.gauges.zero_mapped_pages, 192 + 256);
+    check_pages(&engine, &source, 0..1, 1);
+    // Dropped (the REMOVE event), moved, and left out of a fork.
+    source.drop_range(addr(300), 6 * PAGE as u64);
+    engine.remove(addr(300), 6 * PAGE as u64);
+    assert_eq!(engine.stats().gauges.zero_mapped_pages, 192 + 250);
+    let (from, to, len) = (addr(400), addr(100), 8 * PAGE as u64);
+    source.remap(from, to, len);
+    engine.remap(engine::region::MmId::DEFAULT, from, to, len).unwrap();
+    source.write(&engine, addr(101), &content(101, 2)).unwrap();
+    check_pages(&engine, &source, 101..102, 2);
+    let child = std::sync::Arc::new(source.fork());
+    let child_source: std::sync::Arc<dyn engine::PageSource> = child;
+    engine.fork(engine::region::MmId::DEFAULT, child_source).unwrap();
+    engine.check_invariants();
+}
+
+/// Zero pages a program mapped before its range was managed (the shim's adoption), listed
+/// once write-protected: adopted uncharged, and made resident by their first write. A
+/// source that cannot protect them is refused.
+#[test]
+fn zero_pages_found_mapped_are_adopted_uncharged() {
+    use engine::PageSource;
+    let len = 64 * PAGE as u64;
+    let plain = MemorySource::new(common::BASE, 64);
+    let (engine, _) = setup_with(plain, config(32), 64);
+    let e = engine.adopt_zero_mapped(addr(0), len, &[(0, 8)]).unwrap_err();
+    assert!(matches!(e, Error::BadRegion { .. }), "{e}");
+    let source = std::sync::Arc::new(MemorySource::new(common::BASE, 64).with_protected_zero());
+    assert_eq!(source.map_zero_protected(addr(0), 12 * PAGE as u64), Ok(engine::Mapped::Done));
+    let engine = engine::Engine::new(config(32), source.clone()).unwrap();
+    engine.add_region_populated(common::BASE, len, &[]).unwrap();
+    assert_eq!(engine.adopt_zero_mapped(addr(0), len, &[(0, 8)]).unwrap(), 8);
+    assert_eq!(engine.adopt_zero_mapped(addr(0), len, &[(4, 8)]).unwrap(), 4, "new pages only");
+    let stats = engine.stats();
+    assert_eq!((stats.gauges.zero_mapped_pages, stats.gauges.used_bytes), (12, 0));
+    source.write(&engine, addr(3), &content(3, 1)).unwrap();
+    check_pages(&engine, &source, 3..4, 1);
+    let stats = engine.stats();
+    assert_eq!((stats.gauges.zero_mapped_pages, stats.gauges.resident_pages), (11, 1));
+    engine.check_invariants();
+}
+
 #[test]
 fn large_folios_go_out_and_come_back_whole() {
     let config = EngineConfig { folio_order: 4, ..config(256) };

@@ -6,8 +6,8 @@
 mod common;
 
 use backend::{Backend, FaultBackend, FaultKind, FaultPlan, MemoryBackend};
-use common::{addr, content, setup, PAGE};
-use engine::mem_source::AccessError;
+use common::{addr, content, setup_with, BASE, PAGE};
+use engine::mem_source::{AccessError, MemorySource};
 use engine::{BackendConfig, EngineConfig, SwapConfig};
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,9 +24,19 @@ struct Outcome {
 
 /// Runs the workload; each thread owns the pages `p % THREADS == tid`.
 fn run(config: EngineConfig, ops_per_thread: u64, seed: u64) -> (Outcome, engine::Engine) {
+    run_over(MemorySource::new(BASE, REGION_PAGES), config, ops_per_thread, seed)
+}
+
+/// As [`run`], over `source`.
+fn run_over(
+    source: MemorySource,
+    config: EngineConfig,
+    ops_per_thread: u64,
+    seed: u64,
+) -> (Outcome, engine::Engine) {
     let folio_bytes = config.folio_bytes();
     let budget = config.budget_bytes;
-    let (engine, source) = setup(config, REGION_PAGES);
+    let (engine, source) = setup_with(source, config, REGION_PAGES);
     let engine = Arc::new(engine);
     let over_budget = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -138,6 +148,21 @@ fn threads_read_back_their_last_writes_order2() {
     assert!(outcome.reads_checked > 30_000);
     assert_eq!(outcome.poisoned, 0);
     assert!(engine.stats().per_order.swpout[2] > 100);
+    engine.check_invariants();
+}
+
+/// Zero pages mapped write-protected and uncharged: reads of never-written pages and of
+/// zero-map slots map them, each first write makes a folio resident through a
+/// write-protect fault, racing the other threads' faults and the reclaimer.
+#[test]
+fn threads_read_back_their_last_writes_with_protected_zero_pages() {
+    let source = MemorySource::new(BASE, REGION_PAGES).with_protected_zero();
+    let (outcome, engine) = run_over(source, config(2, BackendConfig::Memory), 20_000, 4);
+    assert!(outcome.reads_checked > 30_000);
+    assert_eq!(outcome.poisoned, 0);
+    let c = engine.stats().counters;
+    assert!(c.zero_mapped > 1000 && c.zero_mapped_written > 100, "{c:?}");
+    assert!(c.pgfault_wp > 100 && c.swpin_zero > 100, "{c:?}");
     engine.check_invariants();
 }
 

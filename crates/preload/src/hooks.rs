@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uffd::handler::Control;
-use uffd::{Categories, Noted, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd};
+use uffd::{Categories, Noted, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd, Wake};
 
 /// The least time between two scans (a burst of mmaps asks for many).
 pub const SCAN_GAP: Duration = Duration::from_millis(2);
@@ -49,6 +49,8 @@ const PAGE: usize = 4096;
 pub struct Started {
     /// The managed uffd.
     pub uffd: Arc<Uffd>,
+    /// The mode ranges are registered with (write-protect too if zero pages are protected).
+    pub register_mode: RegisterMode,
     /// The handler's control block (its counters).
     pub control: Arc<Control>,
     /// Never managed.
@@ -57,6 +59,16 @@ pub struct Started {
     pub pagemap: PageMap,
     /// The process that runs the engine.
     pub pid: i32,
+}
+
+/// The pages a range being adopted holds ([`list_present`]): runs `(first page from the
+/// range's start, pages)`.
+#[derive(Debug)]
+struct PageLists {
+    /// Present pages, adopted as resident.
+    present: Vec<(u64, u64)>,
+    /// Zero pages, adopted write-protected and uncharged.
+    zero: Vec<(u64, u64)>,
 }
 
 /// Buffers and clocks of the scans (handler thread only).
@@ -68,7 +80,7 @@ struct Scanner {
     gaps: Vec<(usize, usize)>,
     regions: Vec<(usize, usize)>,
     found: Vec<PageRegion>,
-    present: Vec<(u64, u64)>,
+    lists: PageLists,
     last_scan: Option<Instant>,
     last_stats: Option<Instant>,
     /// The budget reserve for the next burst ([`Burst`]).
@@ -125,6 +137,10 @@ struct Counters {
     scan_ns: AtomicU64,
     regions_added: AtomicU64,
     pages_adopted: AtomicU64,
+    /// Zero pages found mapped at adoption, protected and adopted uncharged.
+    zero_pages_adopted: AtomicU64,
+    /// Write protections of those that failed (the pages are then adopted as present).
+    protect_failed: AtomicU64,
     register_failed: AtomicU64,
     trace_errors: AtomicU64,
 }
@@ -182,7 +198,7 @@ impl ShimHooks {
             gaps: Vec::with_capacity(64),
             regions: Vec::with_capacity(4096),
             found: Vec::with_capacity(uffd::pagemap::SCAN_BATCH),
-            present: Vec::with_capacity(1024),
+            lists: PageLists { present: Vec::with_capacity(1024), zero: Vec::with_capacity(1024) },
             last_scan: None,
             last_stats: None,
             burst: Burst::default(),
@@ -249,7 +265,7 @@ impl ShimHooks {
         if maps::read(&mut sc.text).is_err() {
             return;
         }
-        let Scanner { text, candidates, pieces, gaps, regions, found, present, .. } = sc;
+        let Scanner { text, candidates, pieces, gaps, regions, found, lists, .. } = sc;
         maps::candidates(text, candidates);
         regions.clear();
         let ranges = engine.region_ranges(MmId::DEFAULT);
@@ -261,7 +277,7 @@ impl ShimHooks {
                 gaps.clear();
                 maps::subtract(regions, start, end, gaps);
                 for &(s, e) in gaps.iter() {
-                    self.adopt(started, engine, s, e, found, present);
+                    self.adopt(started, engine, s, e, found, lists);
                 }
             }
         }
@@ -277,39 +293,41 @@ impl ShimHooks {
         start: usize,
         end: usize,
         found: &mut Vec<PageRegion>,
-        present: &mut Vec<(u64, u64)>,
+        lists: &mut PageLists,
     ) {
         let Ok(range) = Range::new(start, end - start) else { return };
         crate::shim::no_huge_pages(start, end - start);
-        if started.uffd.register(range, RegisterMode::MISSING).is_err() {
+        if started.uffd.register(range, started.register_mode).is_err() {
             self.counters.register_failed.fetch_add(1, Relaxed);
             return;
         }
-        present.clear();
-        let args = ScanArgs {
-            anyof: Categories::PRESENT,
-            report: Categories::PRESENT,
-            ..ScanArgs::default()
-        };
-        let mut at = start;
-        while at < end {
-            found.clear();
-            let Ok(walk) = Range::new(at, end - at) else { break };
-            let Ok(result) = started.pagemap.scan(walk, &args, found) else { break };
-            for r in found.iter() {
-                present
-                    .push((((r.start - start) / PAGE) as u64, ((r.end - r.start) / PAGE) as u64));
+        let protect = started.register_mode.contains(RegisterMode::WP);
+        list_present(started, start, end, protect, found, lists);
+        // Zero pages the program read before the range was registered: protected, they
+        // cost nothing until written. Listed again once protected: one written meanwhile
+        // holds data and is adopted as present; a missing fault here waits for this thread,
+        // so no new zero page appears between the listings.
+        if !lists.zero.is_empty() {
+            for &(first, n) in lists.zero.iter() {
+                let at = start + first as usize * PAGE;
+                if let Ok(zero) = Range::new(at, n as usize * PAGE) {
+                    if started.uffd.writeprotect(zero, true, Wake::Wake).is_err() {
+                        self.counters.protect_failed.fetch_add(1, Relaxed);
+                    }
+                }
             }
-            if result.walk_end <= at {
-                break;
-            }
-            at = result.walk_end;
+            list_present(started, start, end, protect, found, lists);
         }
+        let PageLists { present, zero } = lists;
         let pages: u64 = present.iter().map(|r| r.1).sum();
-        match engine.add_region_populated(start as u64, (end - start) as u64, present) {
+        let (start, len) = (start as u64, (end - start) as u64);
+        match engine.add_region_populated(start, len, present) {
             Ok(_) => {
                 self.counters.regions_added.fetch_add(1, Relaxed);
                 self.counters.pages_adopted.fetch_add(pages, Relaxed);
+                if let Ok(n) = engine.adopt_zero_mapped(start, len, zero) {
+                    self.counters.zero_pages_adopted.fetch_add(n, Relaxed);
+                }
             }
             Err(_) => {
                 let _ = started.uffd.unregister(range);
@@ -356,6 +374,8 @@ impl ShimHooks {
             ("shim_scan_ns", &c.scan_ns),
             ("shim_regions_added", &c.regions_added),
             ("shim_pages_adopted", &c.pages_adopted),
+            ("shim_zero_pages_adopted", &c.zero_pages_adopted),
+            ("shim_protect_failed", &c.protect_failed),
             ("shim_register_failed", &c.register_failed),
             ("shim_trace_errors", &c.trace_errors),
         ] {
@@ -472,6 +492,42 @@ impl uffd::Hooks for ShimHooks {
             self.write_stats(engine, false);
         }
         Some(wait.max(Duration::from_millis(1)))
+    }
+}
+
+/// Lists the present pages of `[start, end)` as runs `(first page from start, pages)`:
+/// into `lists.zero` the zero-page ones if `zero` (PAGEMAP_SCAN's `PFNZERO`), the rest into
+/// `lists.present`. A scan that fails ends the listing there (the pages after it are adopted
+/// when the program faults them, or by a later scan).
+fn list_present(
+    started: &Started,
+    start: usize,
+    end: usize,
+    zero: bool,
+    found: &mut Vec<PageRegion>,
+    lists: &mut PageLists,
+) {
+    lists.present.clear();
+    lists.zero.clear();
+    let report = if zero { Categories::PRESENT | Categories::PFNZERO } else { Categories::PRESENT };
+    let args = ScanArgs { anyof: Categories::PRESENT, report, ..ScanArgs::default() };
+    let mut at = start;
+    while at < end {
+        found.clear();
+        let Ok(walk) = Range::new(at, end - at) else { break };
+        let Ok(result) = started.pagemap.scan(walk, &args, found) else { break };
+        for r in found.iter() {
+            let run = (((r.start - start) / PAGE) as u64, ((r.end - r.start) / PAGE) as u64);
+            if r.categories.contains(Categories::PFNZERO) {
+                lists.zero.push(run);
+            } else {
+                lists.present.push(run);
+            }
+        }
+        if result.walk_end <= at {
+            break;
+        }
+        at = result.walk_end;
     }
 }
 

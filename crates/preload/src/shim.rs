@@ -95,7 +95,10 @@ fn start() -> Result<(), String> {
     let pagemap = PageMap::open_self().map_err(|e| format!("cannot open the pagemap: {e}"))?;
     let uffd = swap.uffd().map_err(|e| e.to_string())?.clone();
     let control = swap.control().map_err(|e| e.to_string())?.clone();
-    hooks.start(Started { uffd, control: control.clone(), exclusions, pagemap, pid });
+    let register_mode = swap.source().map_err(|e| e.to_string())?.register_mode();
+    let started =
+        Started { uffd, register_mode, control: control.clone(), exclusions, pagemap, pid };
+    hooks.start(started);
     let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     crate::interpose::install(control, pid);
@@ -143,6 +146,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .folio_order(config.folio_order)
         .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
         .require_kernel_faults(true)
+        .protect_zero_pages(config.zero_pages == "protected")
         .handler_options(options);
     builder = match &config.swap_file {
         Some(path) => builder.swap_file(path, config.swap_size_bytes),

@@ -48,9 +48,11 @@ pub const LARGE_FOLIOS: &str = "USWAP_LARGE_FOLIOS";
 pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
 /// `keep` or `drop`: whether the swap file's pages may stay in the page cache.
 pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
+/// `protected` or `charged`: how a read of a zero page is mapped (`uswap run --zero-pages`).
+pub const ZERO_PAGES: &str = "USWAP_ZERO_PAGES";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -66,6 +68,7 @@ pub const ALL: [&str; 15] = [
     LARGE_FOLIOS,
     IDLE_PAGE,
     SWAP_FILE_CACHE,
+    ZERO_PAGES,
 ];
 
 /// What the shim needs to manage a program.
@@ -99,6 +102,8 @@ pub struct RunConfig {
     pub folio_order: u32,
     /// `always` or `sequential`.
     pub large_folios: String,
+    /// `protected` or `charged`.
+    pub zero_pages: String,
     /// The idle pollers' page, if they run.
     pub idle_page: Option<String>,
 }
@@ -118,6 +123,7 @@ impl RunConfig {
             (PRELOAD_PATH, self.preload_path.clone()),
             (FOLIO_ORDER, self.folio_order.to_string()),
             (LARGE_FOLIOS, self.large_folios.clone()),
+            (ZERO_PAGES, self.zero_pages.clone()),
         ];
         if let Some(bytes) = self.pool_bytes {
             vars.push((POOL_SIZE, bytes.to_string()));
@@ -158,6 +164,7 @@ impl RunConfig {
             preload_path: need(PRELOAD_PATH)?,
             folio_order: number(FOLIO_ORDER)? as u32,
             large_folios: need(LARGE_FOLIOS)?,
+            zero_pages: need(ZERO_PAGES)?,
             idle_page: get(IDLE_PAGE),
         })
     }
@@ -193,6 +200,7 @@ mod tests {
             preload_path: "/x/libuswap_preload.so".into(),
             folio_order: 4,
             large_folios: "sequential".into(),
+            zero_pages: "charged".into(),
             idle_page: Some("/tmp/uswap-x/idle".into()),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();

@@ -157,6 +157,10 @@ pub struct Summary {
     pub write_errors: u64,
     /// Reclaim passes stopped because the swap file's disk was low on space.
     pub no_space: u64,
+    /// Pages mapped to the zero page write-protected, uncharged.
+    pub zero_mapped: u64,
+    /// Of those, pages the program wrote (a write-protect fault each made them resident).
+    pub zero_written: u64,
 }
 
 impl Summary {
@@ -194,6 +198,8 @@ impl Summary {
             swap_full: file.get("swap_full"),
             write_errors: file.get("swpout_error"),
             no_space: file.get("swap_no_space"),
+            zero_mapped: file.get("zero_mapped"),
+            zero_written: file.get("zero_mapped_written"),
         }
     }
 
@@ -236,6 +242,12 @@ impl Summary {
                 us(self.fault_ns_p99)
             ),
         ];
+        if self.zero_mapped > 0 {
+            lines.push(format!(
+                "{prefix}zero pages: {} mapped uncharged, {} of them then written",
+                self.zero_mapped, self.zero_written
+            ));
+        }
         if self.idle_pollers > 0 {
             lines.push(format!(
                 "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",

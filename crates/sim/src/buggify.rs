@@ -21,6 +21,7 @@
 //! | `incompressible` | the content of a written page | the pool stores it raw or refuses it |
 //! | `compress_fail` | the pool's compressor (zswap's hook) | stored raw or refused, never lost |
 //! | `pool_alloc_fail` | the pool allocator (zpool's hook) | the page goes to the device |
+//! | `protect_lost` | a zero page mapped write-protected: a write lands first | nothing lost |
 //!
 //! Torn, lost and corrupt I/O is silent by nature: it can only be caught by a checksum. A
 //! run that activates any of them turns the swap device's checksums on (and the checker
@@ -54,14 +55,19 @@ pub enum Site {
     CompressFail,
     /// The pool allocator fails to allocate a zspage.
     PoolAllocFail,
+    /// A zero page mapped write-protected is left unprotected, as when another thread
+    /// writes it between userfaultfd's map and its protection: the write is unseen.
+    ProtectLost,
 }
 
 /// Number of sites.
-pub const NR_SITES: usize = 11;
+pub const NR_SITES: usize = 12;
 
 /// The sites of the first draw; the pool's sites are drawn after every other option (so
-/// adding them changed no earlier seed's world).
+/// adding them changed no earlier seed's world), and the sites after [`POOL_DRAW_END`]
+/// after those.
 const FIRST_DRAW: usize = 9;
+const POOL_DRAW_END: usize = 11;
 
 impl Site {
     /// Every site, in declaration order.
@@ -77,6 +83,7 @@ impl Site {
         Site::Incompressible,
         Site::CompressFail,
         Site::PoolAllocFail,
+        Site::ProtectLost,
     ];
 
     /// The site's name, as printed and as accepted by `--fault`.
@@ -93,6 +100,7 @@ impl Site {
             Site::Incompressible => "incompressible",
             Site::CompressFail => "compress_fail",
             Site::PoolAllocFail => "pool_alloc_fail",
+            Site::ProtectLost => "protect_lost",
         }
     }
 
@@ -158,7 +166,14 @@ impl Faults {
 
     /// The swarm draw of the pool's sites.
     pub fn swarm_pool(&mut self, rng: &mut SimRng) {
-        for site in &Site::ALL[FIRST_DRAW..] {
+        for site in &Site::ALL[FIRST_DRAW..POOL_DRAW_END] {
+            self.draw(*site, rng);
+        }
+    }
+
+    /// The swarm draw of the sites added last (drawn after every option).
+    pub fn swarm_last(&mut self, rng: &mut SimRng) {
+        for site in &Site::ALL[POOL_DRAW_END..] {
             self.draw(*site, rng);
         }
     }
@@ -170,7 +185,8 @@ impl Faults {
                 | Site::MapRetry
                 | Site::Incompressible
                 | Site::CompressFail
-                | Site::PoolAllocFail => &FIRE_PPM_CHEAP,
+                | Site::PoolAllocFail
+                | Site::ProtectLost => &FIRE_PPM_CHEAP,
                 _ => &FIRE_PPM_IO,
             };
             self.fire_ppm[site.index()] = rng.pick(choices);

@@ -141,6 +141,9 @@ pub struct SimOptions {
     /// The pool is one of its own beside the budget, of `pool_percent` of the budget's
     /// size, and not charged to it (`ZswapSettings::separate_bytes`).
     pub pool_separate: bool,
+    /// The page source maps zero pages write-protected, and the engine keeps them
+    /// uncharged until written (drawn last, with the `protect_lost` site).
+    pub protect_zero: bool,
     /// Plant the page-in re-validation bug (debug builds only; the simulator must find it).
     pub planted_bug: bool,
     /// Print every operation as it completes (the op log), to stderr.
@@ -304,6 +307,7 @@ impl SimOptions {
             incompressible: Incompressible::StoreRaw,
             pool_checksum: false,
             pool_separate: false,
+            protect_zero: false,
             planted_bug: false,
             verbose: false,
         };
@@ -321,6 +325,9 @@ impl SimOptions {
             if rng.percent(50) { LargeFolios::Sequential } else { LargeFolios::Always };
         // Drawn last, so that every draw before it is what it was before this option.
         o.pool_separate = rng.percent(25);
+        // Then these, for the same reason.
+        o.protect_zero = rng.percent(50);
+        o.faults.swarm_last(&mut rng);
         o
     }
 
@@ -442,7 +449,8 @@ impl SimOptions {
             "workload={} threads={} ops={} region={}p budget={}p swap={}p order={} policy={:?} \
              readahead={} large_swapin={} large_folios={:?} discard={} checksums={} batch={} \
              sched={} latency={} mix=r{}%/z{}%/po{}/rm{}/fork{}/theta{} pool={}% compressor={} \
-             incompressible={:?} pool_checksum={} pool_separate={} faults={} planted_bug={}",
+             incompressible={:?} pool_checksum={} pool_separate={} protect_zero={} faults={} \
+             planted_bug={}",
             self.workload.name(),
             self.threads,
             self.ops_per_thread,
@@ -470,6 +478,7 @@ impl SimOptions {
             self.incompressible,
             self.pool_checksum,
             self.pool_separate,
+            self.protect_zero,
             self.faults.describe(),
             self.planted_bug,
         )

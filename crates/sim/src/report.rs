@@ -135,7 +135,8 @@ impl RunReport {
         let c = self.stats.as_ref().map(|s| &s.counters);
         format!(
             "seed={} {verdict} workload={} ops={} steps={} reads_checked={} lost={} checks={} \
-             remaps={} swpout={} swpin={} zswpout={} faults_fired={} digest={:016x} wall={:.2}s",
+             remaps={} swpout={} swpin={} zswpout={} zero_mapped={} wp={} faults_fired={} \
+             digest={:016x} wall={:.2}s",
             self.options.seed,
             self.options.workload.name(),
             self.ops,
@@ -147,6 +148,8 @@ impl RunReport {
             c.map_or(0, |c| c.pswpout + c.swpout_zero),
             c.map_or(0, |c| c.pswpin + c.swpin_zero),
             c.map_or(0, |c| c.zswpout),
+            c.map_or(0, |c| c.zero_mapped),
+            c.map_or(0, |c| c.pgfault_wp),
             self.faults_fired.iter().map(|(_, n)| n).sum::<u64>(),
             self.digest,
             self.wall.as_secs_f64(),

@@ -223,7 +223,7 @@ fn pool_fault_hooks(world: &Arc<World>) -> zswap::FaultHooks {
 fn setup(opts: &SimOptions, trace: Option<TraceOut>) -> Result<(Arc<Ctx>, Vec<Generator>), String> {
     let world = Arc::new(World::new(opts.seed, opts.faults.clone(), opts.latency));
     let backend = Arc::new(SimBackend::new(opts.swap_pages, world.clone()));
-    let source = Arc::new(SimSource::new(world.clone()));
+    let source = Arc::new(SimSource::new(world.clone(), opts.protect_zero));
     let engine = Engine::new(engine_config(opts, backend, &world), source.clone())
         .map_err(|e| format!("engine: {e}"))?;
     let mut replay_records = None;

@@ -47,6 +47,15 @@ pub enum Page {
 struct Slot {
     page: Page,
     referenced: bool,
+    /// Write-protected: a write faults into the engine first (a zero page mapped by
+    /// [`PageSource::map_zero_protected`]).
+    protected: bool,
+}
+
+impl Slot {
+    fn new(page: Page) -> Slot {
+        Slot { page, referenced: false, protected: false }
+    }
 }
 
 /// Why an access failed.
@@ -67,12 +76,15 @@ pub enum AccessError {
 pub struct SimSource {
     pages: Mutex<BTreeMap<u64, Slot>>,
     world: Arc<World>,
+    /// Zero pages are mapped write-protected ([`PageSource::protects_zero`]).
+    protect_zero: bool,
 }
 
 impl SimSource {
-    /// Empty memory: every access faults.
-    pub fn new(world: Arc<World>) -> SimSource {
-        SimSource { pages: Mutex::new(BTreeMap::new()), world }
+    /// Empty memory: every access faults. `protect_zero`: zero pages are mapped
+    /// write-protected.
+    pub fn new(world: Arc<World>, protect_zero: bool) -> SimSource {
+        SimSource { pages: Mutex::new(BTreeMap::new()), world, protect_zero }
     }
 
     /// Accesses the page at `addr` in address space `mm`, faulting into `engine` until it
@@ -94,17 +106,27 @@ impl SimSource {
     ) -> Result<R, AccessError> {
         debug_assert_eq!(addr % PAGE, 0);
         for _ in 0..ACCESS_ROUNDS_MAX {
-            {
+            // A write to a protected page faults as write-protect, not as missing.
+            let protected = {
                 let mut pages = self.pages.lock();
-                if let Some(slot) = pages.get_mut(&addr) {
-                    if matches!(slot.page, Page::Poisoned) {
+                match pages.get_mut(&addr) {
+                    Some(slot) if matches!(slot.page, Page::Poisoned) => {
                         return Err(AccessError::Poisoned);
                     }
-                    slot.referenced = true;
-                    return Ok(f(&mut slot.page));
+                    Some(slot) if !(write && slot.protected) => {
+                        slot.referenced = true;
+                        return Ok(f(&mut slot.page));
+                    }
+                    Some(_) => true,
+                    None => false,
                 }
-            }
-            match engine.handle_fault_in(mm, addr, write) {
+            };
+            let outcome = if protected {
+                engine.handle_wp_fault_in(mm, addr)
+            } else {
+                engine.handle_fault_in(mm, addr, write)
+            };
+            match outcome {
                 Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Retry) => {}
                 Ok(FaultOutcome::Gone) | Err(Error::OutsideRegions { .. }) => {
                     return Err(AccessError::Outside)
@@ -135,9 +157,14 @@ impl SimSource {
     }
 
     /// A forked child's memory: present pages copied (copy-on-write, to the program), the
-    /// rest absent or poisoned as here.
+    /// rest absent or poisoned as here; protected pages stay protected, as userfaultfd's
+    /// fork event keeps them.
     pub fn fork(&self) -> SimSource {
-        SimSource { pages: Mutex::new(self.pages.lock().clone()), world: self.world.clone() }
+        SimSource {
+            pages: Mutex::new(self.pages.lock().clone()),
+            world: self.world.clone(),
+            protect_zero: self.protect_zero,
+        }
     }
 
     /// Pages present (data or the zero page).
@@ -152,7 +179,7 @@ impl SimSource {
             return Mapped::AlreadyPresent;
         }
         for i in 0..(len / PAGE) as usize {
-            pages.insert(addr + i as u64 * PAGE, Slot { page: make(i), referenced: false });
+            pages.insert(addr + i as u64 * PAGE, Slot::new(make(i)));
         }
         Mapped::Done
     }
@@ -224,8 +251,7 @@ impl PageSource for SimSource {
             return Ok(None);
         }
         for (i, page) in filled.into_iter().enumerate() {
-            let slot = Slot { page: Page::Data(page), referenced: false };
-            pages.insert(addr + i as u64 * PAGE, slot);
+            pages.insert(addr + i as u64 * PAGE, Slot::new(Page::Data(page)));
         }
         Ok(Some(Mapped::Done))
     }
@@ -237,12 +263,36 @@ impl PageSource for SimSource {
         Ok(self.install(addr, len, |_| Page::Zero))
     }
 
+    fn protects_zero(&self) -> bool {
+        self.protect_zero
+    }
+
+    /// Unless `protect_lost` fires (a write slipped in before the protection), the pages
+    /// are protected as they are mapped.
+    fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        if self.world.fires(Site::MapRetry) {
+            return Err(SourceError::Retry);
+        }
+        let mapped = self.install(addr, len, |_| Page::Zero);
+        if mapped == Mapped::Done && !self.world.fires(Site::ProtectLost) {
+            for (_, slot) in self.pages.lock().range_mut(addr..addr + len) {
+                slot.protected = true;
+            }
+        }
+        Ok(mapped)
+    }
+
+    fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        for (_, slot) in self.pages.lock().range_mut(addr..addr + len) {
+            slot.protected = false;
+        }
+        Ok(())
+    }
+
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
         let mut pages = self.pages.lock();
         for i in 0..len / PAGE {
-            pages
-                .entry(addr + i * PAGE)
-                .or_insert(Slot { page: Page::Poisoned, referenced: false });
+            pages.entry(addr + i * PAGE).or_insert(Slot::new(Page::Poisoned));
         }
         Ok(())
     }

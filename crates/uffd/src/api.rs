@@ -39,7 +39,7 @@ use crate::mm::{Advice, Mapping};
 use crate::probe::Probe;
 use crate::source::{SourceStats, UffdSource};
 use crate::sys::process;
-use crate::types::{Features, RegisterMode};
+use crate::types::Features;
 use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
 use engine::config::ZswapSettings;
@@ -92,6 +92,9 @@ pub struct Builder {
     pool: Option<ZswapSettings>,
     /// How the handler thread runs (hooks of an embedding program, trimming).
     handler: HandlerOptions,
+    /// Zero pages mapped write-protected and uncharged; `None`: where the delivery and the
+    /// kernel allow it.
+    protect_zero: Option<bool>,
 }
 
 impl Default for Builder {
@@ -111,6 +114,7 @@ impl Default for Builder {
             exclude_from_fork: false,
             pool: Some(ZswapSettings::default()),
             handler: HandlerOptions::default(),
+            protect_zero: None,
         }
     }
 }
@@ -262,11 +266,33 @@ impl Builder {
         self
     }
 
+    /// Whether a read of a zero page maps it write-protected and uncharged, the program's
+    /// first write then faulting (write-protect) so the engine charges the page before it
+    /// exists; else it is charged as resident when mapped, as a budget must never be
+    /// exceeded unseen (docs/ARCHITECTURE.md, departure 8). Default: on with
+    /// [`Delivery::Handler`] where the kernel reports write-protect faults
+    /// (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`), off with [`Delivery::Sigbus`] (a write-protect
+    /// fault would be a SIGBUS the signal path does not serve); on with `Sigbus` is refused.
+    pub fn protect_zero_pages(mut self, on: bool) -> Self {
+        self.protect_zero = Some(on);
+        self
+    }
+
+    /// Whether zero pages are protected, given what the kernel offers.
+    fn protects_zero(&self, features: Features) -> bool {
+        let default =
+            self.delivery == Delivery::Handler && features.contains(Features::PAGEFAULT_FLAG_WP);
+        self.protect_zero.unwrap_or(default)
+    }
+
     /// The uffd features this configuration needs.
     fn features(&self) -> Features {
         let mut features = REQUIRED_FEATURES;
         if self.delivery == Delivery::Sigbus {
             features |= Features::SIGBUS;
+        }
+        if self.protect_zero == Some(true) {
+            features |= Features::PAGEFAULT_FLAG_WP;
         }
         if self.exclude_from_fork {
             features = features.difference(Features::EVENT_FORK);
@@ -308,6 +334,14 @@ impl Builder {
         self.engine_config(BackendConfig::Memory)
             .validate()
             .map_err(|e| Error::Config { what: engine_message(e) })?;
+        if self.protect_zero == Some(true) && self.delivery == Delivery::Sigbus {
+            return Err(Error::Config {
+                what: "write-protected zero pages with SIGBUS delivery: a write-protect fault \
+                       would be a SIGBUS the signal path does not serve; use the handler \
+                       delivery"
+                    .into(),
+            });
+        }
         let probe = crate::probe()?;
         let kernel_faults = self.check_environment(&probe)?;
         let backend = self.make_backend()?;
@@ -316,7 +350,9 @@ impl Builder {
             Uffd::builder().user_mode_only(!kernel_faults).require(self.features()).open()?;
         let uffd = Arc::new(uffd);
         let folio_pages = 1usize << self.folio_order;
-        let source = Arc::new(UffdSource::new(uffd.clone(), folio_pages)?);
+        let protect_zero = self.protects_zero(probe.features);
+        let source =
+            Arc::new(UffdSource::new(uffd.clone(), folio_pages)?.protecting_zero(protect_zero));
         let engine = Engine::new(config, source.clone()).map_err(Error::Engine)?;
         let engine = Arc::new(engine);
         let handler =
@@ -519,7 +555,7 @@ impl Uswap {
         let (start, len) = (range.start() as u64, range.len_bytes() as u64);
         // The engine knows the region before the kernel can report a fault in it.
         parts.engine.add_region(start, len).map_err(Error::Engine)?;
-        if let Err(error) = parts.uffd.register(range, RegisterMode::MISSING) {
+        if let Err(error) = parts.uffd.register(range, parts.source.register_mode()) {
             parts.engine.unmap(start, len);
             return Err(error);
         }
@@ -778,6 +814,23 @@ mod tests {
         assert!(matches!(e, Error::NoForkPermission), "{e}");
         assert!(e.to_string().contains("CAP_SYS_PTRACE"), "{e}");
         assert!(Builder::default().exclude_from_fork(true).check_environment(&p).is_ok());
+    }
+
+    #[test]
+    fn zero_pages_are_protected_where_the_delivery_and_the_kernel_allow() {
+        let all = Features::from_bits(0x1ffff);
+        let without_wp = all.difference(Features::PAGEFAULT_FLAG_WP);
+        assert!(Builder::default().protects_zero(all));
+        assert!(!Builder::default().protects_zero(without_wp), "an old kernel: charged");
+        assert!(!Builder::default().delivery(Delivery::Sigbus).protects_zero(all));
+        assert!(!Builder::default().protect_zero_pages(false).protects_zero(all));
+        // Asked for, on a kernel without it: refused by the probe, naming the feature.
+        let asked = Builder::default().protect_zero_pages(true);
+        let e = asked.check_environment(&probe(without_wp.bits(), true)).unwrap_err();
+        assert!(e.to_string().contains("UFFD_FEATURE_PAGEFAULT_FLAG_WP"), "{e}");
+        let sigbus = Builder::default().delivery(Delivery::Sigbus).protect_zero_pages(true);
+        let Err(e) = sigbus.build() else { panic!("SIGBUS delivery with protection refused") };
+        assert!(e.to_string().contains("SIGBUS delivery"), "{e}");
     }
 
     #[test]

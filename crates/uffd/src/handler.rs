@@ -118,6 +118,7 @@ struct Counters {
     trims: AtomicU64,
     trim_ns: AtomicU64,
     faults_resynced: AtomicU64,
+    faults_wp: AtomicU64,
 }
 
 /// A snapshot of the handler's counters.
@@ -160,6 +161,8 @@ pub struct HandlerStats {
     /// Spurious faults on a page the engine counted resident but the kernel had not: the
     /// page was dropped from the engine and the fault handled again (module essay).
     pub faults_resynced: u64,
+    /// Write-protect faults (a first write to a zero page mapped uncharged), attempts.
+    pub faults_wp: u64,
     /// Children served now.
     pub children_live: u64,
 }
@@ -290,6 +293,7 @@ impl Control {
             trims: get(&c.trims),
             trim_ns: get(&c.trim_ns),
             faults_resynced: get(&c.faults_resynced),
+            faults_wp: get(&c.faults_wp),
             children_live: get(&self.children_live),
         }
     }
@@ -422,6 +426,8 @@ struct Retained {
     mm: MmId,
     addr: usize,
     write: bool,
+    /// A write to a write-protected page (a zero page the engine keeps uncharged).
+    wp: bool,
     thread_id: u32,
     rounds: u32,
     /// When its message was read.
@@ -699,8 +705,9 @@ impl Reader {
         self.faults.append(&mut self.retained);
         for (mm, event, read_at) in pending.drain(..) {
             match event {
-                Event::PageFault { addr, write, thread_id, .. } => {
-                    self.faults.push(Retained { mm, addr, write, thread_id, rounds: 0, read_at });
+                Event::PageFault { addr, write, wp, thread_id, .. } => {
+                    let fault = Retained { mm, addr, write, wp, thread_id, rounds: 0, read_at };
+                    self.faults.push(fault);
                 }
                 other => self.event(mm, other),
             }
@@ -750,8 +757,15 @@ impl Reader {
 
     fn attempt(&self, fault: Retained) -> Attempt {
         let c = &self.control.counters;
-        let mut outcome = self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write);
-        if matches!(outcome, Ok(FaultOutcome::Spurious)) && self.resync(fault) {
+        if fault.wp {
+            c.faults_wp.fetch_add(1, Relaxed);
+        }
+        let mut outcome = if fault.wp {
+            self.engine.handle_wp_fault_in(fault.mm, fault.addr as u64)
+        } else {
+            self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write)
+        };
+        if !fault.wp && matches!(outcome, Ok(FaultOutcome::Spurious)) && self.resync(fault) {
             outcome = self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write);
         }
         match outcome {

@@ -137,6 +137,9 @@ struct Counters {
     maps: AtomicU64,
     map_pages: AtomicU64,
     map_zero_pages: AtomicU64,
+    zero_protected_pages: AtomicU64,
+    unprotected_pages: AtomicU64,
+    protect_failed: AtomicU64,
     map_present_pages: AtomicU64,
     map_retry: AtomicU64,
     map_partial_retry: AtomicU64,
@@ -184,6 +187,13 @@ pub struct SourceStats {
     pub map_pages: u64,
     /// Pages installed as the zero page (`UFFDIO_ZEROPAGE`).
     pub map_zero_pages: u64,
+    /// Of those, pages write-protected after (`UFFDIO_WRITEPROTECT`): zero pages the
+    /// engine keeps uncharged until written.
+    pub zero_protected_pages: u64,
+    /// Pages whose write protection was lifted (a write-protect fault served).
+    pub unprotected_pages: u64,
+    /// Protections that could not be set or lifted (the map or the fault is retried).
+    pub protect_failed: u64,
     /// Pages a map found already present (EEXIST) and left alone.
     pub map_present_pages: u64,
     /// Maps answered `Retry` (EAGAIN with nothing done: an event unread).
@@ -232,6 +242,8 @@ pub struct UffdSource {
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
     inject_undo_again: AtomicU32,
+    /// Zero pages are mapped write-protected ([`UffdSource::protecting_zero`]).
+    protect_zero: bool,
 }
 
 impl UffdSource {
@@ -278,6 +290,25 @@ impl UffdSource {
             cow_breaking: Mutex::new(()),
             counters: Counters::default(),
             inject_undo_again: AtomicU32::new(0),
+            protect_zero: false,
+        }
+    }
+
+    /// The same source, mapping zero pages write-protected (`PageSource::protects_zero`):
+    /// the program's first write to one is a write-protect fault the engine sees. The
+    /// ranges must be registered with [`UffdSource::register_mode`].
+    pub fn protecting_zero(mut self, on: bool) -> UffdSource {
+        self.protect_zero = on;
+        self
+    }
+
+    /// The mode every managed range is registered with: missing faults, and write-protect
+    /// faults if zero pages are protected.
+    pub fn register_mode(&self) -> RegisterMode {
+        if self.protect_zero {
+            RegisterMode::MISSING | RegisterMode::WP
+        } else {
+            RegisterMode::MISSING
         }
     }
 
@@ -344,6 +375,9 @@ impl UffdSource {
             maps: get(&c.maps),
             map_pages: get(&c.map_pages),
             map_zero_pages: get(&c.map_zero_pages),
+            zero_protected_pages: get(&c.zero_protected_pages),
+            unprotected_pages: get(&c.unprotected_pages),
+            protect_failed: get(&c.protect_failed),
             map_present_pages: get(&c.map_present_pages),
             map_retry: get(&c.map_retry),
             map_partial_retry: get(&c.map_partial_retry),
@@ -805,6 +839,16 @@ fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Relaxed);
 }
 
+/// What a failed `UFFDIO_WRITEPROTECT` means to the engine, as [`UffdSource::fill`] reads
+/// the other ioctls' errors.
+fn protect_error(error: Error) -> SourceError {
+    match error {
+        Error::Again { .. } => SourceError::Retry,
+        Error::NoEntry { .. } | Error::ProcessGone { .. } => SourceError::Gone,
+        other => SourceError::Failed(other.to_string()),
+    }
+}
+
 impl PageSource for UffdSource {
     fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
         add(&self.counters.takes, 1);
@@ -832,6 +876,56 @@ impl PageSource for UffdSource {
             let range = Range::new(at, len)?;
             uffd.zeropage(range, Wake::Wake)
         })
+    }
+
+    fn protects_zero(&self) -> bool {
+        self.protect_zero
+    }
+
+    /// `UFFDIO_ZEROPAGE` without waking, `UFFDIO_WRITEPROTECT`, then the wake: the faulting
+    /// thread resumes on a protected page. Another thread's write in between allocates
+    /// unseen (the trait's note). If the protection fails the pages stay mapped and the
+    /// error goes back: the retried fault finds them present and the engine keeps them as
+    /// resident, charged.
+    fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        let uffd = &self.uffd;
+        let mapped = self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
+            let range = Range::new(at, len)?;
+            uffd.zeropage(range, Wake::DontWake)
+        });
+        let protected = match mapped {
+            Ok(Mapped::Done) => Range::new(addr as usize, len as usize)
+                .and_then(|range| uffd.writeprotect(range, true, Wake::Wake)),
+            _ => Ok(()),
+        };
+        self.wake(addr, len);
+        match protected {
+            Ok(()) => {
+                if mapped == Ok(Mapped::Done) {
+                    add(&self.counters.zero_protected_pages, len / PAGE as u64);
+                }
+                mapped
+            }
+            Err(error) => {
+                add(&self.counters.protect_failed, 1);
+                Err(protect_error(error))
+            }
+        }
+    }
+
+    fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
+        let result = Range::new(addr as usize, len as usize)
+            .and_then(|range| self.uffd.writeprotect(range, false, Wake::Wake));
+        match result {
+            Ok(()) => {
+                add(&self.counters.unprotected_pages, len / PAGE as u64);
+                Ok(())
+            }
+            Err(error) => {
+                add(&self.counters.protect_failed, 1);
+                Err(protect_error(error))
+            }
+        }
     }
 
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {

@@ -123,3 +123,42 @@ fn take_reports_holes_as_zeros() {
     assert_eq!(source.stats().take_holes, 2);
     source.check_invariants();
 }
+
+/// A zero page mapped write-protected: reads see zeros; a write faults (write-protect, not
+/// missing), and goes through once `unprotect` lifts it. A take moves the written page out
+/// like any other.
+#[test]
+fn a_protected_zero_page_faults_on_the_first_write_only() {
+    let Some(uffd) = uffd_or_skip(Features::MOVE | Features::PAGEFAULT_FLAG_WP) else { return };
+    let uffd = Arc::new(uffd);
+    let source = UffdSource::new(uffd.clone(), FOLIO).unwrap().protecting_zero(true);
+    assert!(source.protects_zero());
+    assert_eq!(source.register_mode(), RegisterMode::MISSING | RegisterMode::WP);
+    let region = Arc::new(Mapping::anonymous(FOLIO * PAGE_SIZE).unwrap());
+    uffd.register(region.range(), source.register_mode()).unwrap();
+    let addr = region.addr() as u64;
+    assert_eq!(source.map_zero_protected(addr, 2 * PAGE_SIZE as u64), Ok(Mapped::Done));
+    assert!(page(&region, 1) == vec![0; PAGE_SIZE], "a read does not fault");
+    let writer = {
+        let region = region.clone();
+        std::thread::spawn(move || region.store(PAGE_SIZE, &pattern(3)))
+    };
+    let mut events = Vec::with_capacity(uffd::READ_BATCH);
+    assert!(uffd.wait_readable(Some(std::time::Duration::from_secs(10))).unwrap());
+    uffd.read_events(&mut events, uffd::READ_BATCH).unwrap();
+    let Event::PageFault { addr: at, write, wp, .. } = events[0] else { panic!("{:?}", events[0]) };
+    assert_eq!((at, write, wp), (region.page_addr(1), true, true));
+    assert_eq!(source.unprotect(addr + PAGE_SIZE as u64, PAGE_SIZE as u64), Ok(()));
+    writer.join().unwrap();
+    assert!(page(&region, 1) == pattern(3) && page(&region, 0) == vec![0; PAGE_SIZE]);
+    let mut dst = vec![0u8; PAGE_SIZE];
+    assert_eq!(source.take(addr + PAGE_SIZE as u64, &mut dst), Ok(Taken::All));
+    assert!(dst == pattern(3));
+    let stats = source.stats();
+    assert_eq!((stats.zero_protected_pages, stats.unprotected_pages), (2, 1));
+    assert_eq!(stats.protect_failed, 0);
+    // Over present pages nothing is mapped, so nothing is protected.
+    assert_eq!(source.map_zero_protected(addr, PAGE_SIZE as u64), Ok(Mapped::AlreadyPresent));
+    assert_eq!(source.stats().zero_protected_pages, 2);
+    source.check_invariants();
+}

@@ -107,6 +107,9 @@ pub struct CompareArgs {
     /// way its swap file's pages in the page cache are measured and counted in its peak.
     #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"])]
     pub swap_file_cache: Option<String>,
+    /// The uswap side's `--zero-pages` (protected or charged; default: run's, protected).
+    #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"])]
+    pub zero_pages: Option<String>,
     /// The uswap side's compressed pool: `beside` the budget (`uswap run --pool-size`, as
     /// large as the zram device: its compressed pages are not charged to the budget, as the
     /// cgroup limit leaves zram's store out; like for like with zram) or a `share` of it (run's
@@ -191,6 +194,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_folios: uswap_folios(args)?,
         uswap_idle_poll: uswap_idle_poll(args)?,
         uswap_swap_file_cache: args.swap_file_cache.clone(),
+        uswap_zero_pages: args.zero_pages.clone(),
         uswap_pool_bytes: (args.uswap_pool == "beside")
             .then(|| kernel_side::swap_bytes(size_bytes)),
     };
@@ -352,6 +356,8 @@ fn describe(
     table.row(["uswap idle polling".to_string(), idle]);
     let cache = ctx.uswap_swap_file_cache.clone().unwrap_or_else(|| "run's default (keep)".into());
     table.row(["uswap swap file cache".to_string(), cache]);
+    let zero = ctx.uswap_zero_pages.clone().unwrap_or_else(|| "run's default (protected)".into());
+    table.row(["uswap zero pages".to_string(), zero]);
     let pool = ctx.uswap_pool_bytes.map_or_else(
         || "a share of the budget (run's default, 20%)".to_string(),
         |bytes| format!("beside the budget, at most {}", format_size(bytes)),
@@ -366,6 +372,9 @@ fn describe(
     }
     if let Some(cache) = &ctx.uswap_swap_file_cache {
         report.field("uswap_swap_file_cache", cache.clone());
+    }
+    if let Some(zero) = &ctx.uswap_zero_pages {
+        report.field("uswap_zero_pages", zero.clone());
     }
     report.field("uswap_pool_size_bytes", serde_json::json!(ctx.uswap_pool_bytes));
     if let Err(why) = env {

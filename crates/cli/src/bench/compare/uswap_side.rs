@@ -4,7 +4,8 @@
 //!   uswap_available      `uswap run --help` answers?       no -> Skipped (this build lacks it)
 //!   execute              every process command is replaced by
 //!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
-//!                            --large-folios P] [--idle-poll MODE] -- <program> <args>
+//!                            --large-folios P] [--idle-poll MODE] [--swap-file-cache M]
+//!                            [--zero-pages M] [--pool-size B] -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
@@ -92,6 +93,9 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     }
     if let Some(mode) = &ctx.uswap_swap_file_cache {
         flags.extend(["--swap-file-cache".into(), mode.clone()]);
+    }
+    if let Some(mode) = &ctx.uswap_zero_pages {
+        flags.extend(["--zero-pages".into(), mode.clone()]);
     }
     if let Some(bytes) = ctx.uswap_pool_bytes {
         flags.extend(["--pool-size".into(), bytes.to_string()]);
@@ -349,6 +353,7 @@ mod tests {
         ctx.uswap_folios = Some((0, "always".to_string()));
         ctx.uswap_idle_poll = Some("off".into());
         ctx.uswap_swap_file_cache = Some("drop".into());
+        ctx.uswap_zero_pages = Some("charged".into());
         ctx.uswap_pool_bytes = Some(1 << 30);
         let flags = run_flags(&ctx, Path::new("/s"));
         let tail = [
@@ -360,6 +365,8 @@ mod tests {
             "off",
             "--swap-file-cache",
             "drop",
+            "--zero-pages",
+            "charged",
             "--pool-size",
             "1073741824",
         ];
