@@ -106,6 +106,9 @@ fn zero_page_program_in_c() {
     let exe = compile("zero_page", "zero_page");
     if let Some(out) = run(&exe, &[]) {
         assert!(out.contains("growth over the reads"), "{out}");
-        assert!(out.contains("swpin_zero 5120"), "every page came back from the zero map: {out}");
+        // Every page went out as zero and was mapped straight back as the zero page: the
+        // reads fault nothing (ARCHITECTURE.md departure 26).
+        let back = "swpout_zero 5120, swpin_zero 0, faults over the reads 0";
+        assert!(out.contains(back), "every page mapped back at page-out: {out}");
     }
 }

@@ -167,7 +167,7 @@ impl Core {
     /// Records pages `[first, first + 2^order)` of a managed region as mapped, under the
     /// PTL: a zero-page entry, uncharged, if `zero_mapped` (the source mapped the zero page
     /// write-protected); else a resident folio, on the LRU and charged.
-    fn set_mapped(
+    pub(crate) fn set_mapped(
         &self,
         pt: &mut PageTable<'_>,
         region: &Region,
@@ -578,14 +578,7 @@ impl Core {
         activate: bool,
     ) -> Result<Step, Error> {
         let mut pt = region.lock_span(first);
-        // Re-validate: the page table still refers to the entry, and the folio is still the
-        // swap cache's folio for it. While we hold the PTL our reference keeps the slot from
-        // being freed, so a folio still in the cache now holds the slot's current data. A
-        // folio deleted meanwhile may be a previous life of a reused slot (the ABA race):
-        // never map from it, look again.
-        let same_entry = pt.lookup(first) == Some(Found { first, order, pte: Pte::Swap(entry) });
-        let in_cache = crate::hooks::skip_revalidation() || self.swap_cache.contains(folio);
-        if !same_entry || !in_cache {
+        if !self.maps_from(&pt, first, order, entry, folio) {
             Stats::add(&self.stats.counters.swapin_raced, 1);
             return Ok(Step::Again);
         }
@@ -609,6 +602,23 @@ impl Core {
             }
             Err(error) => self.source_failed(error),
         }
+    }
+
+    /// Step 5's re-validation, under the PTL: the page table still refers to `entry` at
+    /// `first`, and `folio` is still the swap cache's folio for it. While the PTL is held
+    /// the page table's reference keeps the slot from being freed, so a folio still in the
+    /// cache holds the slot's current data. A folio deleted meanwhile may be a previous life
+    /// of a reused slot (the ABA race): never map from it.
+    pub(crate) fn maps_from(
+        &self,
+        pt: &PageTable<'_>,
+        first: u64,
+        order: u32,
+        entry: SwapEntry,
+        folio: &Folio,
+    ) -> bool {
+        let same_entry = pt.lookup(first) == Some(Found { first, order, pte: Pte::Swap(entry) });
+        same_entry && (crate::hooks::skip_revalidation() || self.swap_cache.contains(folio))
     }
 
     /// Step 5's bookkeeping under the PTL, once the pages at `first` are mapped: the page

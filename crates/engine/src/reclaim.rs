@@ -32,7 +32,7 @@
 use crate::budget::Pressure;
 use crate::engine::Core;
 use crate::lru::{FolioOwner, LruId};
-use crate::page_source::SourceError;
+use crate::page_source::{Mapped, SourceError};
 use crate::region::{Found, Pte, Region, PTL_SPAN_PAGES};
 use crate::stats::Stats;
 use crate::storage::{Tier, WriteNotes};
@@ -556,7 +556,9 @@ impl Core {
         match stored {
             Ok(tier) => {
                 folio.unlock(Unlock::Uptodate { zero: tier == Tier::Zero });
-                self.delete_folio(folio, Some(shadow));
+                let remapped = tier == Tier::Zero && self.remap_zero(region, owner, entry, folio);
+                // A folio mapped back left no evicted page to refault: no shadow.
+                self.delete_folio(folio, (!remapped).then_some(shadow));
                 Stats::add_order(&self.stats.per_order.swpout, order, 1);
                 if let Some(hook) = self.page_out_hook.get() {
                     hook.paged_out(region.mm(), region.addr_of(owner.index), nr * PAGE, tier);
@@ -570,6 +572,37 @@ impl Core {
                 0
             }
         }
+    }
+
+    /// A folio found all zero goes straight back as the zero page, write-protected, if the
+    /// page source can protect it (ARCHITECTURE.md departure 26): mapped, it costs nothing,
+    /// and a read no longer faults it in. Under the PTL, re-validated as a page-in is (the
+    /// page table still holds the entry, the folio is still cached for it): a fault that
+    /// raced in first, or a page the program dropped, leaves it as it is. Returns whether
+    /// it mapped the pages; the page table's reference to the slots is dropped then.
+    fn remap_zero(
+        &self,
+        region: &Region,
+        owner: FolioOwner,
+        entry: SwapEntry,
+        folio: &Arc<Folio>,
+    ) -> bool {
+        let source = region.source();
+        if !source.protects_zero() {
+            return false;
+        }
+        let (first, order, nr) = (owner.index, owner.order, owner.nr_pages());
+        let mut pt = region.lock_span(first);
+        if !self.maps_from(&pt, first, order, entry, folio) {
+            return false;
+        }
+        if source.map_zero_protected(region.addr_of(first), nr * PAGE) != Ok(Mapped::Done) {
+            return false; // a fault will map it, or the program touched it
+        }
+        self.set_mapped(&mut pt, region, first, order, true, false);
+        self.put_entry(entry, nr as u32);
+        Stats::add(&self.stats.counters.zero_remapped, nr);
+        true
     }
 
     /// No tier took the data: map it back from the folio (if a racing fault has not done

@@ -84,6 +84,8 @@ counters! {
     zero_mapped,
     /// Of those, pages made resident (charged, on the LRU) by the program's first write.
     zero_mapped_written,
+    /// Of `zero_mapped`, pages of folios paged out as zero and mapped straight back so.
+    zero_remapped,
     /// Faults whose swap entry changed under them (re-validation after an unlock failed).
     swapin_raced,
     /// Faults that waited on a folio another thread was reading or writing.

@@ -119,18 +119,24 @@ fn zero_pages_read_uncharged_until_written() {
     assert_eq!(stats.gauges.resident_pages, 64);
     assert_eq!(source.data_pages(), 16, "the kernel allocated the pages written, not the folio");
     engine.check_invariants();
-    // Zero-map slots come back as protected zero pages too.
+    // Pages written with zeros and paged out go straight back as protected zero pages:
+    // stored as zero-map bits, then mapped, so reading them faults nothing.
     for page in 256..512 {
         source.write(&engine, addr(page), &content(page, 0)).unwrap();
     }
     engine.pageout(addr(0), 512 * PAGE as u64).unwrap();
+    let faults = engine.stats().counters.pgfault;
     for page in 256..512 {
         source.read(&engine, addr(page), &mut buf).unwrap();
         assert!(buf.iter().all(|b| *b == 0), "page {page}");
     }
     let stats = engine.stats();
-    assert_eq!(stats.counters.swpin_zero, 256);
+    assert_eq!((stats.counters.pgfault, stats.counters.swpin_zero), (faults, 0));
+    assert_eq!((stats.counters.swpout_zero, stats.counters.zero_remapped), (256, 256));
     assert_eq!(stats.gauges.zero_mapped_pages, 192 + 256);
+    // The 16 written folios (one page of data each) on the device; the zero ones hold no
+    // slot once mapped back.
+    assert_eq!((stats.gauges.swap_inuse_pages, stats.gauges.zeromap_pages), (64, 0));
     check_pages(&engine, &source, 0..1, 1);
     // Dropped (the REMOVE event), moved, and left out of a fork.
     source.drop_range(addr(300), 6 * PAGE as u64);

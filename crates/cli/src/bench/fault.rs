@@ -7,7 +7,9 @@
 //! (0: 4 KiB, 4: 64 KiB mapped by one fault) and each kind of swapped page:
 //!
 //! ```text
-//!   zero   the page was all zero: a zero-map bit; a read maps the shared zero page
+//!   zero   the page was all zero: a zero-map bit; a read maps the shared zero page (zero
+//!          pages charged, `protect_zero_pages(false)`: protected, a zero folio paged out
+//!          is mapped back at once and its reads never fault, ARCHITECTURE.md departure 26)
 //!   pool   compressible data (about 3:1) in the compressed pool, lz4
 //!   file   incompressible data in the swap file, no pool (read back from the page cache:
 //!          the file was just written, so this is the swap-in path without disk latency)
@@ -132,6 +134,7 @@ fn measure(mode: Delivery, kind: Kind, order: u32, faults: usize) -> anyhow::Res
         .swap_size_bytes((2 * bytes + (16 << 20)) as u64)
         .folio_order(order)
         .readahead_max_pages(0)
+        .protect_zero_pages(false)
         .delivery(mode);
     if kind == Kind::File {
         builder = builder.no_pool();
