@@ -9,12 +9,15 @@
 //!   interposed mmap asked; at most one per [`SCAN_GAP`]) and the live stats file.
 //!
 //! Adopting a range, in this order, all on the handler thread: `MADV_NOHUGEPAGE` (the
-//! engine's folios are its own), register it with the uffd for missing faults, list its
-//! present pages (PAGEMAP_SCAN), `add_region_populated`. Registering first means a page
-//! the program drops after the listing sends a REMOVE, read after the region exists; a
-//! fault in the range waits for this thread, so none is served before the engine knows the
-//! range. A range that cannot be registered (unmapped meanwhile, or a mapping the kernel
-//! refuses) is skipped and counted.
+//! engine's folios are its own), register it with the uffd for missing faults (and
+//! write-protect faults when zero pages are protected), list its present pages
+//! (PAGEMAP_SCAN), `add_region_populated`. Zero pages among them (the program read the
+//! range before it was registered) are write-protected, listed again, and adopted
+//! uncharged (`Engine::adopt_zero_mapped`). Registering first means a page the program
+//! drops after the listing sends a REMOVE, read after the region exists; a fault in the
+//! range waits for this thread, so none is served before the engine knows the range. A
+//! range that cannot be registered (unmapped meanwhile, or a mapping the kernel refuses)
+//! is skipped and counted.
 //!
 //! Context: everything here runs on the engine's threads (the handler, and the reclaimer
 //! for `paged_out`; `finish` on the exiting thread once): no glibc allocation (module essay
@@ -307,16 +310,19 @@ impl ShimHooks {
         // cost nothing until written. Listed again once protected: one written meanwhile
         // holds data and is adopted as present; a missing fault here waits for this thread,
         // so no new zero page appears between the listings.
+        // If a protection fails, every zero page is adopted as present, charged.
         if !lists.zero.is_empty() {
+            let mut protected = true;
             for &(first, n) in lists.zero.iter() {
                 let at = start + first as usize * PAGE;
-                if let Ok(zero) = Range::new(at, n as usize * PAGE) {
-                    if started.uffd.writeprotect(zero, true, Wake::Wake).is_err() {
-                        self.counters.protect_failed.fetch_add(1, Relaxed);
-                    }
+                let zero = Range::new(at, n as usize * PAGE);
+                if zero.and_then(|zero| started.uffd.writeprotect(zero, true, Wake::Wake)).is_err()
+                {
+                    self.counters.protect_failed.fetch_add(1, Relaxed);
+                    protected = false;
                 }
             }
-            list_present(started, start, end, protect, found, lists);
+            list_present(started, start, end, protected, found, lists);
         }
         let PageLists { present, zero } = lists;
         let pages: u64 = present.iter().map(|r| r.1).sum();
@@ -325,8 +331,10 @@ impl ShimHooks {
             Ok(_) => {
                 self.counters.regions_added.fetch_add(1, Relaxed);
                 self.counters.pages_adopted.fetch_add(pages, Relaxed);
-                if let Ok(n) = engine.adopt_zero_mapped(start, len, zero) {
-                    self.counters.zero_pages_adopted.fetch_add(n, Relaxed);
+                if !zero.is_empty() {
+                    if let Ok(n) = engine.adopt_zero_mapped(start, len, zero) {
+                        self.counters.zero_pages_adopted.fetch_add(n, Relaxed);
+                    }
                 }
             }
             Err(_) => {
