@@ -210,6 +210,17 @@ impl Core {
         let mut pt = region.lock_span(index);
         let (first, order) = match pt.lookup(index) {
             Some(Found { first, order, pte: Pte::ZeroMapped }) => {
+                // A large entry becomes resident whole only under the large-folio policy
+                // (a write continuing a sequential run, or always); else only the written
+                // page does, as the kernel copies one page on a write to the zero page,
+                // and the rest stay zero pages, uncharged.
+                let (first, order) = if order > 0 && !self.wants_large(&region.touch_next, index) {
+                    pt.split(first, 0, |_, _| Pte::ZeroMapped);
+                    (index, 0)
+                } else {
+                    (first, order)
+                };
+                self.note_folio_end(&region.touch_next, first + (1 << order));
                 self.zero_mapped_pages.fetch_sub(1 << order, Ordering::Relaxed);
                 Stats::add(&self.stats.counters.zero_mapped_written, 1 << order);
                 self.set_mapped(&mut pt, &region, first, order, false, false);

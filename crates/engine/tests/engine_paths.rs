@@ -153,6 +153,35 @@ fn zero_pages_read_uncharged_until_written() {
     engine.check_invariants();
 }
 
+/// Under the sequential large-folio policy, a write into a large zero-page entry makes the
+/// whole folio resident only if it continues a sequential run; a write elsewhere makes
+/// only its page resident, and the rest of the entry stays uncharged.
+#[test]
+fn a_scattered_write_to_a_large_zero_page_entry_charges_one_page() {
+    let source = MemorySource::new(common::BASE, 64).with_protected_zero();
+    let large_folios = engine::LargeFolios::Sequential;
+    let config = EngineConfig { folio_order: 2, large_folios, ..config(32) };
+    let (engine, source) = setup_with(source, config, 64);
+    let mut buf = vec![0u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+    }
+    let stats = engine.stats();
+    assert_eq!((stats.counters.pgfault_first_touch, stats.gauges.zero_mapped_pages), (4, 16));
+    // Page 5: behind where the run of faults ended (page 16): one page.
+    source.write(&engine, addr(5), &content(5, 1)).unwrap();
+    let stats = engine.stats();
+    assert_eq!((stats.gauges.resident_pages, stats.gauges.zero_mapped_pages), (1, 15));
+    // Page 8 continues from page 5's: its whole entry, pages 8-11.
+    source.write(&engine, addr(8), &content(8, 1)).unwrap();
+    let stats = engine.stats();
+    assert_eq!((stats.gauges.resident_pages, stats.gauges.zero_mapped_pages), (5, 11));
+    assert_eq!((stats.counters.pgfault_wp, stats.counters.zero_mapped_written), (2, 5));
+    check_pages(&engine, &source, 5..6, 1);
+    check_pages(&engine, &source, 8..9, 1);
+    engine.check_invariants();
+}
+
 /// Zero pages a program mapped before its range was managed (the shim's adoption), listed
 /// once write-protected: adopted uncharged, and made resident by their first write. A
 /// source that cannot protect them is refused.
