@@ -579,7 +579,8 @@ impl Core {
     /// and a read no longer faults it in. Under the PTL, re-validated as a page-in is (the
     /// page table still holds the entry, the folio is still cached for it): a fault that
     /// raced in first, or a page the program dropped, leaves it as it is. Returns whether
-    /// it mapped the pages; the page table's reference to the slots is dropped then.
+    /// it mapped the pages (write-protected, or plainly and charged if the protection
+    /// failed); the page table's reference to the slots is dropped then.
     fn remap_zero(
         &self,
         region: &Region,
@@ -596,12 +597,23 @@ impl Core {
         if !self.maps_from(&pt, first, order, entry, folio) {
             return false;
         }
-        if source.map_zero_protected(region.addr_of(first), nr * PAGE) != Ok(Mapped::Done) {
-            return false; // a fault will map it, or the program touched it
-        }
-        self.set_mapped(&mut pt, region, first, order, true, false);
+        let (addr, len) = (region.addr_of(first), nr * PAGE);
+        let zero_mapped = match source.map_zero_protected(addr, len) {
+            Ok(Mapped::Done) => true,
+            Ok(Mapped::AlreadyPresent) => return false,
+            // The protection failed, or the mapping part way: what was mapped stays mapped,
+            // unprotected, so map the rest plainly and keep the pages as a resident folio,
+            // charged, as a fault's retry would; if that fails too, nothing was mapped.
+            Err(_) => match source.map_zero(addr, len) {
+                Ok(_) => false,
+                Err(_) => return false,
+            },
+        };
+        self.set_mapped(&mut pt, region, first, order, zero_mapped, false);
         self.put_entry(entry, nr as u32);
-        Stats::add(&self.stats.counters.zero_remapped, nr);
+        if zero_mapped {
+            Stats::add(&self.stats.counters.zero_remapped, nr);
+        }
         true
     }
 
