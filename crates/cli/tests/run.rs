@@ -43,10 +43,15 @@ fn can_run() -> bool {
     ok
 }
 
+/// Compiles `run_programs/{name}.c` to a path of its own: tests run in parallel, and one
+/// compiling over a binary another runs made that exec fail (EACCES, ETXTBSY).
 fn compile(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
-    let out = std::env::temp_dir().join(format!("uswap-run-test-{}-{name}", std::process::id()));
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out =
+        std::env::temp_dir().join(format!("uswap-run-test-{}-{n}-{name}", std::process::id()));
     let status = Command::new("cc")
         .args(["-O2", "-pthread", "-o"])
         .arg(&out)
