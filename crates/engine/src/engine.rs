@@ -19,7 +19,7 @@
 use crate::budget::{Budget, Pressure};
 use crate::config::{BackendConfig, EngineConfig};
 use crate::hooks::PageOutHook;
-use crate::lru::{FolioOwner, Lru, RegionId};
+use crate::lru::{Lru, RegionId};
 use crate::page_source::PageSource;
 use crate::region::{MmId, Pte, Region};
 use crate::stats::{Gauges, Stats, StatsSnapshot};
@@ -277,7 +277,9 @@ impl Engine {
             return Err(Error::BadRegion { start, len, why: "a present run outside the region" });
         }
         let id = self.core.add_region(MmId::DEFAULT, start, len)?;
-        let _adopted = self.core.adopt_present(id, present);
+        if let Some(region) = self.core.region_by_id(id) {
+            self.core.adopt_runs(&region, present, false);
+        }
         Ok(id)
     }
 
@@ -303,7 +305,7 @@ impl Engine {
         present: &[(u64, u64)],
     ) -> Result<u64, Error> {
         let (region, runs) = self.runs_in_region(start, len, present)?;
-        Ok(self.core.adopt_present(region.id(), &runs))
+        Ok(self.core.adopt_runs(&region, &runs, false))
     }
 
     /// Adopts pages of `[start, start + len)` (inside one region of the engine's own
@@ -333,7 +335,7 @@ impl Engine {
                 why: "its page source protects no zero page",
             });
         }
-        Ok(self.core.adopt_zero_mapped(&region, &runs))
+        Ok(self.core.adopt_runs(&region, &runs, true))
     }
 
     /// The region holding `[start, start + len)`, and `runs` (page runs from `start`) as
@@ -699,41 +701,28 @@ impl Core {
         mm
     }
 
-    /// Makes the pages of `present` in region `id` resident order-0 folios (see
-    /// [`Engine::add_region_populated`]).
-    pub(crate) fn adopt_present(&self, id: RegionId, present: &[(u64, u64)]) -> u64 {
-        let Some(region) = self.region_by_id(id) else { return 0 };
+    /// Makes the pages of `runs` in `region` that have no page-table entry order-0 entries:
+    /// resident folios, charged (see [`Engine::add_region_populated`]), or zero-page
+    /// entries if `zero_mapped` (see [`Engine::adopt_zero_mapped`]). Returns pages adopted.
+    pub(crate) fn adopt_runs(
+        &self,
+        region: &Region,
+        runs: &[(u64, u64)],
+        zero_mapped: bool,
+    ) -> u64 {
         let mut adopted = 0;
         {
             let mut pt = region.lock();
-            for index in present.iter().flat_map(|&(first, n)| first..first + n) {
-                if pt.lookup(index).is_some() {
-                    continue; // listed twice
+            for index in runs.iter().flat_map(|&(first, n)| first..first + n) {
+                if pt.lookup(index).is_none() {
+                    self.set_mapped(&mut pt, region, index, 0, zero_mapped, false);
+                    adopted += 1;
                 }
-                let owner = FolioOwner { region: id, index, order: 0 };
-                let lru = self.lru.add(owner, false);
-                pt.set(index, 0, Pte::Resident(lru));
-                adopted += 1;
             }
         }
-        self.budget.charge_resident(adopted * PAGE_SIZE as u64);
-        self.wake_kswapd_if_short();
-        adopted
-    }
-
-    /// Makes the unmapped pages of `runs` in `region` zero-page entries (see
-    /// [`Engine::adopt_zero_mapped`]).
-    pub(crate) fn adopt_zero_mapped(&self, region: &Region, runs: &[(u64, u64)]) -> u64 {
-        let mut adopted = 0;
-        let mut pt = region.lock();
-        for index in runs.iter().flat_map(|&(first, n)| first..first + n) {
-            if pt.lookup(index).is_none() {
-                pt.set(index, 0, Pte::ZeroMapped);
-                adopted += 1;
-            }
+        if !zero_mapped {
+            self.wake_kswapd_if_short();
         }
-        self.zero_mapped_pages.fetch_add(adopted, Ordering::Relaxed);
-        Stats::add(&self.stats.counters.zero_mapped, adopted);
         adopted
     }
 

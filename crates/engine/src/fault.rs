@@ -75,6 +75,30 @@ fn bytes_of(order: u32) -> u64 {
     PAGE << order
 }
 
+/// Does a zero page mapped in `region` go in write-protected and uncharged (a managed
+/// region whose page source can protect it)?
+pub(crate) fn protects_zero(region: &Region) -> bool {
+    region.managed() && region.source().protects_zero()
+}
+
+/// Maps the zero page over `len` bytes at `addr` of `region`, write-protected if `protect`.
+/// Returns what the source did and whether the pages make a zero-page entry: only if it
+/// mapped them now, protected (pages that were all present already are not known to be
+/// zero, and are kept as resident).
+fn map_zero_page(
+    region: &Region,
+    addr: u64,
+    len: u64,
+    protect: bool,
+) -> Result<(Mapped, bool), SourceError> {
+    if protect {
+        let mapped = region.source().map_zero_protected(addr, len)?;
+        Ok((mapped, mapped == Mapped::Done))
+    } else {
+        region.source().map_zero(addr, len).map(|mapped| (mapped, false))
+    }
+}
+
 impl Core {
     /// Handles a fault at `addr` (see the module documentation).
     ///
@@ -123,7 +147,7 @@ impl Core {
             0
         };
         // A read maps the zero page, uncharged if the source can write-protect it.
-        let protect = !write && region.managed() && region.source().protects_zero();
+        let protect = !write && protects_zero(region);
         if region.managed() && !protect {
             self.make_room(bytes_of(order));
         }
@@ -139,27 +163,18 @@ impl Core {
         };
         let (addr, len) = (region.addr_of(first), bytes_of(order));
         let mapped = if write {
-            region.source().map(addr, &ZERO_FOLIO[..len as usize])
-        } else if protect {
-            region.source().map_zero_protected(addr, len)
+            region.source().map(addr, &ZERO_FOLIO[..len as usize]).map(|mapped| (mapped, false))
         } else {
-            region.source().map_zero(addr, len)
+            map_zero_page(region, addr, len, protect)
         };
-        let mapped = match mapped {
-            Ok(mapped) => mapped,
+        let zero_mapped = match mapped {
+            Ok((_, zero_mapped)) => zero_mapped,
             Err(error) => return self.source_failed(error),
         };
         Stats::add(&self.stats.counters.pgfault_first_touch, 1);
         self.note_folio_end(&region.touch_next, first + (1 << order));
         if region.managed() {
-            self.set_mapped(
-                &mut pt,
-                region,
-                first,
-                order,
-                protect && mapped == Mapped::Done,
-                false,
-            );
+            self.set_mapped(&mut pt, region, first, order, zero_mapped, false);
         }
         Ok(Step::Done(FaultOutcome::Mapped))
     }
@@ -228,14 +243,13 @@ impl Core {
             }
             _ => (index, 0),
         };
-        let step = match region.source().unprotect(region.addr_of(first), bytes_of(order)) {
-            Ok(()) => Step::Done(FaultOutcome::Mapped),
-            Err(error) => self.source_failed(error)?,
-        };
-        Ok(match step {
-            Step::Done(outcome) => outcome,
-            Step::Again => FaultOutcome::Retry,
-        })
+        match region.source().unprotect(region.addr_of(first), bytes_of(order)) {
+            Ok(()) => Ok(FaultOutcome::Mapped),
+            Err(error) => match self.source_failed(error)? {
+                Step::Done(outcome) => Ok(outcome),
+                Step::Again => unreachable!("a source failure is an outcome"),
+            },
+        }
     }
 
     /// Turns a page-source failure into the fault's outcome.
@@ -594,20 +608,15 @@ impl Core {
             return Ok(Step::Again);
         }
         let (addr, len) = (region.addr_of(first), bytes_of(order));
-        let source = region.source();
-        let protect = zero_page && region.managed() && source.protects_zero();
-        let mapped = if protect {
-            source.map_zero_protected(addr, len)
-        } else if zero_page {
-            source.map_zero(addr, len)
+        let mapped = if zero_page {
+            map_zero_page(region, addr, len, protects_zero(region))
         } else {
             let skip = ((entry.offset() - folio.first_slot()) * PAGE) as usize;
-            folio.with_data(|data| source.map(addr, &data[skip..skip + len as usize]))
+            let data = |data: &[u8]| region.source().map(addr, &data[skip..skip + len as usize]);
+            folio.with_data(data).map(|mapped| (mapped, false))
         };
         match mapped {
-            Ok(mapped) => {
-                // Pages already present are not known to be zero: they are kept as resident.
-                let zero_mapped = protect && mapped == Mapped::Done;
+            Ok((mapped, zero_mapped)) => {
                 let how = MapAs { zero_mapped, activate, own_locked: false };
                 Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, how))
             }

@@ -588,10 +588,10 @@ impl Core {
         entry: SwapEntry,
         folio: &Arc<Folio>,
     ) -> bool {
-        let source = region.source();
-        if !source.protects_zero() {
+        if !crate::fault::protects_zero(region) {
             return false;
         }
+        let source = region.source();
         let (first, order, nr) = (owner.index, owner.order, owner.nr_pages());
         let mut pt = region.lock_span(first);
         if !self.maps_from(&pt, first, order, entry, folio) {

@@ -118,7 +118,6 @@ struct Counters {
     trims: AtomicU64,
     trim_ns: AtomicU64,
     faults_resynced: AtomicU64,
-    faults_wp: AtomicU64,
 }
 
 /// A snapshot of the handler's counters.
@@ -161,8 +160,6 @@ pub struct HandlerStats {
     /// Spurious faults on a page the engine counted resident but the kernel had not: the
     /// page was dropped from the engine and the fault handled again (module essay).
     pub faults_resynced: u64,
-    /// Write-protect faults (a first write to a zero page mapped uncharged), attempts.
-    pub faults_wp: u64,
     /// Children served now.
     pub children_live: u64,
 }
@@ -293,7 +290,6 @@ impl Control {
             trims: get(&c.trims),
             trim_ns: get(&c.trim_ns),
             faults_resynced: get(&c.faults_resynced),
-            faults_wp: get(&c.faults_wp),
             children_live: get(&self.children_live),
         }
     }
@@ -757,9 +753,6 @@ impl Reader {
 
     fn attempt(&self, fault: Retained) -> Attempt {
         let c = &self.control.counters;
-        if fault.wp {
-            c.faults_wp.fetch_add(1, Relaxed);
-        }
         let mut outcome = if fault.wp {
             self.engine.handle_wp_fault_in(fault.mm, fault.addr as u64)
         } else {
