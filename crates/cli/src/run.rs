@@ -89,9 +89,22 @@ pub struct RunArgs {
     /// page, write-protected: it costs nothing and is charged nothing until the program's
     /// first write to it, a write-protect fault, makes it resident) or `charged` (the zero
     /// page charged to the budget as a resident page, in case it is written unseen).
-    #[arg(long, value_name = "MODE", default_value = "protected",
-          value_parser = ["protected", "charged"])]
-    zero_pages: String,
+    /// Default: protected, or charged with `--delivery sigbus` (which refuses protected).
+    #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"])]
+    zero_pages: Option<String>,
+    /// Who resolves a fault on a swapped page: `handler` (uswap's handler thread, woken by
+    /// the kernel: serves every access) or `sigbus` (the faulting thread itself, in a
+    /// signal handler: no cross-thread wake-ups, several times faster per fault on a
+    /// virtual machine, but for programs that suit it only). Under `sigbus` a system call
+    /// whose buffer is a swapped page fails with EFAULT: the shim retries libc's read,
+    /// write and socket calls after bringing the buffer in, but a datagram received into
+    /// one is lost, and direct system calls, io_uring and futexes are not covered; a
+    /// forked (not vfork'd) child dies of SIGBUS at its first touch of inherited memory
+    /// not resident at the fork, so a program whose children run on needs `handler`. See
+    /// docs/RUN.md, "Fault delivery"
+    #[arg(long, value_name = "MODE", default_value = "handler",
+          value_parser = ["handler", "sigbus"])]
+    delivery: String,
     /// Run the program (and uswap's threads inside it) on these CPUs only, as taskset does:
     /// 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on one
     /// CPU spares uswap the cross-CPU wake-ups and TLB-flush interrupts that dominate its
@@ -259,7 +272,18 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if args.swap_file_cache == "drop" {
         check_uncached_io(&swap_dir)?;
     }
-    check_userfaultfd()?;
+    let sigbus = args.delivery == "sigbus";
+    let zero_pages = match args.zero_pages.as_deref() {
+        Some("protected") if sigbus => bail!(
+            "--zero-pages protected with --delivery sigbus: the first write to a protected zero \
+             page is a write-protect fault, which the signal path does not serve; use \
+             --zero-pages charged or --delivery handler"
+        ),
+        Some(mode) => mode.to_string(),
+        None if sigbus => "charged".to_string(),
+        None => "protected".to_string(),
+    };
+    check_userfaultfd(sigbus)?;
     let preload = find_shim()?;
     let config = RunConfig {
         run_dir: String::new(),
@@ -280,7 +304,8 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         preload_path: preload.display().to_string(),
         folio_order: args.folio_order,
         large_folios: args.large_folios.clone(),
-        zero_pages: args.zero_pages.clone(),
+        zero_pages,
+        delivery: args.delivery.clone(),
         idle_page: None,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
@@ -448,10 +473,18 @@ fn check_uncached_io(dir: &Path) -> Result<()> {
 
 /// The uffd crate's probe, with what `uswap run` needs: kernel-mode faults (a program's
 /// `read(2)` into an evicted buffer) and EVENT_FORK (children).
-fn check_userfaultfd() -> Result<()> {
+fn check_userfaultfd(sigbus: bool) -> Result<()> {
     let probe = uffd::probe().map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    probe.require(uffd::REQUIRED_FEATURES).map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    probe.require_kernel_faults().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    let features = if sigbus {
+        uffd::REQUIRED_FEATURES | uffd::Features::SIGBUS
+    } else {
+        uffd::REQUIRED_FEATURES
+    };
+    probe.require(features).map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    if !sigbus {
+        // SIGBUS delivery does not trap kernel-mode faults (they fail with EFAULT).
+        probe.require_kernel_faults().map_err(|e| anyhow!("userfaultfd: {e}"))?;
+    }
     probe.require_event_fork().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     probe.require_pagemap_scan().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     Ok(())

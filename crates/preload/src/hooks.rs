@@ -389,6 +389,8 @@ impl ShimHooks {
         ] {
             file.set(name, value.load(Relaxed));
         }
+        file.set("shim_efault_retries", crate::io::EFAULT_RETRIES.load(Relaxed));
+        file.set("shim_efault_failed", crate::io::EFAULT_FAILED.load(Relaxed));
         let arena = crate::ARENA.stats();
         file.set("arena_bumped_bytes", arena.bumped_bytes as u64);
         file.set("arena_free_bytes", arena.free_bytes as u64);

@@ -57,6 +57,7 @@
 
 mod hooks;
 mod interpose;
+mod io;
 pub mod maps;
 mod shim;
 

@@ -11,7 +11,7 @@ use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
 use runstat::env::{self, RunConfig};
 use std::sync::{Arc, OnceLock};
-use uffd::{CompressorKind, HandlerOptions, PageMap, Uswap};
+use uffd::{CompressorKind, Delivery, HandlerOptions, PageMap, Uswap};
 
 /// The running shim of this process.
 #[derive(Debug)]
@@ -62,6 +62,28 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
     libc::c_int::from(MANAGING.load(std::sync::atomic::Ordering::SeqCst))
 }
 
+/// Brings in the first managed pages of a system call's buffer that failed with EFAULT
+/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]); false outside the
+/// process that runs the engine (a forked child) or when no page of it is managed.
+pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
+    let Some(state) = STATE.get() else { return false };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != state.pid {
+        return false;
+    }
+    let (Ok(engine), Ok(control)) = (state.swap.engine(), state.swap.control()) else {
+        return false;
+    };
+    uffd::bring_in(engine, control, addr as u64, len as u64, write, max_pages)
+}
+
+/// The most pages one retry of a system call brings in: 64 (256 KiB), and no more than a
+/// quarter of the budget, so that they stay resident until the call copies them.
+pub fn bring_in_pages() -> u64 {
+    let budget = STATE.get().and_then(|s| s.swap.engine().ok()).map(|e| e.config().budget_bytes);
+    (budget.unwrap_or(0) / uffd::PAGE_SIZE as u64 / 4).clamp(1, 64)
+}
+
 /// Sets `MADV_NOHUGEPAGE` on a range about to be managed (raw: may run anywhere).
 pub fn no_huge_pages(start: usize, len: usize) {
     // SAFETY: advice only; an unmapped range is ENOMEM, ignored.
@@ -101,6 +123,9 @@ fn start() -> Result<(), String> {
     hooks.start(started);
     let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
+    if config.delivery == "sigbus" {
+        crate::io::SIGBUS_DELIVERY.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     crate::interpose::install(control, pid);
     crate::interpose::request_scan();
     Ok(())
@@ -145,7 +170,11 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .swap_file_keep_free(env::SWAP_FILE_KEEP_FREE_BYTES)
         .folio_order(config.folio_order)
         .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
-        .require_kernel_faults(true)
+        .delivery(match config.delivery.as_str() {
+            "sigbus" => Delivery::Sigbus,
+            _ => Delivery::Handler,
+        })
+        .require_kernel_faults(config.delivery != "sigbus")
         .protect_zero_pages(config.zero_pages == "protected")
         .handler_options(options);
     builder = match &config.swap_file {

@@ -50,9 +50,11 @@ pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
 pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
 /// `protected` or `charged`: how a read of a zero page is mapped (`uswap run --zero-pages`).
 pub const ZERO_PAGES: &str = "USWAP_ZERO_PAGES";
+/// `handler` or `sigbus`: who resolves a fault (`uswap run --delivery`).
+pub const DELIVERY: &str = "USWAP_DELIVERY";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -69,6 +71,7 @@ pub const ALL: [&str; 16] = [
     IDLE_PAGE,
     SWAP_FILE_CACHE,
     ZERO_PAGES,
+    DELIVERY,
 ];
 
 /// What the shim needs to manage a program.
@@ -104,6 +107,8 @@ pub struct RunConfig {
     pub large_folios: String,
     /// `protected` or `charged`.
     pub zero_pages: String,
+    /// `handler` or `sigbus`.
+    pub delivery: String,
     /// The idle pollers' page, if they run.
     pub idle_page: Option<String>,
 }
@@ -124,6 +129,7 @@ impl RunConfig {
             (FOLIO_ORDER, self.folio_order.to_string()),
             (LARGE_FOLIOS, self.large_folios.clone()),
             (ZERO_PAGES, self.zero_pages.clone()),
+            (DELIVERY, self.delivery.clone()),
         ];
         if let Some(bytes) = self.pool_bytes {
             vars.push((POOL_SIZE, bytes.to_string()));
@@ -165,6 +171,7 @@ impl RunConfig {
             folio_order: number(FOLIO_ORDER)? as u32,
             large_folios: need(LARGE_FOLIOS)?,
             zero_pages: need(ZERO_PAGES)?,
+            delivery: need(DELIVERY)?,
             idle_page: get(IDLE_PAGE),
         })
     }
@@ -201,6 +208,7 @@ mod tests {
             folio_order: 4,
             large_folios: "sequential".into(),
             zero_pages: "charged".into(),
+            delivery: "sigbus".into(),
             idle_page: Some("/tmp/uswap-x/idle".into()),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();

@@ -161,6 +161,10 @@ pub struct Summary {
     pub zero_mapped: u64,
     /// Of those, pages the program wrote (a write-protect fault each made them resident).
     pub zero_written: u64,
+    /// System calls made again under SIGBUS delivery after their buffer was brought in.
+    pub efault_retries: u64,
+    /// System calls that still failed with EFAULT on a managed buffer after every retry.
+    pub efault_failed: u64,
 }
 
 impl Summary {
@@ -200,6 +204,8 @@ impl Summary {
             no_space: file.get("swap_no_space"),
             zero_mapped: file.get("zero_mapped"),
             zero_written: file.get("zero_mapped_written"),
+            efault_retries: file.get("shim_efault_retries"),
+            efault_failed: file.get("shim_efault_failed"),
         }
     }
 
@@ -246,6 +252,13 @@ impl Summary {
             lines.push(format!(
                 "{prefix}zero pages: {} mapped uncharged, {} of them then written",
                 self.zero_mapped, self.zero_written
+            ));
+        }
+        if self.efault_retries + self.efault_failed > 0 {
+            lines.push(format!(
+                "{prefix}system calls on swapped buffers (SIGBUS delivery): {} made again after \
+                 bringing the buffer in, {} still failed with EFAULT",
+                self.efault_retries, self.efault_failed
             ));
         }
         if self.idle_pollers > 0 {

@@ -355,11 +355,13 @@ impl Builder {
             Arc::new(UffdSource::new(uffd.clone(), folio_pages)?.protecting_zero(protect_zero));
         let engine = Engine::new(config, source.clone()).map_err(Error::Engine)?;
         let engine = Arc::new(engine);
+        let hooks = self.handler.hooks.clone();
         let handler =
             Handler::spawn_with(engine.clone(), uffd.clone(), source.clone(), self.handler)?;
         let sigbus = match self.delivery {
             Delivery::Sigbus => {
-                Some(SigbusMode::arm(engine.clone(), source.clone(), handler.control().clone())?)
+                let control = handler.control().clone();
+                Some(SigbusMode::arm(engine.clone(), source.clone(), control, hooks)?)
             }
             Delivery::Handler => None,
         };

@@ -14,13 +14,19 @@
 //! allocator's or the engine's locks: the engine's own threads never touch region memory,
 //! and a program touches it from its own code, not from inside `malloc`. A program that
 //! passes region memory to code that holds a lock the engine takes (a custom allocator
-//! whose arena is a region, the LD_PRELOAD shim's case) must use the handler mode.
+//! whose arena is a region, and whose allocator the engine also uses) must use the handler
+//! mode. The LD_PRELOAD shim is not such a program although glibc's heap is managed there:
+//! its engine allocates from the shim's own arena, never glibc's malloc, so a program
+//! thread faulting inside malloc holds no lock the engine takes (docs/RUN.md, "Fault
+//! delivery").
 //!
 //! **What SIGBUS mode cannot do.** (1) A system call whose buffer is an evicted page fails
 //! with EFAULT: the kernel does not signal a fault taken in kernel mode. (2) A forked child's
 //! uffd inherits the SIGBUS feature, so the child's faults are signals in the child, where
 //! the parent's engine is not: the dispatcher answers them "not mine", and the child dies
-//! of SIGBUS on its first touch of a non-resident page (loudly, never with zeros).
+//! of SIGBUS on its first touch of a non-resident page (loudly, never with zeros). A
+//! `vfork` child (`posix_spawn`, `system`) is another process in the same address space,
+//! the engine's: its faults are resolved like the owner's (`kcmp(2)` tells the two apart).
 //!
 //! Unsafe code: the dispatcher's context is a raw pointer to a [`SigbusContext`], valid
 //! while the dispatcher is armed (this leaf module owns both ends).
@@ -28,10 +34,11 @@
 #![allow(unsafe_code)]
 
 use crate::error::Error;
-use crate::handler::Control;
+use crate::handler::{Control, Hooks};
 use crate::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
 use crate::source::UffdSource;
 use crate::sys::process;
+use engine::region::MmId;
 use engine::{Engine, FaultOutcome};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -60,12 +67,18 @@ impl Delivery {
     }
 }
 
+/// How long the dispatcher waits for the engine to catch up with a fault outside every
+/// region before it calls the fault not its own: the handler turns at least every 100 ms.
+const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// What the SIGBUS dispatcher needs; lives as long as its arming.
 #[derive(Debug)]
 pub struct SigbusContext {
     engine: Arc<Engine>,
     source: Arc<UffdSource>,
     control: Arc<Control>,
+    /// Told of every fault resolved (as the handler tells them), from the signal handler.
+    hooks: Option<Arc<dyn Hooks>>,
     resolved: AtomicU64,
     failed: AtomicU64,
     retried: AtomicU64,
@@ -90,7 +103,9 @@ pub struct SigbusStats {
 }
 
 impl SigbusMode {
-    /// Arms the process-wide SIGBUS handler for `engine`'s regions.
+    /// Arms the process-wide SIGBUS handler for `engine`'s regions; `hooks` hears of each
+    /// fault resolved, from the faulting thread's signal handler ([`Hooks::fault`], with the
+    /// resolution's time as its wait).
     ///
     /// # Errors
     /// sigaction's errno; [`Error::SigbusSlotsFull`].
@@ -98,11 +113,13 @@ impl SigbusMode {
         engine: Arc<Engine>,
         source: Arc<UffdSource>,
         control: Arc<Control>,
+        hooks: Option<Arc<dyn Hooks>>,
     ) -> Result<SigbusMode, Error> {
         let context = Box::new(SigbusContext {
             engine,
             source,
             control,
+            hooks,
             resolved: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             retried: AtomicU64::new(0),
@@ -134,24 +151,119 @@ impl Drop for SigbusMode {
     }
 }
 
+/// Brings in the first managed pages of `[addr, addr + len)`, at most `*max_pages` of them
+/// (the count is lowered by those brought in), as faults on them would (write faults when
+/// `write`: the kernel is to write into them), for a system call that failed with EFAULT
+/// under SIGBUS delivery because its buffer was not resident. Only a prefix: a buffer
+/// larger than the budget can never be resident at once, and a call that copies a prefix
+/// returns a short count, which the program continues from. Returns whether any page of
+/// the range is managed (a caller retries only then: an EFAULT outside every region is the
+/// program's own).
+///
+/// Context: the owner process, normal context (not a signal handler); takes the fork gate
+/// and the engine's locks, may reclaim. A page may be evicted again before the retry: the
+/// caller retries a bounded number of times.
+pub fn bring_in(
+    engine: &Engine,
+    control: &Control,
+    addr: u64,
+    len: u64,
+    write: bool,
+    max_pages: &mut u64,
+) -> bool {
+    // A buffer in a range the engine has not caught up with (a grown mremap, an adoption
+    // in progress: `Control::wait_passes`) faults as registered but is in no region yet:
+    // wait for the handler's passes, as the dispatcher does, before calling it not ours.
+    let start = std::time::Instant::now();
+    loop {
+        let managed = bring_in_once(engine, control, addr, len, write, max_pages);
+        if managed || start.elapsed() >= CATCH_UP_MAX {
+            return managed;
+        }
+        control.wait_passes();
+    }
+}
+
+fn bring_in_once(
+    engine: &Engine,
+    control: &Control,
+    addr: u64,
+    len: u64,
+    write: bool,
+    max_pages: &mut u64,
+) -> bool {
+    const PAGE: u64 = crate::PAGE_SIZE as u64;
+    let (start, end) = (addr & !(PAGE - 1), addr.saturating_add(len));
+    let mut ranges = engine.region_ranges(MmId::DEFAULT);
+    ranges.sort_unstable();
+    let mut managed = false;
+    for (region_start, region_end) in ranges {
+        let (from, to) = (start.max(region_start), end.min(region_end));
+        if from >= to {
+            continue;
+        }
+        managed = true;
+        let _pass = control.gate.enter();
+        for page in (from..to).step_by(PAGE as usize) {
+            if *max_pages == 0 {
+                return true;
+            }
+            *max_pages -= 1;
+            // Mapped, already there, gone, or failed (poisoned): the call's retry shows
+            // which. An unread event: give its reader a turn first.
+            if let Ok(FaultOutcome::Retry) = engine.handle_fault(page, write) {
+                process::sched_yield();
+            }
+        }
+    }
+    managed
+}
+
 /// The dispatcher: resolves a userfaultfd SIGBUS in one of the engine's regions.
 fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     // SAFETY: `ctx` was armed by `SigbusMode::arm` from a live box, which outlives the
     // arming (see there).
     let context = unsafe { &*(ctx as *const SigbusContext) };
-    // A forked child's copy of the handler: the engine is not here (module essay). A
-    // hardware memory error is not ours either.
-    if !context.control.in_owner() || fault.code != BUS_ADRERR {
+    // A forked child's copy of the handler: the engine is not here, unless the child is a
+    // vfork one, in the owner's address space (module essay). A hardware memory error is
+    // not ours either.
+    if fault.code != BUS_ADRERR {
         return Dispatch::NotMine;
     }
-    let _pass = context.control.gate.enter();
+    if !context.control.in_owner() && !process::shares_memory_with(context.control.pid) {
+        process::write_stderr(
+            b"uswap: SIGBUS in a forked child: with SIGBUS delivery a child cannot fault in \
+              memory it inherited that was not resident at the fork (the child dies; use the \
+              handler delivery)\n",
+        );
+        return Dispatch::NotMine;
+    }
     let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        context.engine.handle_fault(addr, fault.write)
-    }));
+    let start = std::time::Instant::now();
+    let resolve = || {
+        let _pass = context.control.gate.enter();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            context.engine.handle_fault(addr, fault.write)
+        }))
+    };
+    let mut outcome = resolve();
+    // Maybe a range the engine has not caught up with: an mremap's, an adoption's (see
+    // `Control::wait_passes`), or a grown mapping the embedder adopts at its next scan.
+    // Look again after the handler's passes, for as long as a handler turn (with the
+    // embedder's scan in it) can take; still outside then, the fault is not ours.
+    while matches!(outcome, Ok(Err(engine::Error::OutsideRegions { .. })))
+        && start.elapsed() < CATCH_UP_MAX
+    {
+        context.control.wait_passes();
+        outcome = resolve();
+    }
     match outcome {
         Ok(Ok(FaultOutcome::Mapped | FaultOutcome::Gone)) => {
             context.resolved.fetch_add(1, Relaxed);
+            if let Some(hooks) = &context.hooks {
+                let ns = start.elapsed().as_nanos() as u64;
+                hooks.fault(MmId::DEFAULT, addr as usize, fault.write, process::gettid(), ns);
+            }
             Dispatch::Resolved
         }
         Ok(Ok(FaultOutcome::Spurious | FaultOutcome::Retry)) => {

@@ -252,6 +252,29 @@ impl Control {
         })
     }
 
+    /// Waits until the handler thread has made two full passes (read its messages, applied
+    /// their events to the engine, given the hooks their turn) after this call, waking it
+    /// at once. Under SIGBUS delivery a fault that finds no region may be in a range the
+    /// engine has not caught up with: one mremap'd, whose REMAP event the handler has read
+    /// (the mremap caller waits for that) but not yet applied, or one registered by an
+    /// adoption still in progress on the handler thread. After two passes both are done.
+    /// Returns at once in a process without the thread (a forked child) or once it stopped.
+    ///
+    /// Context: not the handler thread; usable in a SIGBUS handler (a futex-based mutex and
+    /// condvar, which the interrupted program code never holds).
+    pub fn wait_passes(&self) {
+        if !self.in_owner() {
+            return;
+        }
+        let before = lock(&self.state).epoch;
+        self.signal();
+        let state = lock(&self.state);
+        let _done = self
+            .changed
+            .wait_while(state, |s| !s.stopped && s.epoch < before + 2)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+
     fn signal(&self) {
         call::eventfd_signal(self.wake.as_fd());
     }
@@ -364,8 +387,10 @@ pub enum Noted {
 /// What the handler reports to, and asks of, the program that runs it (module essay).
 ///
 /// Context: every method runs on the handler thread, in normal mode (never while a fork is
-/// pending). An implementation must not touch managed memory, nor wait for a lock that a
-/// thread faulting on managed memory may hold: either would wait for this very thread.
+/// pending), except [`Hooks::fault`] under SIGBUS delivery, which runs in the faulting
+/// thread's signal handler. An implementation must not touch managed memory, nor wait for a
+/// lock that a thread faulting on managed memory may hold: either would wait for this very
+/// thread.
 pub trait Hooks: Send + Sync + std::fmt::Debug {
     /// A fault of `thread_id` (0 without `UFFD_FEATURE_THREAD_ID`) at `addr` was handled,
     /// `wait_ns` after its message was read.

@@ -35,6 +35,31 @@ pub fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// `gettid(2)` (async-signal-safe).
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// Whether process `other` shares this process's address space (`kcmp(2)` `KCMP_VM`): a
+/// `vfork` or `CLONE_VM` child of it does. False when kcmp cannot tell (not built, or no
+/// permission). Async-signal-safe.
+pub fn shares_memory_with(other: i32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp takes two pids, a type and two unused indexes; it reads nothing of ours.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_kcmp, libc::getpid(), other, KCMP_VM, 0 as libc::c_long, 0)
+    };
+    ret == 0
+}
+
+/// Writes `line` to standard error with the bare system call (async-signal-safe, and not
+/// through any interposed `write`); a short or failed write is not retried.
+pub fn write_stderr(line: &[u8]) {
+    // SAFETY: writes `line.len()` initialized bytes from a live slice.
+    unsafe { libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len()) };
+}
+
 /// `sched_yield(2)` (async-signal-safe).
 pub fn sched_yield() {
     // SAFETY: sched_yield has no preconditions.

@@ -110,6 +110,11 @@ pub struct CompareArgs {
     /// The uswap side's `--zero-pages` (protected or charged; default: run's, protected).
     #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"])]
     pub zero_pages: Option<String>,
+    /// The uswap side's `--delivery` (handler or sigbus; default: run's, handler). SIGBUS
+    /// delivery suits the shipped workload program (no fork, its own system calls retried
+    /// by the shim), not every program (docs/RUN.md, "Fault delivery").
+    #[arg(long, value_name = "MODE", value_parser = ["handler", "sigbus"])]
+    pub delivery: Option<String>,
     /// The uswap side's compressed pool: `beside` the budget (`uswap run --pool-size`, as
     /// large as the zram device: its compressed pages are not charged to the budget, as the
     /// cgroup limit leaves zram's store out; like for like with zram) or a `share` of it (run's
@@ -195,6 +200,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_idle_poll: uswap_idle_poll(args)?,
         uswap_swap_file_cache: args.swap_file_cache.clone(),
         uswap_zero_pages: args.zero_pages.clone(),
+        uswap_delivery: args.delivery.clone(),
         uswap_pool_bytes: (args.uswap_pool == "beside")
             .then(|| kernel_side::swap_bytes(size_bytes)),
     };
@@ -358,6 +364,8 @@ fn describe(
     table.row(["uswap swap file cache".to_string(), cache]);
     let zero = ctx.uswap_zero_pages.clone().unwrap_or_else(|| "run's default (protected)".into());
     table.row(["uswap zero pages".to_string(), zero]);
+    let delivery = ctx.uswap_delivery.clone().unwrap_or_else(|| "run's default (handler)".into());
+    table.row(["uswap fault delivery".to_string(), delivery]);
     let pool = ctx.uswap_pool_bytes.map_or_else(
         || "a share of the budget (run's default, 20%)".to_string(),
         |bytes| format!("beside the budget, at most {}", format_size(bytes)),
@@ -375,6 +383,9 @@ fn describe(
     }
     if let Some(zero) = &ctx.uswap_zero_pages {
         report.field("uswap_zero_pages", zero.clone());
+    }
+    if let Some(delivery) = &ctx.uswap_delivery {
+        report.field("uswap_delivery", delivery.clone());
     }
     report.field("uswap_pool_size_bytes", serde_json::json!(ctx.uswap_pool_bytes));
     if let Err(why) = env {

@@ -5,7 +5,8 @@
 //!   execute              every process command is replaced by
 //!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
 //!                            --large-folios P] [--idle-poll MODE] [--swap-file-cache M]
-//!                            [--zero-pages M] [--pool-size B] -- <program> <args>
+//!                            [--zero-pages M] [--delivery M] [--pool-size B]
+//!                            -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
 //!                        from /proc/<pid>/task/*/children): the engine, its pool and its
@@ -96,6 +97,9 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     }
     if let Some(mode) = &ctx.uswap_zero_pages {
         flags.extend(["--zero-pages".into(), mode.clone()]);
+    }
+    if let Some(mode) = &ctx.uswap_delivery {
+        flags.extend(["--delivery".into(), mode.clone()]);
     }
     if let Some(bytes) = ctx.uswap_pool_bytes {
         flags.extend(["--pool-size".into(), bytes.to_string()]);
@@ -354,6 +358,7 @@ mod tests {
         ctx.uswap_idle_poll = Some("off".into());
         ctx.uswap_swap_file_cache = Some("drop".into());
         ctx.uswap_zero_pages = Some("charged".into());
+        ctx.uswap_delivery = Some("sigbus".into());
         ctx.uswap_pool_bytes = Some(1 << 30);
         let flags = run_flags(&ctx, Path::new("/s"));
         let tail = [
@@ -367,6 +372,8 @@ mod tests {
             "drop",
             "--zero-pages",
             "charged",
+            "--delivery",
+            "sigbus",
             "--pool-size",
             "1073741824",
         ];

@@ -92,6 +92,8 @@ pub struct RunContext {
     pub uswap_swap_file_cache: Option<String>,
     /// The uswap side's `--zero-pages`; `None`: run's default.
     pub uswap_zero_pages: Option<String>,
+    /// The uswap side's `--delivery`; `None`: run's default.
+    pub uswap_delivery: Option<String>,
     /// The uswap side's `--pool-size` (a pool beside the budget); `None`: run's default, a
     /// share of the budget.
     pub uswap_pool_bytes: Option<u64>,
@@ -114,6 +116,7 @@ impl RunContext {
             uswap_idle_poll: None,
             uswap_swap_file_cache: None,
             uswap_zero_pages: None,
+            uswap_delivery: None,
             uswap_pool_bytes: None,
         }
     }

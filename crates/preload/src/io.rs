@@ -1,0 +1,227 @@
+//! The program's `read`, `write`, `pread`, `pwrite` (and their `64` names), `readv`,
+//! `writev`, `recv`, `recvfrom`, `send` and `sendto`, interposed for SIGBUS delivery
+//! (`uswap run --delivery sigbus`, docs/RUN.md "Fault delivery").
+//!
+//! Under SIGBUS delivery a fault the kernel takes on the program's behalf (copying a
+//! system call's buffer) is not a signal: the call fails with EFAULT. Each wrapper calls
+//! libc's own function (found with `dlsym(RTLD_NEXT)`), and when that fails with EFAULT in
+//! SIGBUS mode, in the process that runs the engine, brings in the first managed pages of
+//! the buffer (at most 256 KiB: [`uffd::bring_in`]) and calls again, at most [`RETRIES`]
+//! times (reclaim may take a page back between the two). The call then copies at least
+//! that prefix and returns a short count, from which the program goes on (and a next
+//! EFAULT brings in the next prefix). Nothing is lost by the first attempt for files,
+//! pipes and stream sockets: a call that copied nothing consumed nothing. A datagram
+//! received into a swapped buffer is dropped by the kernel on EFAULT: that is a limit of
+//! the mode, as are direct system calls, io_uring, futexes and stdio's internal writes,
+//! which these wrappers do not see.
+//!
+//! With handler delivery (the default) each wrapper is libc's function and one atomic
+//! load after it fails.
+//!
+//! Context: any thread, at any time, also before the shim's constructor: no allocation on
+//! the success path; `dlsym` once per function.
+
+#![allow(unsafe_code)]
+
+use libc::{c_int, c_void, iovec, size_t, sockaddr, socklen_t, ssize_t};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+
+/// Calls after the first one, each after bringing the buffer in.
+const RETRIES: usize = 4;
+
+/// Set when the shim runs with SIGBUS delivery.
+pub static SIGBUS_DELIVERY: AtomicBool = AtomicBool::new(false);
+/// Calls made again after their buffer was brought in (`shim_efault_retries`).
+pub static EFAULT_RETRIES: AtomicU64 = AtomicU64::new(0);
+/// Calls that still failed with EFAULT on a managed buffer after every retry
+/// (`shim_efault_failed`).
+pub static EFAULT_FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// libc's function `name` (NUL-terminated), cached in `slot`; 0 if there is none.
+fn next(slot: &AtomicUsize, name: &[u8]) -> usize {
+    let found = slot.load(Relaxed);
+    if found != 0 {
+        return found;
+    }
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT finds the definition after this object's.
+    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    slot.store(found, Relaxed);
+    found
+}
+
+fn errno() -> c_int {
+    // SAFETY: the calling thread's errno location is always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(value: c_int) {
+    // SAFETY: as `errno`.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// Hands each (address, length) of a call's buffers to the function it is given.
+type Buffers<'a> = &'a dyn Fn(&mut dyn FnMut(usize, usize));
+
+/// Runs `call`, and while it fails with EFAULT under SIGBUS delivery and `buffers` (address,
+/// length) hold managed pages, brings them in and runs it again (module essay). `write`:
+/// the kernel writes into the buffers (a read-type call).
+fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize {
+    let failed =
+        |result: isize| result < 0 && SIGBUS_DELIVERY.load(SeqCst) && errno() == libc::EFAULT;
+    let mut result = call();
+    for attempt in 0..=RETRIES {
+        if !failed(result) {
+            break;
+        }
+        let (mut managed, mut pages) = (false, crate::shim::bring_in_pages());
+        buffers(&mut |addr, len| managed |= crate::shim::bring_in(addr, len, write, &mut pages));
+        set_errno(libc::EFAULT);
+        if !managed {
+            break;
+        }
+        if attempt == RETRIES {
+            EFAULT_FAILED.fetch_add(1, Relaxed);
+            break;
+        }
+        EFAULT_RETRIES.fetch_add(1, Relaxed);
+        result = call();
+    }
+    result
+}
+
+/// The buffers of an iovec array.
+///
+/// # Safety
+/// `iov` points to `count` readable iovecs (the caller's contract with readv/writev).
+unsafe fn each_iovec(iov: *const iovec, count: c_int, f: &mut dyn FnMut(usize, usize)) {
+    if iov.is_null() || count <= 0 {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let iovs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
+    for v in iovs {
+        f(v.iov_base as usize, v.iov_len);
+    }
+}
+
+/// Fails as libc would without the function (it always has these).
+fn missing() -> isize {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+/// Defines an interposed call (module essay): libc's function of the same name, found
+/// once, made again by [`retried`] with the buffers `each` is handed and `kernel_writes`
+/// (whether the kernel writes into them).
+macro_rules! interposed {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?);
+     kernel_writes: $write:expr; buffers: |$each:ident| $buffers:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The caller's contract is the call's own.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> ssize_t {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            type F = unsafe extern "C" fn($($ty),*) -> ssize_t;
+            let f = next(&NEXT, concat!(stringify!($name), "\0").as_bytes());
+            if f == 0 {
+                return missing();
+            }
+            let call = || {
+                // SAFETY: `f` is libc's function of this name, whose C type is `F`, called
+                // with the caller's arguments.
+                unsafe { std::mem::transmute::<usize, F>(f)($($arg),*) }
+            };
+            retried(&|$each: &mut dyn FnMut(usize, usize)| $buffers, $write, &call)
+        }
+    };
+}
+
+interposed! {
+    /// `read(2)` (module essay).
+    fn read(fd: c_int, buf: *mut c_void, count: size_t);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `write(2)` (module essay).
+    fn write(fd: c_int, buf: *const c_void, count: size_t);
+    kernel_writes: false; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `pread(2)` (module essay): on 64-bit Linux the call `pread64` is too, by another name.
+    fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: i64);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `pwrite(2)` (module essay).
+    fn pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: i64);
+    kernel_writes: false; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `pread64(2)` (module essay).
+    fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: i64);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `pwrite64(2)` (module essay).
+    fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: i64);
+    kernel_writes: false; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `readv(2)` (module essay).
+    fn readv(fd: c_int, iov: *const iovec, count: c_int);
+    // SAFETY: readv's contract: `iov` holds `count` iovecs.
+    kernel_writes: true; buffers: |each| unsafe { each_iovec(iov, count, each) }
+}
+
+interposed! {
+    /// `writev(2)` (module essay).
+    fn writev(fd: c_int, iov: *const iovec, count: c_int);
+    // SAFETY: writev's contract: `iov` holds `count` iovecs.
+    kernel_writes: false; buffers: |each| unsafe { each_iovec(iov, count, each) }
+}
+
+interposed! {
+    /// `recv(2)` (module essay).
+    fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int);
+    kernel_writes: true; buffers: |each| each(buf as usize, len)
+}
+
+interposed! {
+    /// `recvfrom(2)` (module essay).
+    fn recvfrom(
+        fd: c_int,
+        buf: *mut c_void,
+        len: size_t,
+        flags: c_int,
+        addr: *mut sockaddr,
+        addr_len: *mut socklen_t,
+    );
+    kernel_writes: true; buffers: |each| each(buf as usize, len)
+}
+
+interposed! {
+    /// `send(2)` (module essay).
+    fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int);
+    kernel_writes: false; buffers: |each| each(buf as usize, len)
+}
+
+interposed! {
+    /// `sendto(2)` (module essay).
+    fn sendto(
+        fd: c_int,
+        buf: *const c_void,
+        len: size_t,
+        flags: c_int,
+        addr: *const sockaddr,
+        addr_len: socklen_t,
+    );
+    kernel_writes: false; buffers: |each| each(buf as usize, len)
+}
