@@ -180,7 +180,7 @@ pub fn bring_in(
         if managed || start.elapsed() >= CATCH_UP_MAX {
             return managed;
         }
-        control.wait_passes();
+        control.wait_passes(CATCH_UP_MAX);
     }
 }
 
@@ -254,7 +254,7 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     while matches!(outcome, Ok(Err(engine::Error::OutsideRegions { .. })))
         && start.elapsed() < CATCH_UP_MAX
     {
-        context.control.wait_passes();
+        context.control.wait_passes(CATCH_UP_MAX);
         outcome = resolve();
     }
     match outcome {

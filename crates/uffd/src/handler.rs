@@ -232,6 +232,8 @@ pub struct Control {
     pub gate: Gate,
     counters: Counters,
     children_live: AtomicU64,
+    /// The handler thread's id (0 until it runs).
+    tid: AtomicU32,
     /// The process that made the handler (a forked child has a copy, and no thread).
     pub pid: i32,
 }
@@ -248,6 +250,7 @@ impl Control {
             gate: Gate::default(),
             counters: Counters::default(),
             children_live: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
             pid: process::getpid(),
         })
     }
@@ -258,12 +261,13 @@ impl Control {
     /// engine has not caught up with: one mremap'd, whose REMAP event the handler has read
     /// (the mremap caller waits for that) but not yet applied, or one registered by an
     /// adoption still in progress on the handler thread. After two passes both are done.
-    /// Returns at once in a process without the thread (a forked child) or once it stopped.
+    /// Returns at once on the handler thread itself or in a process without it (a forked
+    /// child), once it stopped, and after `timeout` at most.
     ///
-    /// Context: not the handler thread; usable in a SIGBUS handler (a futex-based mutex and
-    /// condvar, which the interrupted program code never holds).
-    pub fn wait_passes(&self) {
-        if !self.in_owner() {
+    /// Context: usable in a SIGBUS handler (a futex-based mutex and condvar, which the
+    /// interrupted program code never holds).
+    pub fn wait_passes(&self, timeout: Duration) {
+        if !self.in_owner() || self.tid.load(SeqCst) == process::gettid() {
             return;
         }
         let before = lock(&self.state).epoch;
@@ -271,7 +275,7 @@ impl Control {
         let state = lock(&self.state);
         let _done = self
             .changed
-            .wait_while(state, |s| !s.stopped && s.epoch < before + 2)
+            .wait_timeout_while(state, timeout, |s| !s.stopped && s.epoch < before + 2)
             .unwrap_or_else(std::sync::PoisonError::into_inner);
     }
 
@@ -551,6 +555,7 @@ impl Handler {
         let thread = std::thread::Builder::new()
             .name("uswap-uffd".into())
             .spawn(move || {
+                reader.control.tid.store(process::gettid(), SeqCst);
                 let _ = ready_tx.send(());
                 reader.run();
             })
