@@ -327,9 +327,10 @@ fn zero_pages_read_then_written_keep_their_data() {
 }
 
 /// `--delivery sigbus`: system calls whose buffers are swapped out (write, pread, writev,
-/// read) are made again once the shim brings the buffer in, and a vfork child reads
-/// swapped pages in its own signal handler; every byte checked, and the summary counts the
-/// calls made again. The handler delivery runs the same program with none to count.
+/// sendmsg, read, recvmsg) are made again once the shim brings the buffer in, and a vfork
+/// child reads swapped pages in its own signal handler; every byte checked, and the
+/// summary counts the calls made again. The handler delivery runs the same program with
+/// none to count.
 #[test]
 fn sigbus_delivery_serves_system_calls_and_vfork_children() {
     if !can_run() {

@@ -1,5 +1,6 @@
 //! The program's `read`, `write`, `pread`, `pwrite` (and their `64` names), `readv`,
-//! `writev`, `recv`, `recvfrom`, `send` and `sendto`, interposed for SIGBUS delivery
+//! `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto` and `sendmsg`, interposed for
+//! SIGBUS delivery
 //! (`uswap run --delivery sigbus`, docs/RUN.md "Fault delivery").
 //!
 //! Under SIGBUS delivery a fault the kernel takes on the program's behalf (copying a
@@ -23,7 +24,7 @@
 
 #![allow(unsafe_code)]
 
-use libc::{c_int, c_void, iovec, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Calls after the first one, each after bringing the buffer in.
@@ -73,8 +74,20 @@ fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize
         if !failed(result) {
             break;
         }
-        let (mut managed, mut pages) = (false, crate::shim::bring_in_pages());
-        buffers(&mut |addr, len| managed |= crate::shim::bring_in(addr, len, write, &mut pages));
+        let bring_in = || {
+            let (mut managed, mut pages) = (false, crate::shim::bring_in_pages());
+            buffers(&mut |addr, len| {
+                managed |= len > 0 && crate::shim::bring_in(addr, len, write, &mut pages);
+            });
+            managed
+        };
+        // No buffer in a region: maybe in a range registered and not yet adopted (a
+        // grown mremap); let the engine catch up before calling the EFAULT the program's.
+        let (mut managed, waited) = (bring_in(), std::time::Instant::now());
+        while !managed && waited.elapsed() < uffd::CATCH_UP_MAX {
+            crate::shim::catch_up(uffd::CATCH_UP_MAX);
+            managed = bring_in();
+        }
         set_errno(libc::EFAULT);
         if !managed {
             break;
@@ -102,6 +115,23 @@ unsafe fn each_iovec(iov: *const iovec, count: c_int, f: &mut dyn FnMut(usize, u
     for v in iovs {
         f(v.iov_base as usize, v.iov_len);
     }
+}
+
+/// The buffers of a message header: its iovecs, its address and its control data.
+///
+/// # Safety
+/// `msg` is null or points to a readable `msghdr` whose iovec array holds `msg_iovlen`
+/// iovecs (the caller's contract with recvmsg/sendmsg).
+unsafe fn each_msghdr(msg: *const msghdr, f: &mut dyn FnMut(usize, usize)) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let m = unsafe { &*msg };
+    // SAFETY: the caller's contract: `msg_iov` holds `msg_iovlen` iovecs.
+    unsafe { each_iovec(m.msg_iov, m.msg_iovlen as c_int, f) };
+    f(m.msg_name as usize, m.msg_namelen as usize);
+    f(m.msg_control as usize, m.msg_controllen);
 }
 
 /// Fails as libc would without the function (it always has these).
@@ -224,4 +254,18 @@ interposed! {
         addr_len: socklen_t,
     );
     kernel_writes: false; buffers: |each| each(buf as usize, len)
+}
+
+interposed! {
+    /// `recvmsg(2)` (module essay).
+    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int);
+    // SAFETY: recvmsg's contract: `msg` is a valid message header.
+    kernel_writes: true; buffers: |each| unsafe { each_msghdr(msg, each) }
+}
+
+interposed! {
+    /// `sendmsg(2)` (module essay).
+    fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int);
+    // SAFETY: sendmsg's contract: `msg` is a valid message header.
+    kernel_writes: false; buffers: |each| unsafe { each_msghdr(msg, each) }
 }

@@ -77,6 +77,16 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
     uffd::bring_in(engine, control, addr as u64, len as u64, write, max_pages)
 }
 
+/// Lets the engine catch up with ranges registered but not yet regions (the handler's
+/// passes: [`uffd::handler::Control::wait_passes`]), at most `timeout`; at once outside the
+/// process that runs the engine.
+pub fn catch_up(timeout: std::time::Duration) {
+    let Some(state) = STATE.get() else { return };
+    if let Ok(control) = state.swap.control() {
+        control.wait_passes(timeout);
+    }
+}
+
 /// The most pages one retry of a system call brings in: 64 (256 KiB), and no more than a
 /// quarter of the budget, so that they stay resident until the call copies them.
 pub fn bring_in_pages() -> u64 {

@@ -69,7 +69,7 @@ impl Delivery {
 
 /// How long the dispatcher waits for the engine to catch up with a fault outside every
 /// region before it calls the fault not its own: the handler turns at least every 100 ms.
-const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(250);
+pub const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What the SIGBUS dispatcher needs; lives as long as its arming.
 #[derive(Debug)]
@@ -164,27 +164,6 @@ impl Drop for SigbusMode {
 /// and the engine's locks, may reclaim. A page may be evicted again before the retry: the
 /// caller retries a bounded number of times.
 pub fn bring_in(
-    engine: &Engine,
-    control: &Control,
-    addr: u64,
-    len: u64,
-    write: bool,
-    max_pages: &mut u64,
-) -> bool {
-    // A buffer in a range the engine has not caught up with (a grown mremap, an adoption
-    // in progress: `Control::wait_passes`) faults as registered but is in no region yet:
-    // wait for the handler's passes, as the dispatcher does, before calling it not ours.
-    let start = std::time::Instant::now();
-    loop {
-        let managed = bring_in_once(engine, control, addr, len, write, max_pages);
-        if managed || start.elapsed() >= CATCH_UP_MAX {
-            return managed;
-        }
-        control.wait_passes(CATCH_UP_MAX);
-    }
-}
-
-fn bring_in_once(
     engine: &Engine,
     control: &Control,
     addr: u64,

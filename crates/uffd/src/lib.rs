@@ -68,7 +68,7 @@ pub use api::{
     Builder, CompressorKind, Incompressible, LargeFolios, Region, Stats, SwapTarget, Uswap,
     REQUIRED_FEATURES,
 };
-pub use delivery::{bring_in, Delivery, SigbusStats};
+pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::{Error, Op};
 pub use event::Event;
 pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
