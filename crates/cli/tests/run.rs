@@ -353,6 +353,26 @@ fn sigbus_delivery_serves_system_calls_and_vfork_children() {
     assert!(!err.contains(line), "{err}");
 }
 
+/// A program with a SIGBUS handler of its own (redis has one, for crash reports): under
+/// `--delivery sigbus` the shim keeps its own handler installed, the program reads back
+/// the one it set, and its own SIGBUS (past the end of a file mapping) reaches it, once;
+/// with the handler delivery the same program runs as it would anywhere.
+#[test]
+fn a_program_s_own_sigbus_handler_is_chained_under_sigbus_delivery() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("sigbus_chain", &[]);
+    for delivery in ["sigbus", "handler"] {
+        let out =
+            uswap(&["run", "--budget", "8M", "--delivery", delivery, "--", exe.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{delivery}: {err}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("called once"), "{err}");
+        assert!(pages_out(&err) > 0, "{err}");
+    }
+}
+
 /// What `--delivery sigbus` cannot do, said and contained: a forked child's system call on
 /// a page swapped out before the fork fails (the child's own signal handler has no engine),
 /// and the parent's data stays whole; write-protected zero pages are refused with it.

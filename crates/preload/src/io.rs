@@ -39,7 +39,7 @@ pub static EFAULT_RETRIES: AtomicU64 = AtomicU64::new(0);
 pub static EFAULT_FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// libc's function `name` (NUL-terminated), cached in `slot`; 0 if there is none.
-fn next(slot: &AtomicUsize, name: &[u8]) -> usize {
+pub(crate) fn next(slot: &AtomicUsize, name: &[u8]) -> usize {
     let found = slot.load(Relaxed);
     if found != 0 {
         return found;

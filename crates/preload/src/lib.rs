@@ -60,6 +60,7 @@ mod interpose;
 mod io;
 pub mod maps;
 mod shim;
+mod signals;
 
 /// Every Rust allocation of the shim (module essay).
 #[global_allocator]

@@ -13,7 +13,10 @@
 //! The resolver borrows the uffd and the mirror, and disarms (waiting for handlers in flight)
 //! when dropped, so neither can be closed or unmapped while the handler may use them.
 
-pub use crate::sys::signal::{Dispatch, DispatchFn, Hook, SigbusFault, SigbusResolver, SLOTS};
+pub use crate::sys::signal::{
+    program_action, set_program_action, Dispatch, DispatchFn, Hook, SigbusFault, SigbusResolver,
+    SLOTS,
+};
 
 /// `si_code` of a userfaultfd SIGBUS.
 pub const BUS_ADRERR: i32 = libc::BUS_ADRERR;

@@ -21,8 +21,11 @@
 //! after `disarm` returns no handler uses the slot's uffd or mirror.
 //!
 //! A SIGBUS nobody claims (outside every armed range, a hardware memory error, a failed
-//! resolve, an EEXIST where no page is resident) resets the disposition to `SIG_DFL` and
-//! returns: the access
+//! resolve, an EEXIST where no page is resident) goes to the program's own disposition:
+//! the handler it had when ours was installed, or the one it set since through an
+//! interposer that keeps ours in place ([`set_program_action`], the LD_PRELOAD shim's
+//! `sigaction`). A handler function is called; the default (or ignore) resets the
+//! disposition to `SIG_DFL` with libc's own `sigaction` and returns: the access
 //! re-executes, faults again, and the default action kills the process with a core dump.
 //! An error never yields wrong data.
 
@@ -141,21 +144,61 @@ impl Slot {
 static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 static INSTALL: Once = Once::new();
 static INSTALL_ERRNO: AtomicI32 = AtomicI32::new(0);
+/// The program's own SIGBUS disposition (module essay): its handler (an address, or
+/// `SIG_DFL` / `SIG_IGN`) and its `sa_flags`.
+static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PROGRAM_FLAGS: AtomicI32 = AtomicI32::new(0);
+/// libc's `sigaction`, found past any interposer of it (the shim's), resolved at install.
+static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+
+type SigactionFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// libc's own `sigaction` (not an interposer's).
+fn real_sigaction() -> SigactionFn {
+    let found = REAL_SIGACTION.load(SeqCst);
+    if found == 0 {
+        return libc::sigaction;
+    }
+    // SAFETY: `found` came from dlsym for "sigaction", whose C type is `SigactionFn`.
+    unsafe { core::mem::transmute::<usize, SigactionFn>(found) }
+}
+
+/// Sets the program's own SIGBUS disposition (module essay) to `handler` (an address, or
+/// `SIG_DFL` / `SIG_IGN`) with `flags` (`sa_flags`: `SA_SIGINFO` says how to call it);
+/// returns the previous one. For an interposer of `sigaction` that keeps this module's
+/// handler installed while the program believes it installed its own.
+pub fn set_program_action(handler: usize, flags: libc::c_int) -> (usize, libc::c_int) {
+    let flags = PROGRAM_FLAGS.swap(flags, SeqCst);
+    (PROGRAM_HANDLER.swap(handler, SeqCst), flags)
+}
+
+/// The program's own SIGBUS disposition now (see [`set_program_action`]).
+pub fn program_action() -> (usize, libc::c_int) {
+    (PROGRAM_HANDLER.load(SeqCst), PROGRAM_FLAGS.load(SeqCst))
+}
 
 /// Installs the process-wide SIGBUS handler (once; later calls return the first result).
 pub fn install() -> Result<(), Errno> {
     INSTALL.call_once(|| {
+        // SAFETY: the name is NUL-terminated; RTLD_NEXT looks past the object calling.
+        let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+        REAL_SIGACTION.store(next, SeqCst);
         // SAFETY: (1) a zeroed sigaction is a valid "no flags, empty mask" value; (2) the
-        // handler has the SA_SIGINFO signature; (3) sigaction reads `action` only.
-        let ret = unsafe {
+        // handler has the SA_SIGINFO signature; (3) sigaction reads `action` and writes
+        // `old` only.
+        let (ret, old) = unsafe {
             let mut action: libc::sigaction = core::mem::zeroed();
+            let mut old: libc::sigaction = core::mem::zeroed();
             action.sa_sigaction = on_sigbus as *const () as usize;
             action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(libc::SIGBUS, &action, core::ptr::null_mut())
+            (real_sigaction()(libc::SIGBUS, &action, &mut old), old)
         };
         if ret != 0 {
             INSTALL_ERRNO.store(Errno::last().0, SeqCst);
+        } else {
+            set_program_action(old.sa_sigaction, old.sa_flags);
         }
     });
     match INSTALL_ERRNO.load(SeqCst) {
@@ -219,7 +262,7 @@ pub fn counters(index: usize) -> (u64, u64) {
     (slot.resolved.load(SeqCst), slot.failed.load(SeqCst))
 }
 
-extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: (1) the kernel passes a valid siginfo and ucontext for SA_SIGINFO handlers;
     // (2) for SIGBUS `si_addr` is the member the kernel fills; (3) on x86-64 the ucontext's
     // `gregs[REG_ERR]` is the saved page-fault error code; (4) errno's location is
@@ -237,11 +280,26 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     // SAFETY: see (3) above.
     let saved_errno = unsafe { *errno_location };
     if !dispatch(&fault) {
-        // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition; sigaction
-        // is async-signal-safe.
-        unsafe {
-            let default: libc::sigaction = core::mem::zeroed();
-            libc::sigaction(libc::SIGBUS, &default, core::ptr::null_mut());
+        let (handler, flags) = program_action();
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default disposition;
+            // sigaction is async-signal-safe. (An ignored SIGBUS from a fault cannot be
+            // ignored: the re-executed access would fault for ever.)
+            unsafe {
+                let default: libc::sigaction = core::mem::zeroed();
+                real_sigaction()(libc::SIGBUS, &default, core::ptr::null_mut());
+            }
+        } else if flags & libc::SA_SIGINFO != 0 {
+            type Action = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+            // SAFETY: the program installed `handler` with SA_SIGINFO, so it has that type;
+            // it gets this signal's own arguments.
+            let action = unsafe { core::mem::transmute::<usize, Action>(handler) };
+            action(sig, info, ctx);
+        } else {
+            type Plain = extern "C" fn(libc::c_int);
+            // SAFETY: the program installed `handler` without SA_SIGINFO: a plain handler.
+            let action = unsafe { core::mem::transmute::<usize, Plain>(handler) };
+            action(sig);
         }
     }
     // SAFETY: see (3) above.
