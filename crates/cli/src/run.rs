@@ -619,6 +619,18 @@ mod sys {
 
     const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
+    /// `GLIBC_TUNABLES` with glibc's restartable sequences off, for SIGBUS delivery. The
+    /// kernel writes each thread's `struct rseq` (in its thread control block, in managed
+    /// memory: the top of its stack) on the way back to user mode; under SIGBUS delivery a
+    /// swapped page there is a fault the kernel cannot take, and it kills the process with
+    /// SIGSEGV (`si_code` SI_KERNEL). Without rseq glibc reads the CPU number by system call.
+    pub fn without_rseq(tunables: Option<String>) -> String {
+        match tunables {
+            Some(old) if !old.is_empty() => format!("{old}:glibc.pthread.rseq=0"),
+            _ => "glibc.pthread.rseq=0".to_string(),
+        }
+    }
+
     /// Spawns the program with the shim, forwards signals to it, waits.
     pub fn spawn_and_wait(
         program: &Path,
@@ -634,6 +646,9 @@ mod sys {
         let mut command = Command::new(program);
         std::os::unix::process::CommandExt::arg0(&mut command, argv0);
         command.args(args).env("LD_PRELOAD", preload).envs(config.to_env());
+        if config.delivery == "sigbus" {
+            command.env("GLIBC_TUNABLES", without_rseq(std::env::var("GLIBC_TUNABLES").ok()));
+        }
         for signal in FORWARDED {
             // SAFETY: installs a handler that only stores to an atomic (async-signal-safe),
             // without SA_RESTART so wait4 returns EINTR and the signal is forwarded.

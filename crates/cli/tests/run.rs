@@ -373,6 +373,26 @@ fn a_program_s_own_sigbus_handler_is_chained_under_sigbus_delivery() {
     }
 }
 
+/// Threads that sleep while memory is swapped out, then wake, and threads made while it
+/// is: under `--delivery sigbus` their stacks stay unmanaged (a swapped stack page under a
+/// waking thread was a SIGSEGV the kernel raised on its way back to user mode, and a new
+/// thread's first touch came while glibc blocked every signal), and glibc's rseq is off.
+#[test]
+fn sigbus_delivery_keeps_idle_threads_alive() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("idle_threads", &[]);
+    for delivery in ["sigbus", "handler"] {
+        let out =
+            uswap(&["run", "--budget", "8M", "--delivery", delivery, "--", exe.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{delivery}: {err}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("16 threads woke"), "{err}");
+        assert!(pages_out(&err) > 0, "{err}");
+    }
+}
+
 /// What `--delivery sigbus` cannot do, said and contained: a forked child's system call on
 /// a page swapped out before the fork fails (the child's own signal handler has no engine),
 /// and the parent's data stays whole; write-protected zero pages are refused with it.

@@ -55,6 +55,7 @@
 
 #![deny(unsafe_code)]
 
+mod altstack;
 mod hooks;
 mod interpose;
 mod io;

@@ -83,14 +83,32 @@ pub fn read(buf: &mut Vec<u8>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The candidates of a maps text, in address order.
-pub fn candidates(text: &[u8], out: &mut Vec<Candidate>) {
+/// The candidates of a maps text, in address order. With `skip_stacks`, a writable
+/// mapping right above an inaccessible anonymous one (`---p`, ending where it starts) is
+/// left out: that is how a thread's stack lies, above its guard page (glibc's
+/// `allocate_stack`; malloc arenas lie the other way, the reserve above the used part).
+/// SIGBUS delivery keeps thread stacks unmanaged (docs/RUN.md, "Fault delivery").
+pub fn candidates(text: &[u8], out: &mut Vec<Candidate>, skip_stacks: bool) {
     out.clear();
+    let mut guard_end = None;
     for line in text.split(|&b| b == b'\n') {
+        let above_guard = guard_end.take();
         if let Some(candidate) = parse_line(line) {
-            out.push(candidate);
+            if !(skip_stacks && above_guard == Some(candidate.start)) {
+                out.push(candidate);
+            }
         }
+        guard_end = guard_of(line);
     }
+}
+
+/// The end of an inaccessible anonymous mapping (a guard page), if `line` is one.
+fn guard_of(line: &[u8]) -> Option<usize> {
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let (_, end) = range_of(fields.next()?)?;
+    let perms = fields.next()?;
+    let (_offset, _dev, inode) = (fields.next()?, fields.next()?, fields.next()?);
+    (perms == b"---p" && inode == b"0" && fields.next().is_none()).then_some(end)
 }
 
 /// The `[start, end)` of every mapping in a maps text (for the set-up snapshot).

@@ -134,6 +134,9 @@ fn start() -> Result<(), String> {
     let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.delivery == "sigbus" {
+        uffd::sigbus::run_on_alternate_stacks()
+            .map_err(|e| format!("cannot run the SIGBUS handler on signal stacks: {e:?}"))?;
+        crate::altstack::install_for_this_thread();
         crate::io::SIGBUS_DELIVERY.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     crate::interpose::install(control, pid);

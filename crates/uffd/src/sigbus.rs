@@ -14,8 +14,8 @@
 //! when dropped, so neither can be closed or unmapped while the handler may use them.
 
 pub use crate::sys::signal::{
-    program_action, set_program_action, Dispatch, DispatchFn, Hook, SigbusFault, SigbusResolver,
-    SLOTS,
+    program_action, run_on_alternate_stacks, set_program_action, Dispatch, DispatchFn, Hook,
+    SigbusFault, SigbusResolver, SLOTS,
 };
 
 /// `si_code` of a userfaultfd SIGBUS.

@@ -207,6 +207,30 @@ pub fn install() -> Result<(), Errno> {
     }
 }
 
+/// Runs the handler on the faulting thread's alternate signal stack where it has one
+/// (`SA_ONSTACK`), for an embedder that gives every thread one large enough for what its
+/// dispatcher does (the LD_PRELOAD shim: crates/preload/src/altstack.rs). Not the default:
+/// other alternate stacks are small (Rust's runtime gives each thread one of a few pages
+/// for its stack-overflow report), too small for the engine's fault path.
+///
+/// # Errors
+/// sigaction's errno, or the installation's.
+pub fn run_on_alternate_stacks() -> Result<(), Errno> {
+    install()?;
+    // SAFETY: as in `install`, with SA_ONSTACK added.
+    let ret = unsafe {
+        let mut action: libc::sigaction = core::mem::zeroed();
+        action.sa_sigaction = on_sigbus as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut action.sa_mask);
+        real_sigaction()(libc::SIGBUS, &action, core::ptr::null_mut())
+    };
+    if ret != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
 /// Arms a slot for `[start, end)`; returns its index, or `None` when all slots are taken.
 ///
 /// # Safety
