@@ -64,8 +64,20 @@ fn key() -> Option<libc::pthread_key_t> {
 }
 
 /// Gives the calling thread an alternate signal stack from the arena, unless it has one
-/// of ours already.
+/// of ours already, unblocks SIGBUS in it, and sets up the engine's thread-locals there
+/// (`engine::prepare_thread`).
 pub fn install_for_this_thread() {
+    // A thread may start with SIGBUS blocked (a mask set by raw system call before it was
+    // made): a fault's SIGBUS there would kill the process (crates/preload/src/signals.rs).
+    // SAFETY: a sigset made empty, then holding SIGBUS; unblocking changes no memory.
+    unsafe {
+        let mut bus: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut bus);
+        libc::sigaddset(&mut bus, libc::SIGBUS);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &bus, std::ptr::null_mut());
+    }
+    // The engine's thread-locals, set up here rather than in the first SIGBUS handler.
+    engine::prepare_thread();
     let Some(key) = key() else { return };
     // SAFETY: a key made by `key()`.
     if !unsafe { libc::pthread_getspecific(key) }.is_null() {

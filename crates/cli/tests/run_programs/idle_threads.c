@@ -3,8 +3,8 @@
  * process: a waking thread's stack page (with its signal frame's room and glibc's rseq
  * area at the top) was swapped out, and the kernel cannot take that fault on the way back
  * to user mode (SIGSEGV), or a new thread touched it while glibc blocked every signal
- * (SIGBUS). Prints a line and exits 0 when every thread's stack is intact and the main
- * thread's data reads back. */
+ * (SIGBUS). Then threads made with every signal blocked read swapped memory. Prints a line
+ * and exits 0 when every thread's stack is intact and the main thread's data reads back. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +16,17 @@
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
 static int go, done;
+static unsigned char *shared;
+static size_t shared_n;
+/* Threads made with every signal blocked (as jemalloc makes its background threads) read
+ * the main thread's swapped memory: a fault's SIGBUS must not be blocked in them. */
+static void *reader(void *arg) {
+    (void)arg;
+    unsigned sum = 0;
+    for (size_t i = 0; i < shared_n; i += 4096) sum += shared[i];
+    __sync_fetch_and_add(&done, 1);
+    return (void *)(size_t)(sum | 1);
+}
 static void *worker(void *arg) {
     volatile char buf[64 * 1024];
     memset((char *)buf, (int)(long)arg, sizeof buf);
@@ -46,6 +57,13 @@ int main(void) {
         for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
         for (size_t i = 0; i < n; i += 4096) p[i]++;
     }
-    printf("idle_threads: %d threads woke with their stacks intact, 32 MiB checked\n", done);
+    shared = p; shared_n = n;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (long i = 0; i < T; i++) pthread_create(&t[i], NULL, reader, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    printf("idle_threads: %d threads woke with their stacks intact or read swapped memory with every signal blocked, 32 MiB checked\n", done);
     return 0;
 }
