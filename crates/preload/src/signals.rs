@@ -24,6 +24,13 @@ use libc::{c_int, sighandler_t};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 static SIGACTION: AtomicUsize = AtomicUsize::new(0);
+
+/// Fails as libc would without the function (it always has these).
+fn missing() -> c_int {
+    // SAFETY: the calling thread's errno location is always valid.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
 static SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
 fn sigbus_recorded(signum: c_int) -> bool {
@@ -62,6 +69,9 @@ pub unsafe extern "C" fn sigaction(
     }
     type F = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     let f = crate::io::next(&SIGACTION, b"sigaction\0");
+    if f == 0 {
+        return missing();
+    }
     // SAFETY: `f` is libc's sigaction (its C type is `F`), with the caller's arguments.
     unsafe { std::mem::transmute::<usize, F>(f)(signum, act, oldact) }
 }
@@ -78,6 +88,10 @@ pub unsafe extern "C" fn signal(signum: c_int, handler: sighandler_t) -> sighand
     }
     type F = unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t;
     let f = crate::io::next(&SIGNAL, b"signal\0");
+    if f == 0 {
+        missing();
+        return libc::SIG_ERR;
+    }
     // SAFETY: `f` is libc's signal (its C type is `F`), with the caller's arguments.
     unsafe { std::mem::transmute::<usize, F>(f)(signum, handler) }
 }
@@ -99,6 +113,9 @@ unsafe fn masked(
     old: *mut libc::sigset_t,
 ) -> c_int {
     let f = crate::io::next(slot, name);
+    if f == 0 {
+        return missing();
+    }
     // SAFETY: `f` is libc's function of this name, whose C type is `MaskFn`.
     let real = unsafe { std::mem::transmute::<usize, MaskFn>(f) };
     let blocks = how == libc::SIG_BLOCK || how == libc::SIG_SETMASK;
