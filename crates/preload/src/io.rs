@@ -85,7 +85,9 @@ fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize
         // grown mremap); let the engine catch up before calling the EFAULT the program's.
         let (mut managed, waited) = (bring_in(), std::time::Instant::now());
         while !managed && waited.elapsed() < uffd::CATCH_UP_MAX {
-            crate::shim::catch_up(uffd::CATCH_UP_MAX);
+            if !crate::shim::catch_up(uffd::CATCH_UP_MAX) {
+                break; // a forked child, say: no engine to catch up
+            }
             managed = bring_in();
         }
         set_errno(libc::EFAULT);

@@ -80,11 +80,16 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
 /// passes: [`uffd::handler::Control::wait_passes`]), at most `timeout`; at once outside the
 /// process that runs the engine.
-pub fn catch_up(timeout: std::time::Duration) {
-    let Some(state) = STATE.get() else { return };
-    if let Ok(control) = state.swap.control() {
-        control.wait_passes(timeout);
+/// Returns false where there is nothing to wait for (outside that process, or no engine).
+pub fn catch_up(timeout: std::time::Duration) -> bool {
+    let Some(state) = STATE.get() else { return false };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != state.pid {
+        return false;
     }
+    let Ok(control) = state.swap.control() else { return false };
+    control.wait_passes(timeout);
+    true
 }
 
 /// The most pages one retry of a system call brings in: 64 (256 KiB), and no more than a
