@@ -623,7 +623,7 @@ mod sys {
     /// kernel writes each thread's `struct rseq` (in its thread control block, in managed
     /// memory: the top of its stack) on the way back to user mode; under SIGBUS delivery a
     /// swapped page there is a fault the kernel cannot take, and it kills the process with
-    /// SIGSEGV (`si_code` SI_KERNEL). Without rseq glibc reads the CPU number by system call.
+    /// SIGSEGV (`si_code` SI_KERNEL). Without rseq, `sched_getcpu` asks the kernel instead.
     pub fn without_rseq(tunables: Option<String>) -> String {
         match tunables {
             Some(old) if !old.is_empty() => format!("{old}:glibc.pthread.rseq=0"),

@@ -11,9 +11,10 @@
 //! times (reclaim may take a page back between the two). The call then copies at least
 //! that prefix and returns a short count, from which the program goes on (and a next
 //! EFAULT brings in the next prefix). Nothing is lost by the first attempt for files,
-//! pipes and stream sockets: a call that copied nothing consumed nothing. A datagram
-//! received into a swapped buffer is dropped by the kernel on EFAULT: that is a limit of
-//! the mode, as are direct system calls, io_uring, futexes and stdio's internal writes,
+//! pipes and stream sockets: a call that copied nothing consumed nothing (pipes measured,
+//! docs/UFFD.md; the rest from the kernel's code). A datagram received into a swapped
+//! buffer is dropped by the kernel on EFAULT (`udp_recvmsg`; not measured here): that is a
+//! limit of the mode, as are direct system calls, io_uring, futexes and stdio's internal writes,
 //! which these wrappers do not see.
 //!
 //! With handler delivery (the default) each wrapper is libc's function and one atomic

@@ -210,8 +210,9 @@ pub fn install() -> Result<(), Errno> {
 /// Runs the handler on the faulting thread's alternate signal stack where it has one
 /// (`SA_ONSTACK`), for an embedder that gives every thread one large enough for what its
 /// dispatcher does (the LD_PRELOAD shim: crates/preload/src/altstack.rs). Not the default:
-/// other alternate stacks are small (Rust's runtime gives each thread one of a few pages
-/// for its stack-overflow report), too small for the engine's fault path.
+/// other alternate stacks are small (Rust's runtime gives its threads one, for its
+/// stack-overflow report), and with `SA_ONSTACK` always on, this crate's own tests died of
+/// SIGSEGV running the engine's fault path on them.
 ///
 /// # Errors
 /// sigaction's errno, or the installation's.
