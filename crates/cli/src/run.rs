@@ -94,8 +94,9 @@ pub struct RunArgs {
     zero_pages: Option<String>,
     /// Who resolves a fault on a swapped page: `handler` (uswap's handler thread, woken by
     /// the kernel: serves every access) or `sigbus` (the faulting thread itself, in a
-    /// signal handler: no cross-thread wake-ups, several times faster per fault on a
-    /// virtual machine, but for programs that suit it only). Under `sigbus` a system call
+    /// signal handler: no cross-thread wake-ups; a fault's p50 12.8 against 31.4 us in the
+    /// 1 GiB Zipf comparison on a 2-vCPU VM, docs/benchmarks.md; but for programs that
+    /// suit it only). Under `sigbus` a system call
     /// whose buffer is a swapped page fails with EFAULT: the shim retries libc's read,
     /// write and socket calls after bringing the buffer in, but a datagram received into
     /// one is lost, and direct system calls, io_uring and futexes are not covered; a
