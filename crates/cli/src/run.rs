@@ -647,7 +647,7 @@ mod sys {
         let mut command = Command::new(program);
         std::os::unix::process::CommandExt::arg0(&mut command, argv0);
         command.args(args).env("LD_PRELOAD", preload).envs(config.to_env());
-        if config.delivery == "sigbus" {
+        if config.sigbus_delivery() {
             command.env("GLIBC_TUNABLES", without_rseq(std::env::var("GLIBC_TUNABLES").ok()));
         }
         for signal in FORWARDED {

@@ -269,7 +269,7 @@ impl ShimHooks {
             return;
         }
         let Scanner { text, candidates, pieces, gaps, regions, found, lists, .. } = sc;
-        maps::candidates(text, candidates, self.config.delivery == "sigbus");
+        maps::candidates(text, candidates, self.config.sigbus_delivery());
         regions.clear();
         let ranges = engine.region_ranges(MmId::DEFAULT);
         regions.extend(ranges.iter().map(|&(s, e)| (s as usize, e as usize)));

@@ -56,7 +56,7 @@ fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
-fn set_errno(value: c_int) {
+pub(crate) fn set_errno(value: c_int) {
     // SAFETY: as `errno`.
     unsafe { *libc::__errno_location() = value };
 }

@@ -67,14 +67,10 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
 /// process that runs the engine (a forked child) or when no page of it is managed.
 pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
     let Some(state) = STATE.get() else { return false };
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != state.pid {
-        return false;
-    }
     let (Ok(engine), Ok(control)) = (state.swap.engine(), state.swap.control()) else {
         return false;
     };
-    uffd::bring_in(engine, control, addr as u64, len as u64, write, max_pages)
+    control.in_owner() && uffd::bring_in(engine, control, addr as u64, len as u64, write, max_pages)
 }
 
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
@@ -83,13 +79,7 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
 /// Returns false where there is nothing to wait for (outside that process, or no engine).
 pub fn catch_up(timeout: std::time::Duration) -> bool {
     let Some(state) = STATE.get() else { return false };
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != state.pid {
-        return false;
-    }
-    let Ok(control) = state.swap.control() else { return false };
-    control.wait_passes(timeout);
-    true
+    state.swap.control().is_ok_and(|control| control.wait_passes(timeout))
 }
 
 /// The most pages one retry of a system call brings in: 64 (256 KiB), and no more than a
@@ -138,7 +128,7 @@ fn start() -> Result<(), String> {
     hooks.start(started);
     let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
-    if config.delivery == "sigbus" {
+    if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()
             .map_err(|e| format!("cannot run the SIGBUS handler on signal stacks: {e:?}"))?;
         crate::altstack::install_for_this_thread();
@@ -188,11 +178,8 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .swap_file_keep_free(env::SWAP_FILE_KEEP_FREE_BYTES)
         .folio_order(config.folio_order)
         .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
-        .delivery(match config.delivery.as_str() {
-            "sigbus" => Delivery::Sigbus,
-            _ => Delivery::Handler,
-        })
-        .require_kernel_faults(config.delivery != "sigbus")
+        .delivery(if config.sigbus_delivery() { Delivery::Sigbus } else { Delivery::Handler })
+        .require_kernel_faults(!config.sigbus_delivery())
         .protect_zero_pages(config.zero_pages == "protected")
         .handler_options(options);
     builder = match &config.swap_file {

@@ -27,8 +27,7 @@ static SIGACTION: AtomicUsize = AtomicUsize::new(0);
 
 /// Fails as libc would without the function (it always has these).
 fn missing() -> c_int {
-    // SAFETY: the calling thread's errno location is always valid.
-    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    crate::io::set_errno(libc::ENOSYS);
     -1
 }
 static SIGNAL: AtomicUsize = AtomicUsize::new(0);

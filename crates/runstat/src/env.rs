@@ -114,6 +114,11 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// Whether faults are delivered as SIGBUS to the faulting thread (`--delivery sigbus`).
+    pub fn sigbus_delivery(&self) -> bool {
+        self.delivery == "sigbus"
+    }
+
     /// The variables to set.
     pub fn to_env(&self) -> Vec<(&'static str, String)> {
         let mut vars = vec![

@@ -232,8 +232,8 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     // embedder's scan in it) can take; still outside then, the fault is not ours.
     while matches!(outcome, Ok(Err(engine::Error::OutsideRegions { .. })))
         && start.elapsed() < CATCH_UP_MAX
+        && context.control.wait_passes(CATCH_UP_MAX)
     {
-        context.control.wait_passes(CATCH_UP_MAX);
         outcome = resolve();
     }
     match outcome {

@@ -262,13 +262,14 @@ impl Control {
     /// (the mremap caller waits for that) but not yet applied, or one registered by an
     /// adoption still in progress on the handler thread. After two passes both are done.
     /// Returns at once on the handler thread itself or in a process without it (a forked
-    /// child), once it stopped, and after `timeout` at most.
+    /// child): false then, there being nothing to wait for; else true, once the passes are
+    /// made, the thread stopped, or `timeout` went by.
     ///
     /// Context: usable in a SIGBUS handler (a futex-based mutex and condvar, which the
     /// interrupted program code never holds).
-    pub fn wait_passes(&self, timeout: Duration) {
+    pub fn wait_passes(&self, timeout: Duration) -> bool {
         if !self.in_owner() || self.tid.load(SeqCst) == process::gettid() {
-            return;
+            return false;
         }
         let before = lock(&self.state).epoch;
         self.signal();
@@ -277,6 +278,7 @@ impl Control {
             .changed
             .wait_timeout_while(state, timeout, |s| !s.stopped && s.epoch < before + 2)
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        true
     }
 
     fn signal(&self) {
