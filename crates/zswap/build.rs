@@ -1,6 +1,8 @@
-//! Links zswap's test binaries as the LD_PRELOAD shim is linked (crates/preload/build.rs):
-//! `__cxa_thread_atexit_impl` defined as 0, so std keeps thread-local destructors in its
-//! own list instead of glibc's, whose registration `calloc`s.
+//! Links zswap's test binaries with `__cxa_thread_atexit_impl` defined as 0, so std keeps
+//! thread-local destructors in its own list instead of glibc's, whose registration
+//! `calloc`s at every first use; std's list allocates at a thread's first registration
+//! (room for four), which tests/zstd_malloc.rs makes before it counts. (The LD_PRELOAD
+//! shim goes further and links the name to a registry of its own: preload's src/tls.rs.)
 //!
 //! Why the tests need it: tests/zstd_malloc.rs counts every `malloc` a compressing thread
 //! makes, and one `.ci/run` failed with "a worker called malloc" (1 call). The likeliest

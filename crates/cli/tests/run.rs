@@ -635,7 +635,7 @@ fn run_checked(check: &Path, args: &[&str]) -> (Output, Vec<(u64, u64)>) {
 // registers each thread-local destructor at its first use on a thread through glibc's
 // `__cxa_thread_atexit_impl`, which callocs; the reclaimer's first pool store (zswap's
 // per-thread buffer) and the handler's first folio wait (parking_lot's thread data) came
-// after set-up. The shim now keeps them in std's own list (crates/preload/build.rs).
+// after set-up. The shim now keeps them in its own list (crates/preload/src/tls.rs).
 #[test]
 fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
     if !can_run() {

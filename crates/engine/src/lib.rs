@@ -30,21 +30,6 @@ mod writeback;
 pub mod zeromap;
 
 pub use config::{BackendConfig, EngineConfig, LargeFolios, SwapConfig};
-
-/// Initializes, on the calling thread, the thread-locals with destructors that a fault
-/// path takes (the pool's compression buffer, parking_lot's per-thread parking data), so
-/// that their destructors are registered here. For an embedder that runs faults in a
-/// thread's SIGBUS handler (`uswap run --delivery sigbus`): Rust registers thread-local
-/// destructors in a list allocated with glibc's malloc, and in the shim that is the
-/// program's heap, managed memory, which a SIGBUS handler must not touch (a fault there,
-/// with SIGBUS blocked, kills the process). Call it on each thread before it can fault.
-pub fn prepare_thread() {
-    zswap::prepare_thread();
-    let lock = parking_lot::Mutex::new(());
-    let mut guard = lock.lock();
-    // A wait that parks (and so sets up the thread's parking data) and times out at once.
-    let _ = parking_lot::Condvar::new().wait_for(&mut guard, std::time::Duration::ZERO);
-}
 pub use engine::{Engine, FaultOutcome};
 pub use error::Error;
 pub use page_source::{Mapped, PageSource, SourceError, Taken};

@@ -33,8 +33,7 @@ fn layout() -> Layout {
 }
 
 /// The pthread key whose destructor frees a thread's alternate stack when it exits
-/// (`pthread_key_create`: C-level, so it runs for threads that end in `pthread_exit` too,
-/// without Rust's thread-local destructors, which the shim's allocator may not use).
+/// (`pthread_key_create`: C-level, so it runs for threads that end in `pthread_exit` too).
 static KEY: std::sync::OnceLock<libc::pthread_key_t> = std::sync::OnceLock::new();
 
 extern "C" fn release(stack: *mut c_void) {
@@ -64,8 +63,7 @@ fn key() -> Option<libc::pthread_key_t> {
 }
 
 /// Gives the calling thread an alternate signal stack from the arena, unless it has one
-/// of ours already, unblocks SIGBUS in it, and sets up the engine's thread-locals there
-/// (`engine::prepare_thread`).
+/// of ours already, and unblocks SIGBUS in it.
 pub fn install_for_this_thread() {
     // A thread may start with SIGBUS blocked (a mask set by raw system call before it was
     // made): a fault's SIGBUS there would kill the process (crates/preload/src/signals.rs).
@@ -76,8 +74,6 @@ pub fn install_for_this_thread() {
         libc::sigaddset(&mut bus, libc::SIGBUS);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &bus, std::ptr::null_mut());
     }
-    // The engine's thread-locals, set up here rather than in the first SIGBUS handler.
-    engine::prepare_thread();
     let Some(key) = key() else { return };
     // SAFETY: a key made by `key()`.
     if !unsafe { libc::pthread_getspecific(key) }.is_null() {

@@ -30,9 +30,9 @@
 //! threads are all started before the first range is managed (a thread's stack and TLS are
 //! set up by glibc with malloc). Two quieter callers of `malloc` are closed off too: zstd's
 //! contexts allocate through Rust's allocator (zswap's `compress/zstd_ctx.rs`), and std's
-//! thread-local destructors are registered in std's own list rather than through glibc's
-//! `__cxa_thread_atexit_impl`, which `calloc`s (build.rs). The test suite checks it with an
-//! interposed `malloc` that counts the engine threads' calls once
+//! thread-local destructors are registered in the shim's own list ([`tls`]) rather than
+//! through glibc's `__cxa_thread_atexit_impl`, which `calloc`s (build.rs). The test suite
+//! checks it with an interposed `malloc` that counts the engine threads' calls once
 //! `uswap_shim_managing` (exported, shim.rs) says 1.
 //!
 //! **Discovery and events.** glibc's malloc calls mmap and brk internally (no PLT, so no
@@ -62,6 +62,7 @@ mod io;
 pub mod maps;
 mod shim;
 mod signals;
+mod tls;
 
 /// Every Rust allocation of the shim (module essay).
 #[global_allocator]

@@ -108,6 +108,8 @@ fn start() -> Result<(), String> {
     }
     retire_previous_image(&config, pid);
     install_panic_hook();
+    // The thread-local registry's key, made now among the process's first (src/tls.rs).
+    crate::tls::init().ok_or("cannot make a pthread key for thread-local destructors")?;
     let hooks = Arc::new(ShimHooks::new(config.clone())?);
     let swap = build(&config, hooks.clone())?;
     let text = settled_maps()?;

@@ -118,5 +118,4 @@ pub use faults::FaultHooks;
 pub use stats::ZswapStats;
 pub use tree::{TREE_SHIFT, TREE_SLOTS};
 pub use writeback::{WritebackPin, WritebackTarget};
-pub use zswap::prepare_thread;
 pub use zswap::Zswap;

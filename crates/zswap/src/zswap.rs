@@ -45,15 +45,6 @@ thread_local! {
         RefCell::new(vec![0u8; crate::compress::COMPRESS_OUT_BYTES].into_boxed_slice());
 }
 
-/// Initializes the calling thread's compression buffer ([`SCRATCH`]) now, so that its
-/// destructor is registered in the caller's context. Rust registers a thread-local's
-/// destructor in a list it allocates with the system allocator (glibc's malloc); a thread
-/// that first loads from the pool inside a SIGBUS handler would do that there, on the
-/// program's heap, which is managed memory (see `engine::prepare_thread`).
-pub fn prepare_thread() {
-    SCRATCH.with(|_| ());
-}
-
 /// A compressed pool in front of one swap device. `Send + Sync`: share it by reference or
 /// `Arc`.
 ///
