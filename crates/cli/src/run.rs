@@ -100,9 +100,8 @@ pub struct RunArgs {
     /// whose buffer is a swapped page fails with EFAULT: the shim retries libc's read,
     /// write and socket calls after bringing the buffer in, but a datagram received into
     /// one is lost, and direct system calls, io_uring and futexes are not covered; a
-    /// forked (not vfork'd) child dies of SIGBUS at its first touch of inherited memory
-    /// not resident at the fork, so a program whose children run on needs `handler`. See
-    /// docs/RUN.md, "Fault delivery"
+    /// forked child's faults are forwarded to uswap's handler thread (a hand-off, as with
+    /// `handler`). See docs/RUN.md, "Fault delivery"
     #[arg(long, value_name = "MODE", default_value = "handler",
           value_parser = ["handler", "sigbus"])]
     delivery: String,

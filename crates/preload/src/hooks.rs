@@ -365,6 +365,8 @@ impl ShimHooks {
                 ("handler_unmaps", h.unmaps),
                 ("handler_event_errors", h.event_errors),
                 ("faults_resynced", h.faults_resynced),
+                ("handler_faults_forwarded", h.faults_forwarded),
+                ("handler_forward_slots_abandoned", h.forward_slots_abandoned),
                 ("children_live", h.children_live),
                 ("forks", h.forks),
             ] {

@@ -19,6 +19,9 @@ struct State {
     swap: Uswap,
     hooks: Arc<ShimHooks>,
     pid: i32,
+    /// The handler's control block, reachable in a forked child too (`Uswap::control` is
+    /// the owner's only): a child's system calls forward their pages through it.
+    control: Arc<uffd::handler::Control>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -63,14 +66,16 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
 }
 
 /// Brings in the first managed pages of a system call's buffer that failed with EFAULT
-/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]); false outside the
-/// process that runs the engine (a forked child) or when no page of it is managed.
+/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]; in a forked child,
+/// through the parent's handler: [`uffd::bring_in_child`]); false when no page of it is
+/// managed.
 pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
     let Some(state) = STATE.get() else { return false };
-    let (Ok(engine), Ok(control)) = (state.swap.engine(), state.swap.control()) else {
-        return false;
-    };
-    control.in_owner() && uffd::bring_in(engine, control, addr as u64, len as u64, write, max_pages)
+    let (addr, len) = (addr as u64, len as u64);
+    match state.swap.engine() {
+        Ok(engine) => uffd::bring_in(engine, &state.control, addr, len, write, max_pages),
+        Err(_) => uffd::bring_in_child(&state.control, addr, len, write, max_pages),
+    }
 }
 
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
@@ -128,7 +133,7 @@ fn start() -> Result<(), String> {
     let started =
         Started { uffd, register_mode, control: control.clone(), exclusions, pagemap, pid };
     hooks.start(started);
-    let _ = STATE.set(State { swap, hooks, pid });
+    let _ = STATE.set(State { swap, hooks, pid, control: control.clone() });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()
@@ -168,7 +173,12 @@ fn install_panic_hook() {
 
 /// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
 fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
-    let options = HandlerOptions { trim: false, resync: true, hooks: Some(hooks.clone()) };
+    let options = HandlerOptions {
+        trim: false,
+        resync: true,
+        hooks: Some(hooks.clone()),
+        ..HandlerOptions::default()
+    };
     // The budget is the program's, the whole process's resident set: what is not the
     // engine's own charge (the loader, the libraries, this shim now; whatever the program
     // pages in outside the managed set later) is counted against it as the outside charge,

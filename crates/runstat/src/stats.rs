@@ -165,6 +165,8 @@ pub struct Summary {
     pub efault_retries: u64,
     /// System calls that still failed with EFAULT on a managed buffer after every retry.
     pub efault_failed: u64,
+    /// Forked children's faults forwarded to the parent's handler (SIGBUS delivery).
+    pub forwarded: u64,
 }
 
 impl Summary {
@@ -206,6 +208,7 @@ impl Summary {
             zero_written: file.get("zero_mapped_written"),
             efault_retries: file.get("shim_efault_retries"),
             efault_failed: file.get("shim_efault_failed"),
+            forwarded: file.get("handler_faults_forwarded"),
         }
     }
 
@@ -259,6 +262,13 @@ impl Summary {
                 "{prefix}system calls on swapped buffers (SIGBUS delivery): {} made again after \
                  bringing the buffer in, {} still failed with EFAULT",
                 self.efault_retries, self.efault_failed
+            ));
+        }
+        if self.forwarded > 0 {
+            lines.push(format!(
+                "{prefix}forked children's faults (SIGBUS delivery): {} resolved by the \
+                 parent's handler, forwarded from the children's signal handlers",
+                self.forwarded
             ));
         }
         if self.idle_pollers > 0 {

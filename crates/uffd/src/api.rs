@@ -356,8 +356,11 @@ impl Builder {
         let engine = Engine::new(config, source.clone()).map_err(Error::Engine)?;
         let engine = Arc::new(engine);
         let hooks = self.handler.hooks.clone();
-        let handler =
-            Handler::spawn_with(engine.clone(), uffd.clone(), source.clone(), self.handler)?;
+        // Under SIGBUS delivery a forked child's faults are signals in the child, forwarded
+        // to this handler (crate::forward).
+        let options =
+            HandlerOptions { forward_children: self.delivery == Delivery::Sigbus, ..self.handler };
+        let handler = Handler::spawn_with(engine.clone(), uffd.clone(), source.clone(), options)?;
         let sigbus = match self.delivery {
             Delivery::Sigbus => {
                 let control = handler.control().clone();

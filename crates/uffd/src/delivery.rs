@@ -3,7 +3,10 @@
 //! | mode | who resolves a fault | cost | cannot serve |
 //! |---|---|---|---|
 //! | [`Delivery::Handler`] | the handler thread, woken by a message | two wake-ups | - |
-//! | [`Delivery::Sigbus`] | the faulting thread, in a SIGBUS handler | none | syscalls, children |
+//! | [`Delivery::Sigbus`] | the faulting thread, in a SIGBUS handler | none | system calls |
+//!
+//! A forked child's fault under SIGBUS delivery is forwarded to the handler thread
+//! ([`crate::forward`]): a hand-off, as in the handler mode.
 //!
 //! In both modes the handler thread reads the non-cooperative events (fork, remap, remove,
 //! unmap), which must always be read.
@@ -23,8 +26,10 @@
 //! **What SIGBUS mode cannot do.** (1) A system call whose buffer is an evicted page fails
 //! with EFAULT: the kernel does not signal a fault taken in kernel mode. (2) A forked child's
 //! uffd inherits the SIGBUS feature, so the child's faults are signals in the child, where
-//! the parent's engine is not: the dispatcher answers them "not mine", and the child dies
-//! of SIGBUS on its first touch of a non-resident page (loudly, never with zeros). A
+//! the parent's engine is not: the dispatcher forwards them to the parent's handler thread,
+//! which resolves them into the child's uffd ([`crate::forward`]); a child whose parent
+//! is gone dies of SIGBUS on its first touch of a non-resident page (loudly, never with
+//! zeros). A
 //! `vfork` child (`posix_spawn`, `system`) is another process in the same address space,
 //! the engine's: its faults are resolved like the owner's (`kcmp(2)` tells the two apart).
 //!
@@ -34,6 +39,7 @@
 #![allow(unsafe_code)]
 
 use crate::error::Error;
+use crate::forward::Answer;
 use crate::handler::{Control, Hooks};
 use crate::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
 use crate::source::UffdSource;
@@ -162,7 +168,7 @@ impl Drop for SigbusMode {
 ///
 /// Context: the owner process, normal context (not a signal handler); takes the fork gate
 /// and the engine's locks, may reclaim. A page may be evicted again before the retry: the
-/// caller retries a bounded number of times.
+/// caller retries a bounded number of times. A forked child has [`bring_in_child`].
 pub fn bring_in(
     engine: &Engine,
     control: &Control,
@@ -198,6 +204,37 @@ pub fn bring_in(
     managed
 }
 
+/// [`bring_in`] in a forked child of the owner, whose engine is the parent's: page by page,
+/// each page not resident is forwarded to the parent's handler ([`crate::forward`]), until
+/// one is not the engine's (the program's own EFAULT: no retry). False in any other process.
+///
+/// Context: normal context, in a forked child.
+pub fn bring_in_child(control: &Control, addr: u64, len: u64, write: bool, max: &mut u64) -> bool {
+    const PAGE: u64 = crate::PAGE_SIZE as u64;
+    if control.in_owner() || process::shares_memory_with(control.pid) {
+        return false;
+    }
+    let mut managed = false;
+    for page in ((addr & !(PAGE - 1))..addr.saturating_add(len)).step_by(PAGE as usize) {
+        if *max == 0 {
+            break;
+        }
+        let mut resident = [0u8; 1];
+        if crate::sys::mem::mincore(page as usize, &mut resident).is_err() {
+            break; // not mapped: the program's own EFAULT
+        }
+        if resident[0] & 1 != 0 {
+            continue;
+        }
+        *max -= 1;
+        match control.forward_fault(page, write) {
+            Some(Answer::Resolved) => managed = true,
+            _ => break,
+        }
+    }
+    managed
+}
+
 /// The dispatcher: resolves a userfaultfd SIGBUS in one of the engine's regions.
 fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     // SAFETY: `ctx` was armed by `SigbusMode::arm` from a live box, which outlives the
@@ -209,15 +246,22 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     if fault.code != BUS_ADRERR {
         return Dispatch::NotMine;
     }
-    if !context.control.in_owner() && !process::shares_memory_with(context.control.pid) {
-        process::write_stderr(
-            b"uswap: SIGBUS in a forked child: with SIGBUS delivery a child cannot fault in \
-              memory it inherited that was not resident at the fork (the child dies; use the \
-              handler delivery)\n",
-        );
-        return Dispatch::NotMine;
-    }
     let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
+    if !context.control.in_owner() && !process::shares_memory_with(context.control.pid) {
+        // A forked child: the parent's handler resolves the fault into the child's uffd.
+        return match context.control.forward_fault(addr, fault.write) {
+            Some(Answer::Resolved) => Dispatch::Resolved,
+            Some(Answer::NotMine) => Dispatch::NotMine,
+            Some(Answer::Failed) => Dispatch::Failed,
+            Some(Answer::Unanswered) | None => {
+                process::write_stderr(
+                    b"uswap: SIGBUS in a forked child that the parent's handler did not answer \
+                      (the parent is gone, or did not serve its children): the child dies\n",
+                );
+                Dispatch::NotMine
+            }
+        };
+    }
     let start = std::time::Instant::now();
     let resolve = || {
         let _pass = context.control.gate.enter();

@@ -43,6 +43,11 @@
 //! probes each child with a `UFFDIO_ZEROPAGE` at its own `MADV_DONTFORK` page, and calls
 //! [`engine::Engine::exit_mm`] for the gone (tests/frontend_facts.rs).
 //!
+//! **Forwarded faults.** Under SIGBUS delivery a child's faults are signals in the child,
+//! not messages; its signal handler posts them on a board this thread serves each turn,
+//! after telling each new child its number ([`crate::forward`]; the same engine call as a
+//! child's fault message, answered through the board instead of a wake).
+//!
 //! **The gate.** SIGBUS-mode resolution and `Region` unmapping run outside this thread; they
 //! would change the parent's page table between the fork and the FORK's processing (a
 //! swap-in frees the slot the child still needs). They pass [`Gate::enter`], which waits
@@ -68,6 +73,7 @@
 
 use crate::error::Error;
 use crate::event::Event;
+use crate::forward::{Answer, Forward};
 use crate::mm::{Advice, Mapping};
 use crate::pagemap::{Categories, PageMap, ScanArgs};
 use crate::source::{lock, UffdSource};
@@ -118,6 +124,8 @@ struct Counters {
     trims: AtomicU64,
     trim_ns: AtomicU64,
     faults_resynced: AtomicU64,
+    faults_forwarded: AtomicU64,
+    forward_slots_abandoned: AtomicU64,
 }
 
 /// A snapshot of the handler's counters.
@@ -160,6 +168,11 @@ pub struct HandlerStats {
     /// Spurious faults on a page the engine counted resident but the kernel had not: the
     /// page was dropped from the engine and the fault handled again (module essay).
     pub faults_resynced: u64,
+    /// Faults of forked children forwarded from their SIGBUS handlers and answered
+    /// ([`crate::forward`]).
+    pub faults_forwarded: u64,
+    /// Board slots freed after their child died holding them (killed while it waited).
+    pub forward_slots_abandoned: u64,
     /// Children served now.
     pub children_live: u64,
 }
@@ -236,10 +249,12 @@ pub struct Control {
     tid: AtomicU32,
     /// The process that made the handler (a forked child has a copy, and no thread).
     pub pid: i32,
+    /// Forked children's faults forwarded here (SIGBUS delivery; `None`: not served).
+    forward: Option<Forward>,
 }
 
 impl Control {
-    fn new() -> Result<Control, Error> {
+    fn new(forward: Option<Forward>) -> Result<Control, Error> {
         let wake = call::eventfd().map_err(|e| Error::os(crate::error::Op::Eventfd, e))?;
         Ok(Control {
             wake,
@@ -252,7 +267,15 @@ impl Control {
             children_live: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             pid: process::getpid(),
+            forward,
         })
+    }
+
+    /// In a forked child's SIGBUS handler: forwards the fault at `addr` to this handler
+    /// (in the parent) and waits for its answer; `None` where children are not served so.
+    pub fn forward_fault(&self, addr: u64, write: bool) -> Option<Answer> {
+        let forward = self.forward.as_ref()?;
+        Some(forward.request(self.pid, || self.signal(), addr, write))
     }
 
     /// Waits until the handler thread has made two full passes (read its messages, applied
@@ -319,6 +342,8 @@ impl Control {
             trims: get(&c.trims),
             trim_ns: get(&c.trim_ns),
             faults_resynced: get(&c.faults_resynced),
+            faults_forwarded: get(&c.faults_forwarded),
+            forward_slots_abandoned: get(&c.forward_slots_abandoned),
             children_live: get(&self.children_live),
         }
     }
@@ -431,11 +456,14 @@ pub struct HandlerOptions {
     pub resync: bool,
     /// The embedding program's hooks.
     pub hooks: Option<Arc<dyn Hooks>>,
+    /// Serve forked children's faults forwarded from their SIGBUS handlers (SIGBUS
+    /// delivery: [`crate::forward`]). Default off.
+    pub forward_children: bool,
 }
 
 impl Default for HandlerOptions {
     fn default() -> Self {
-        HandlerOptions { trim: true, resync: true, hooks: None }
+        HandlerOptions { trim: true, resync: true, hooks: None, forward_children: false }
     }
 }
 
@@ -491,6 +519,10 @@ struct Reader {
     children: Vec<MmId>,
     /// The longest the hooks let the handler wait for the next turn.
     work_wait: Option<Duration>,
+    /// A forwarded fault was left for the next turn (an event unread).
+    forwarded_left: bool,
+    /// Children not yet told their number (forwarding: [`Reader::introduce`]).
+    unintroduced: Vec<MmId>,
 }
 
 /// The handler thread and its control block.
@@ -526,7 +558,9 @@ impl Handler {
         source: Arc<UffdSource>,
         options: HandlerOptions,
     ) -> Result<Handler, Error> {
-        let control = Arc::new(Control::new()?);
+        let forward =
+            if options.forward_children { Some(Forward::new(uffd.clone())?) } else { None };
+        let control = Arc::new(Control::new(forward)?);
         let probe = Mapping::anonymous(PAGE_SIZE)?;
         probe.advise(0, PAGE_SIZE, Advice::DontFork)?;
         let budget_bytes = engine.config().budget_bytes;
@@ -550,6 +584,8 @@ impl Handler {
             hooks: options.hooks,
             children: Vec::with_capacity(16),
             work_wait: None,
+            forwarded_left: false,
+            unintroduced: Vec::with_capacity(16),
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
         reader.rebuild_pollfds();
@@ -597,8 +633,9 @@ impl Reader {
                 self.readonly();
                 continue;
             }
-            let busy =
-                !self.retained.is_empty() || self.served.iter().any(|s| s.source.has_orphans());
+            let busy = !self.retained.is_empty()
+                || self.forwarded_left
+                || self.served.iter().any(|s| s.source.has_orphans());
             // Messages buffered in read-only mode are processed without waiting.
             let timeout = if !self.pending.is_empty() {
                 Duration::ZERO
@@ -611,6 +648,7 @@ impl Reader {
             self.poll(timeout);
             self.read_all();
             self.process();
+            self.forwarded_left = self.serve_forwarded() || !self.unintroduced.is_empty();
             if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {
                 self.probe_children();
             }
@@ -888,15 +926,72 @@ impl Reader {
         let source = Arc::new(UffdSource::child(uffd.clone()));
         let mm = self.engine.fork(parent, source.clone())?;
         self.served.push(Served { mm, uffd, source });
+        if self.control.forward.is_some() {
+            self.unintroduced.push(mm);
+            self.introduce();
+        }
         self.children.push(mm);
         self.pollfds_stale = true;
         self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
         Ok(mm)
     }
 
-    /// Probes every child (module essay); releases those whose mm is gone.
+    /// Tells each child not yet told its number ([`crate::forward`]). A child with an event
+    /// of its own in flight (a fork of its own, an munmap) refuses the copy with EAGAIN
+    /// until this thread reads that event: it is told on a later turn. A child gone, or a
+    /// copy failing otherwise, is not told: its faults go unanswered, and it dies of them
+    /// as it would without forwarding.
+    fn introduce(&mut self) {
+        let Some(forward) = &self.control.forward else { return };
+        let served = &self.served;
+        self.unintroduced.retain(|&mm| {
+            let Some(child) = served.iter().find(|s| s.mm == mm) else { return false };
+            matches!(forward.introduce(&child.uffd, u64::from(mm.0)), Err(Error::Again { .. }))
+        });
+    }
+
+    /// Serves the faults forked children forwarded ([`crate::forward`]); returns whether
+    /// one was left for the next turn.
+    fn serve_forwarded(&mut self) -> bool {
+        if !self.unintroduced.is_empty() {
+            self.introduce();
+        }
+        let control = self.control.clone();
+        let Some(forward) = &control.forward else { return false };
+        forward.serve(|number, addr, write| {
+            let mm = self.served.iter().map(|s| s.mm).find(|mm| u64::from(mm.0) == number);
+            let Some(mm) = mm.filter(|&mm| mm != MmId::DEFAULT) else {
+                return Some(Answer::Failed);
+            };
+            let start = Instant::now();
+            let answer = match self.engine.handle_fault_in(mm, addr, write) {
+                Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Gone) => {
+                    Answer::Resolved
+                }
+                Ok(FaultOutcome::Retry) | Err(engine::Error::Source(_)) => return None,
+                Err(engine::Error::OutsideRegions { .. }) => Answer::NotMine,
+                Err(_) => {
+                    control.counters.fault_errors.fetch_add(1, Relaxed);
+                    Answer::Failed
+                }
+            };
+            control.counters.faults_forwarded.fetch_add(1, Relaxed);
+            if let (Answer::Resolved, Some(hooks)) = (answer, &self.hooks) {
+                let ns = start.elapsed().as_nanos() as u64;
+                hooks.fault(mm, addr as usize, write, 0, ns);
+            }
+            Some(answer)
+        })
+    }
+
+    /// Probes every child (module essay); releases those whose mm is gone, and the board
+    /// slots of children that died while forwarding a fault.
     fn probe_children(&mut self) {
         self.last_probe = Instant::now();
+        if let Some(forward) = &self.control.forward {
+            let freed = forward.free_abandoned() as u64;
+            self.control.counters.forward_slots_abandoned.fetch_add(freed, Relaxed);
+        }
         let probe = self.probe.range();
         let mut i = 1;
         while i < self.served.len() {

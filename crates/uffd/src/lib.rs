@@ -51,6 +51,7 @@ mod api;
 pub mod delivery;
 pub mod error;
 pub mod event;
+pub mod forward;
 pub mod handler;
 pub mod idle;
 pub mod mm;
@@ -68,7 +69,7 @@ pub use api::{
     Builder, CompressorKind, Incompressible, LargeFolios, Region, Stats, SwapTarget, Uswap,
     REQUIRED_FEATURES,
 };
-pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
+pub use delivery::{bring_in, bring_in_child, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::{Error, Op};
 pub use event::Event;
 pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};

@@ -55,6 +55,8 @@ pub enum Advice {
     NoHugePage,
     /// Do not share the range with a forked child (keeps MOVE sources exclusive).
     DontFork,
+    /// A forked child gets the range empty (its own pages, none of the parent's).
+    WipeOnFork,
     /// Populate the range readable (maps the zero page for anonymous memory).
     PopulateRead,
     /// Populate the range writable (allocates pages).
@@ -68,6 +70,7 @@ impl Advice {
             Advice::HugePage => libc::MADV_HUGEPAGE,
             Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
             Advice::DontFork => libc::MADV_DONTFORK,
+            Advice::WipeOnFork => libc::MADV_WIPEONFORK,
             Advice::PopulateRead => libc::MADV_POPULATE_READ,
             Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
         }

@@ -15,7 +15,7 @@ use common::{describe_page, fill_page, page_is, settle_resident, swap_or_skip};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uffd::{Uswap, PAGE_SIZE};
+use uffd::{Delivery, Uswap, PAGE_SIZE};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -70,8 +70,19 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_child_reads_its_parents_evicted_pages() {
+    a_child_reads_its_parents_evicted_pages_with(Delivery::Handler);
+}
+
+/// Under SIGBUS delivery the child's faults are signals in the child, forwarded to the
+/// parent's handler, which resolves them into the child's uffd (src/forward.rs).
+#[test]
+fn a_child_reads_its_parents_evicted_pages_under_sigbus_delivery() {
+    a_child_reads_its_parents_evicted_pages_with(Delivery::Sigbus);
+}
+
+fn a_child_reads_its_parents_evicted_pages_with(delivery: Delivery) {
     let _serial = serial();
-    let Some(swap) = swap_or_skip(builder()) else { return };
+    let Some(swap) = swap_or_skip(builder().delivery(delivery)) else { return };
     const PAGES: usize = 64;
     let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
     for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
@@ -95,6 +106,9 @@ fn a_child_reads_its_parents_evicted_pages() {
     assert_eq!(exit_code(pid), 0, "the child read every evicted page correctly");
     let stats = swap.stats().unwrap();
     assert_eq!(stats.handler.forks, 1);
+    if delivery == Delivery::Sigbus {
+        assert!(stats.handler.faults_forwarded >= PAGES as u64, "{:?}", stats.handler);
+    }
     assert!(stats.engine.counters.fork_dup >= PAGES as u64, "the child shared the entries");
     // The child is gone: its references go, and the parent's data is intact.
     wait_until("the child's exit is seen", || swap.stats().unwrap().handler.children_exited == 1);

@@ -1,9 +1,10 @@
 /* A program with a SIGBUS handler of its own (as servers install for crash reports): it
  * installs one, fills 32 MiB (most of it swapped out under a small budget) and checks it,
  * then takes a SIGBUS of its own (a touch past the end of a one-page file mapping), which
- * must reach its handler. Under `uswap run --delivery sigbus` the shim keeps its own SIGBUS
- * handler installed and passes the program's SIGBUS on. Prints a line, exits 0 when all
- * agree. */
+ * must reach its handler; then a forked child does both again (under SIGBUS delivery its
+ * faults are forwarded to the parent's handler, which answers the file's SIGBUS "not
+ * mine"). Under `uswap run --delivery sigbus` the shim keeps its own SIGBUS handler
+ * installed and passes the program's SIGBUS on. Prints a line, exits 0 when all agree. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #define N (32u << 20)
 static sigjmp_buf back;
 static volatile sig_atomic_t caught, code;
@@ -47,6 +49,17 @@ int main(void) {
     }
     if (caught != 1 || code != BUS_ADRERR) { fprintf(stderr, "caught %d, si_code %d\n", (int)caught, (int)code); return 6; }
     for (size_t i = 0; i < N; i += 4096) if (p[i] != pat(i)) { fprintf(stderr, "after: byte %zu\n", i); return 7; }
-    printf("sigbus_chain: own handler called once, for its own SIGBUS; 32 MiB checked\n");
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (size_t i = 0; i < N; i++) if (p[i] != pat(i)) _exit(20);
+        if (!sigsetjmp(back, 1)) { (void)m[4096]; _exit(21); }
+        _exit(caught == 2 && code == BUS_ADRERR ? 0 : 22);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "the forked child: status %#x\n", st);
+        return 8;
+    }
+    printf("sigbus_chain: own handler called once, for its own SIGBUS; 32 MiB checked; the same in a forked child\n");
     return 0;
 }

@@ -1,5 +1,5 @@
-//! [`Mapping`]: an owned private anonymous range (or a shared file's pages, for memory two
-//! processes share), reached only through volatile and atomic
+//! [`Mapping`]: an owned private anonymous range (or shared pages, anonymous or a file's, for
+//! memory two processes share), reached only through volatile and atomic
 //! methods (the essay of `crate::mm` says why). It lives in `sys` because every method is
 //! a raw access or syscall whose safety rests on one invariant, kept here: no Rust
 //! reference ever covers a mapping's memory, and the range stays mapped until drop.
@@ -45,6 +45,15 @@ impl Mapping {
         len_bytes: usize,
     ) -> Result<Mapping, Error> {
         Mapping::with(len_bytes, |len| mem::mmap_shared_file(fd, len))
+    }
+
+    /// A read-write anonymous mapping of `len_bytes` (rounded up to pages) that forked
+    /// children share with this process (`MAP_SHARED`).
+    ///
+    /// # Errors
+    /// As [`Mapping::anonymous`].
+    pub fn shared_anonymous(len_bytes: usize) -> Result<Mapping, Error> {
+        Mapping::with(len_bytes, mem::mmap_shared_anonymous)
     }
 
     fn map(len_bytes: usize, prot: Prot, extra: i32) -> Result<Mapping, Error> {

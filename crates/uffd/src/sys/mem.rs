@@ -27,7 +27,14 @@ pub fn mmap_shared_file(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> Result<u
     mmap_new(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd())
 }
 
-/// `mmap(NULL, ...)` for the two safe forms above: never `MAP_FIXED`.
+/// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)`: memory a
+/// forked child shares with its parent. Safe for the reason [`mmap_anonymous`] is.
+pub fn mmap_shared_anonymous(len: usize) -> Result<usize, Errno> {
+    let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS;
+    mmap_new(len, libc::PROT_READ | libc::PROT_WRITE, flags, -1)
+}
+
+/// `mmap(NULL, ...)` for the safe forms above: never `MAP_FIXED`.
 fn mmap_new(len: usize, prot: i32, flags: i32, fd: i32) -> Result<usize, Errno> {
     debug_assert_eq!(flags & libc::MAP_FIXED, 0);
     // SAFETY: no MAP_FIXED, so the new mapping replaces nothing; `fd` is -1 with

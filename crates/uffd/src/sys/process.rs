@@ -9,6 +9,7 @@
 //! (`MADV_DONTNEED`) or unmap it while such a borrow lives.
 
 use super::{check, Errno};
+use std::time::Duration;
 
 /// `pthread_atfork(prepare, parent, child)`.
 ///
@@ -141,6 +142,24 @@ pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32) {
     let _ = unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, no_timeout)
     };
+}
+
+/// As [`futex_wait`], for at most `timeout`.
+pub fn futex_wait_for(word: &core::sync::atomic::AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    let (op, ts): (_, *const libc::timespec) = (libc::FUTEX_WAIT, &ts);
+    // SAFETY: `word` is a live, aligned u32 for the call; `ts` is a live timespec.
+    let _ = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, expected, ts) };
+}
+
+/// Whether process `pid` exists (`kill(pid, 0)`: not ESRCH).
+pub fn exists(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks the process.
+    let ret = unsafe { libc::kill(pid, 0) };
+    ret == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// `futex(FUTEX_WAKE)`: wakes every waiter on `word` (in any process that maps it).
