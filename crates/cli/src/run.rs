@@ -89,7 +89,7 @@ pub struct RunArgs {
     /// page, write-protected: it costs nothing and is charged nothing until the program's
     /// first write to it, a write-protect fault, makes it resident) or `charged` (the zero
     /// page charged to the budget as a resident page, in case it is written unseen).
-    /// Default: protected, or charged with `--delivery sigbus` (which refuses protected).
+    /// Default: protected.
     #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"])]
     zero_pages: Option<String>,
     /// Who resolves a fault on a swapped page: `handler` (uswap's handler thread, woken by
@@ -273,16 +273,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         check_uncached_io(&swap_dir)?;
     }
     let sigbus = args.delivery == "sigbus";
-    let zero_pages = match args.zero_pages.as_deref() {
-        Some("protected") if sigbus => bail!(
-            "--zero-pages protected with --delivery sigbus: the first write to a protected zero \
-             page is a write-protect fault, which the signal path does not serve; use \
-             --zero-pages charged or --delivery handler"
-        ),
-        Some(mode) => mode.to_string(),
-        None if sigbus => "charged".to_string(),
-        None => "protected".to_string(),
-    };
+    let zero_pages = args.zero_pages.clone().unwrap_or_else(|| "protected".to_string());
     check_userfaultfd(sigbus)?;
     let preload = find_shim()?;
     let config = RunConfig {

@@ -269,10 +269,10 @@ impl Builder {
     /// Whether a read of a zero page maps it write-protected and uncharged, the program's
     /// first write then faulting (write-protect) so the engine charges the page before it
     /// exists; else it is charged as resident when mapped, as a budget must never be
-    /// exceeded unseen (docs/ARCHITECTURE.md, departure 8). Default: on with
-    /// [`Delivery::Handler`] where the kernel reports write-protect faults
-    /// (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`), off with [`Delivery::Sigbus`] (a write-protect
-    /// fault would be a SIGBUS the signal path does not serve); on with `Sigbus` is refused.
+    /// exceeded unseen (docs/ARCHITECTURE.md, departure 8). Default: on where the kernel
+    /// reports write-protect faults (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`). With
+    /// [`Delivery::Sigbus`] the first write is a SIGBUS whose page-fault error code says
+    /// "present": the dispatcher serves it as a write-protect fault.
     pub fn protect_zero_pages(mut self, on: bool) -> Self {
         self.protect_zero = Some(on);
         self
@@ -280,9 +280,7 @@ impl Builder {
 
     /// Whether zero pages are protected, given what the kernel offers.
     fn protects_zero(&self, features: Features) -> bool {
-        let default =
-            self.delivery == Delivery::Handler && features.contains(Features::PAGEFAULT_FLAG_WP);
-        self.protect_zero.unwrap_or(default)
+        self.protect_zero.unwrap_or(features.contains(Features::PAGEFAULT_FLAG_WP))
     }
 
     /// The uffd features this configuration needs.
@@ -334,14 +332,6 @@ impl Builder {
         self.engine_config(BackendConfig::Memory)
             .validate()
             .map_err(|e| Error::Config { what: engine_message(e) })?;
-        if self.protect_zero == Some(true) && self.delivery == Delivery::Sigbus {
-            return Err(Error::Config {
-                what: "write-protected zero pages with SIGBUS delivery: a write-protect fault \
-                       would be a SIGBUS the signal path does not serve; use the handler \
-                       delivery"
-                    .into(),
-            });
-        }
         let probe = crate::probe()?;
         let kernel_faults = self.check_environment(&probe)?;
         let backend = self.make_backend()?;
@@ -822,20 +812,18 @@ mod tests {
     }
 
     #[test]
-    fn zero_pages_are_protected_where_the_delivery_and_the_kernel_allow() {
+    fn zero_pages_are_protected_where_the_kernel_allows() {
         let all = Features::from_bits(0x1ffff);
         let without_wp = all.difference(Features::PAGEFAULT_FLAG_WP);
         assert!(Builder::default().protects_zero(all));
         assert!(!Builder::default().protects_zero(without_wp), "an old kernel: charged");
-        assert!(!Builder::default().delivery(Delivery::Sigbus).protects_zero(all));
+        // SIGBUS delivery serves the write-protect fault in the signal handler too.
+        assert!(Builder::default().delivery(Delivery::Sigbus).protects_zero(all));
         assert!(!Builder::default().protect_zero_pages(false).protects_zero(all));
         // Asked for, on a kernel without it: refused by the probe, naming the feature.
         let asked = Builder::default().protect_zero_pages(true);
         let e = asked.check_environment(&probe(without_wp.bits(), true)).unwrap_err();
         assert!(e.to_string().contains("UFFD_FEATURE_PAGEFAULT_FLAG_WP"), "{e}");
-        let sigbus = Builder::default().delivery(Delivery::Sigbus).protect_zero_pages(true);
-        let Err(e) = sigbus.build() else { panic!("SIGBUS delivery with protection refused") };
-        assert!(e.to_string().contains("SIGBUS delivery"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! | [`Delivery::Sigbus`] | the faulting thread, in a SIGBUS handler | none | system calls |
 //!
 //! A forked child's fault under SIGBUS delivery is forwarded to the handler thread
-//! ([`crate::forward`]): a hand-off, as in the handler mode.
+//! ([`crate::forward`]): a hand-off, as in the handler mode. A write-protect fault (the
+//! first write to a write-protected zero page) is a SIGBUS as a missing page's is; the
+//! page-fault error code the kernel saves in the signal frame tells them apart (a write to
+//! a present page), and the dispatcher calls the engine's write-protect path for it.
 //!
 //! In both modes the handler thread reads the non-cooperative events (fork, remap, remove,
 //! unmap), which must always be read.
@@ -195,8 +198,14 @@ pub fn bring_in(
             }
             *max_pages -= 1;
             // Mapped, already there, gone, or failed (poisoned): the call's retry shows
-            // which. An unread event: give its reader a turn first.
-            if let Ok(FaultOutcome::Retry) = engine.handle_fault(page, write) {
+            // which. An unread event: give its reader a turn first. A page there already
+            // may be a write-protected zero page, which a write must first make resident
+            // (lifting the protection of any other page changes nothing).
+            let mut outcome = engine.handle_fault(page, write);
+            if write && matches!(outcome, Ok(FaultOutcome::Spurious)) {
+                outcome = engine.handle_wp_fault_in(MmId::DEFAULT, page);
+            }
+            if let Ok(FaultOutcome::Retry) = outcome {
                 process::sched_yield();
             }
         }
@@ -223,11 +232,15 @@ pub fn bring_in_child(control: &Control, addr: u64, len: u64, write: bool, max: 
         if crate::sys::mem::mincore(page as usize, &mut resident).is_err() {
             break; // not mapped: the program's own EFAULT
         }
-        if resident[0] & 1 != 0 {
+        // A resident page needs nothing for a read; for a write it may be a write-protected
+        // zero page (asked as a write-protect fault: lifting another page's protection
+        // changes nothing).
+        let present = resident[0] & 1 != 0;
+        if present && !write {
             continue;
         }
         *max -= 1;
-        match control.forward_fault(page, write) {
+        match control.forward_fault(page, write, present) {
             Some(Answer::Resolved) => managed = true,
             _ => break,
         }
@@ -247,9 +260,11 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
         return Dispatch::NotMine;
     }
     let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
+    // A write to a present page: a write-protect fault (a protected zero page's first write).
+    let wp = fault.write && fault.present;
     if !context.control.in_owner() && !process::shares_memory_with(context.control.pid) {
         // A forked child: the parent's handler resolves the fault into the child's uffd.
-        return match context.control.forward_fault(addr, fault.write) {
+        return match context.control.forward_fault(addr, fault.write, wp) {
             Some(Answer::Resolved) => Dispatch::Resolved,
             Some(Answer::NotMine) => Dispatch::NotMine,
             Some(Answer::Failed) => Dispatch::Failed,
@@ -266,7 +281,11 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     let resolve = || {
         let _pass = context.control.gate.enter();
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            context.engine.handle_fault(addr, fault.write)
+            if wp {
+                context.engine.handle_wp_fault_in(MmId::DEFAULT, addr)
+            } else {
+                context.engine.handle_fault(addr, fault.write)
+            }
         }))
     };
     let mut outcome = resolve();

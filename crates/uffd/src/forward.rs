@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 /// The mailbox's first word, so a child never takes stray bytes for its number.
 const MAGIC: u64 = 0x7573_7761_705f_6d62;
-/// Bytes of one board slot: state (u32), write (u32), child number (u64), address (u64),
-/// claimant's pid (u32).
+/// Bytes of one board slot: state (u32), access (u32: bit 0 a write, bit 1 a write-protect
+/// fault), child number (u64), address (u64), claimant's pid (u32).
 const SLOT_BYTES: usize = 32;
 /// Slots on the board: requests in flight at once, across every child.
 const SLOTS: usize = PAGE_SIZE / SLOT_BYTES;
@@ -148,10 +148,10 @@ impl Forward {
         child.copy(self.mailbox.addr(), &page, CopyMode::DONTWAKE).map(drop)
     }
 
-    /// Handler side: serves every request waiting, `serve(child number, address, write)`
-    /// giving the answer, or `None` to leave the request for the next turn (an event is
-    /// unread). Returns whether a request was left.
-    pub fn serve(&self, mut serve: impl FnMut(u64, u64, bool) -> Option<Answer>) -> bool {
+    /// Handler side: serves every request waiting, `serve(child number, address, write,
+    /// write-protect fault)` giving the answer, or `None` to leave the request for the next
+    /// turn (an event is unread). Returns whether a request was left.
+    pub fn serve(&self, mut serve: impl FnMut(u64, u64, bool, bool) -> Option<Answer>) -> bool {
         let mut left = false;
         for slot in 0..SLOTS {
             let state = self.state(slot);
@@ -159,10 +159,10 @@ impl Forward {
                 continue;
             }
             let base = slot * SLOT_BYTES;
-            let write = self.board.atomic_u32(base + 4).load(SeqCst) != 0;
+            let access = self.board.atomic_u32(base + 4).load(SeqCst);
             let number = self.board.atomic_u64(base + 8).load(SeqCst);
             let addr = self.board.atomic_u64(base + 16).load(SeqCst);
-            let next = match serve(number, addr, write) {
+            let next = match serve(number, addr, access & 1 != 0, access & 2 != 0) {
                 Some(Answer::Resolved) => RESOLVED,
                 Some(Answer::NotMine) => NOT_MINE,
                 Some(Answer::Failed | Answer::Unanswered) => FAILED,
@@ -179,16 +179,16 @@ impl Forward {
         left
     }
 
-    /// Child side: forwards a fault at `addr` to the handler of process `owner`, woken by
-    /// `wake`, and waits for the answer.
+    /// Child side: forwards a fault at `addr` (a write-protect fault when `wp`) to the
+    /// handler of process `owner`, woken by `wake`, and waits for the answer.
     ///
     /// Context: a forked child's SIGBUS handler (no allocation, no lock; system calls only).
-    pub fn request(&self, owner: i32, wake: impl Fn(), addr: u64, write: bool) -> Answer {
+    pub fn request(&self, owner: i32, wake: impl Fn(), addr: u64, write: bool, wp: bool) -> Answer {
         let Some(number) = self.number() else { return Answer::Unanswered };
         let Some(slot) = self.claim(owner) else { return Answer::Unanswered };
         self.claimant(slot).store(process::getpid() as u32, SeqCst);
         let base = slot * SLOT_BYTES;
-        self.board.atomic_u32(base + 4).store(u32::from(write), SeqCst);
+        self.board.atomic_u32(base + 4).store(u32::from(write) | u32::from(wp) << 1, SeqCst);
         self.board.atomic_u64(base + 8).store(number, SeqCst);
         self.board.atomic_u64(base + 16).store(addr, SeqCst);
         let state = self.state(slot);

@@ -271,11 +271,12 @@ impl Control {
         })
     }
 
-    /// In a forked child's SIGBUS handler: forwards the fault at `addr` to this handler
-    /// (in the parent) and waits for its answer; `None` where children are not served so.
-    pub fn forward_fault(&self, addr: u64, write: bool) -> Option<Answer> {
+    /// In a forked child's SIGBUS handler: forwards the fault at `addr` (a write-protect
+    /// fault when `wp`) to this handler (in the parent) and waits for its answer; `None`
+    /// where children are not served so.
+    pub fn forward_fault(&self, addr: u64, write: bool, wp: bool) -> Option<Answer> {
         let forward = self.forward.as_ref()?;
-        Some(forward.request(self.pid, || self.signal(), addr, write))
+        Some(forward.request(self.pid, || self.signal(), addr, write, wp))
     }
 
     /// Waits until the handler thread has made two full passes (read its messages, applied
@@ -958,13 +959,18 @@ impl Reader {
         }
         let control = self.control.clone();
         let Some(forward) = &control.forward else { return false };
-        forward.serve(|number, addr, write| {
+        forward.serve(|number, addr, write, wp| {
             let mm = self.served.iter().map(|s| s.mm).find(|mm| u64::from(mm.0) == number);
             let Some(mm) = mm.filter(|&mm| mm != MmId::DEFAULT) else {
                 return Some(Answer::Failed);
             };
             let start = Instant::now();
-            let answer = match self.engine.handle_fault_in(mm, addr, write) {
+            let outcome = if wp {
+                self.engine.handle_wp_fault_in(mm, addr)
+            } else {
+                self.engine.handle_fault_in(mm, addr, write)
+            };
+            let answer = match outcome {
                 Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Gone) => {
                     Answer::Resolved
                 }

@@ -62,6 +62,8 @@ const PAGE: usize = 4096;
 
 /// The write bit of the x86 page-fault error code (arch/x86/include/asm/trap_pf.h).
 const X86_PF_WRITE: i64 = 1 << 1;
+/// The protection bit: the page was present (a protection fault, not a missing page).
+const X86_PF_PROT: i64 = 1 << 0;
 
 /// What the handler knows about one SIGBUS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +76,9 @@ pub struct SigbusFault {
     /// kernel saves in the signal frame (`REG_ERR`). A userfaultfd SIGBUS does not say it
     /// otherwise.
     pub write: bool,
+    /// The page was present: bit 0 (`X86_PF_PROT`) of the same error code. A write with it
+    /// set is a write-protect fault (a write-protected zero page's first write).
+    pub present: bool,
 }
 
 /// What a [`DispatchFn`] did with a SIGBUS.
@@ -299,6 +304,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             addr: (*info).si_addr() as usize,
             code: (*info).si_code,
             write: err & X86_PF_WRITE != 0,
+            present: err & X86_PF_PROT != 0,
         };
         (fault, libc::__errno_location())
     };
