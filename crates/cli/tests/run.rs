@@ -411,6 +411,19 @@ fn sigbus_delivery_keeps_idle_threads_alive() {
     in_both_deliveries("idle_threads", "20 threads woke");
 }
 
+/// Large `fread`/`fwrite` calls and the fortified `__read_chk` make their system calls
+/// inside glibc, straight on the program's buffer: under `--delivery sigbus` a swapped or
+/// fresh buffer failed them with EFAULT (`fwrite: Bad address`, and `fread` of 4 MiB into a
+/// new block returned 4,080 bytes) until the shim interposed them
+/// (`run_programs/stdio_big.c`; crates/preload/src/stdio.rs).
+#[test]
+fn sigbus_delivery_serves_large_stdio_transfers() {
+    if !can_run() {
+        return;
+    }
+    in_both_deliveries("stdio_big", "every byte checked");
+}
+
 /// Forked children killed while their faults are forwarded to the parent's handler (SIGBUS
 /// delivery) leave nothing behind that starves the children after them, and the data stays
 /// right (`run_programs/fork_kill.c`).

@@ -1,6 +1,7 @@
 //! The program's `read`, `write`, `pread`, `pwrite` (and their `64` names), `readv`,
-//! `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto` and `sendmsg`, interposed for
-//! SIGBUS delivery
+//! `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto` and `sendmsg`, and the fortified
+//! `__read_chk`, `__pread_chk`, `__pread64_chk`, `__recv_chk` and `__recvfrom_chk`,
+//! interposed for SIGBUS delivery
 //! (`uswap run --delivery sigbus`, docs/RUN.md "Fault delivery").
 //!
 //! Under SIGBUS delivery a fault the kernel takes on the program's behalf (copying a
@@ -14,8 +15,10 @@
 //! pipes and stream sockets: a call that copied nothing consumed nothing (pipes measured,
 //! docs/UFFD.md; the rest from the kernel's code). A datagram received into a swapped
 //! buffer is dropped by the kernel on EFAULT (`udp_recvmsg`; not measured here): that is a
-//! limit of the mode, as are direct system calls, io_uring, futexes and stdio's internal writes,
-//! which these wrappers do not see.
+//! limit of the mode, as are direct system calls, io_uring, futexes and the refills and
+//! flushes of a stdio stream's own buffer, which these wrappers do not see (large `fread`
+//! and `fwrite` transfers, which bypass that buffer, have wrappers of their own:
+//! crates/preload/src/stdio.rs).
 //!
 //! With handler delivery (the default) each wrapper is libc's function and one atomic
 //! load after it fails.
@@ -29,7 +32,7 @@ use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Calls after the first one, each after bringing the buffer in.
-const RETRIES: usize = 4;
+pub(crate) const RETRIES: usize = 4;
 
 /// Set when the shim runs with SIGBUS delivery.
 pub static SIGBUS_DELIVERY: AtomicBool = AtomicBool::new(false);
@@ -62,37 +65,47 @@ pub(crate) fn set_errno(value: c_int) {
 }
 
 /// Hands each (address, length) of a call's buffers to the function it is given.
-type Buffers<'a> = &'a dyn Fn(&mut dyn FnMut(usize, usize));
+pub(crate) type Buffers<'a> = &'a dyn Fn(&mut dyn FnMut(usize, usize));
+
+/// After a call failed with EFAULT: brings in the first managed pages of `buffers` (address,
+/// length), at most [`crate::shim::bring_in_pages`] (`write`: the kernel writes into them);
+/// when none is managed, lets the engine catch up first (a range registered and not yet
+/// adopted, as a grown mremap's). Returns whether any page was managed; errno is EFAULT
+/// again on return.
+pub(crate) fn bring_in_after_efault(buffers: Buffers<'_>, write: bool) -> bool {
+    let bring_in = || {
+        let (mut managed, mut pages) = (false, crate::shim::bring_in_pages());
+        buffers(&mut |addr, len| {
+            managed |= len > 0 && crate::shim::bring_in(addr, len, write, &mut pages);
+        });
+        managed
+    };
+    let (mut managed, waited) = (bring_in(), std::time::Instant::now());
+    while !managed && waited.elapsed() < uffd::CATCH_UP_MAX {
+        if !crate::shim::catch_up(uffd::CATCH_UP_MAX) {
+            break; // a forked child, say: no engine to catch up
+        }
+        managed = bring_in();
+    }
+    set_errno(libc::EFAULT);
+    managed
+}
+
+/// Whether the last call failed with EFAULT under SIGBUS delivery (errno EFAULT).
+pub(crate) fn efault_under_sigbus() -> bool {
+    SIGBUS_DELIVERY.load(SeqCst) && errno() == libc::EFAULT
+}
 
 /// Runs `call`, and while it fails with EFAULT under SIGBUS delivery and `buffers` (address,
 /// length) hold managed pages, brings them in and runs it again (module essay). `write`:
 /// the kernel writes into the buffers (a read-type call).
 fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize {
-    let failed =
-        |result: isize| result < 0 && SIGBUS_DELIVERY.load(SeqCst) && errno() == libc::EFAULT;
     let mut result = call();
     for attempt in 0..=RETRIES {
-        if !failed(result) {
+        if result >= 0 || !efault_under_sigbus() {
             break;
         }
-        let bring_in = || {
-            let (mut managed, mut pages) = (false, crate::shim::bring_in_pages());
-            buffers(&mut |addr, len| {
-                managed |= len > 0 && crate::shim::bring_in(addr, len, write, &mut pages);
-            });
-            managed
-        };
-        // No buffer in a region: maybe in a range registered and not yet adopted (a
-        // grown mremap); let the engine catch up before calling the EFAULT the program's.
-        let (mut managed, waited) = (bring_in(), std::time::Instant::now());
-        while !managed && waited.elapsed() < uffd::CATCH_UP_MAX {
-            if !crate::shim::catch_up(uffd::CATCH_UP_MAX) {
-                break; // a forked child, say: no engine to catch up
-            }
-            managed = bring_in();
-        }
-        set_errno(libc::EFAULT);
-        if !managed {
+        if !bring_in_after_efault(buffers, write) {
             break;
         }
         if attempt == RETRIES {
@@ -271,4 +284,43 @@ interposed! {
     fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int);
     // SAFETY: sendmsg's contract: `msg` is a valid message header.
     kernel_writes: false; buffers: |each| unsafe { each_msghdr(msg, each) }
+}
+
+interposed! {
+    /// `__read_chk`, the fortified `read` (`_FORTIFY_SOURCE` with a buffer of known size):
+    /// glibc's makes the system call itself, not through `read` (module essay).
+    fn __read_chk(fd: c_int, buf: *mut c_void, count: size_t, buf_len: size_t);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `__pread_chk`, the fortified `pread` (module essay).
+    fn __pread_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: i64, buf_len: size_t);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `__pread64_chk`, the fortified `pread64` (module essay).
+    fn __pread64_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: i64, buf_len: size_t);
+    kernel_writes: true; buffers: |each| each(buf as usize, count)
+}
+
+interposed! {
+    /// `__recv_chk`, the fortified `recv` (module essay).
+    fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buf_len: size_t, flags: c_int);
+    kernel_writes: true; buffers: |each| each(buf as usize, len)
+}
+
+interposed! {
+    /// `__recvfrom_chk`, the fortified `recvfrom` (module essay).
+    fn __recvfrom_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        len: size_t,
+        buf_len: size_t,
+        flags: c_int,
+        addr: *mut sockaddr,
+        addr_len: *mut socklen_t,
+    );
+    kernel_writes: true; buffers: |each| each(buf as usize, len)
 }

@@ -62,6 +62,7 @@ mod io;
 pub mod maps;
 mod shim;
 mod signals;
+mod stdio;
 mod tls;
 
 /// Every Rust allocation of the shim (module essay).
