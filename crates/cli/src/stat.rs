@@ -2,8 +2,11 @@
 //!
 //! The shim rewrites `<run dir>/live-<pid>` every second (runstat's stats file); the run
 //! directory is in the program's environment (`USWAP_RUN_DIR`, read from
-//! /proc/PID/environ). PID may also be `uswap run`'s own: its managed child is found
-//! through /proc/PID/task/PID/children.
+//! /proc/PID/environ). PID may also be `uswap run`'s own: its managed program is found
+//! among its descendants (/proc/PID/task/PID/children, two levels: `uswap run` starts the
+//! program through a helper). A program that writes over its environment (redis's process
+//! title takes that memory) is found by its live file instead: `uswap-run-<pid of uswap
+//! run>-*/live-<pid>` in the temporary directory, `uswap run` being an ancestor.
 
 use anyhow::{anyhow, bail, Result};
 use runstat::{StatsFile, Summary};
@@ -43,20 +46,64 @@ pub fn run(args: StatArgs) -> Result<()> {
 
 /// The managed pid and its run directory.
 fn find(pid: u32) -> Result<(u32, PathBuf)> {
-    if let Some(dir) = run_dir_of(pid)? {
-        return Ok((pid, dir));
+    let children = |of: u32| -> Vec<u32> {
+        let text = std::fs::read_to_string(format!("/proc/{of}/task/{of}/children"));
+        text.unwrap_or_default().split_whitespace().filter_map(|c| c.parse().ok()).collect()
+    };
+    let mut candidates = vec![pid];
+    for child in children(pid) {
+        candidates.push(child);
+        candidates.extend(children(child));
     }
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
-        if let Some(dir) = run_dir_of(child)? {
-            return Ok((child, dir));
+    for &candidate in &candidates {
+        // A process gone meanwhile is skipped, unless it is the one asked for.
+        match run_dir_of(candidate) {
+            Ok(Some(dir)) => return Ok((candidate, dir)),
+            Err(e) if candidate == pid => return Err(e),
+            _ => {}
+        }
+    }
+    for &candidate in &candidates {
+        if let Some(dir) = run_dir_by_live_file(candidate) {
+            return Ok((candidate, dir));
         }
     }
     bail!(
-        "pid {pid} is not a program run by uswap run (no {} in its environment)",
-        runstat::env::RUN_DIR
+        "pid {pid} is not a program run by uswap run (no {} in its environment, and no live \
+         stats file of it under {})",
+        runstat::env::RUN_DIR,
+        std::env::temp_dir().display()
     )
+}
+
+/// `pid`'s run directory: from its environment, else from its live file (module essay);
+/// `None` for a process not managed (or gone, or not yet started by the shim).
+pub(crate) fn run_dir_for(pid: u32) -> Option<PathBuf> {
+    run_dir_of(pid).ok().flatten().or_else(|| run_dir_by_live_file(pid))
+}
+
+/// The run directory holding `pid`'s live file, found from its ancestors (module essay).
+fn run_dir_by_live_file(pid: u32) -> Option<PathBuf> {
+    let parent = |of: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{of}/status")).ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("PPid:"))?;
+        line.trim().parse().ok().filter(|&p| p > 1)
+    };
+    let dirs: Vec<PathBuf> =
+        std::fs::read_dir(std::env::temp_dir()).ok()?.flatten().map(|e| e.path()).collect();
+    let mut ancestor = parent(pid);
+    for _ in 0..4 {
+        let prefix = format!("uswap-run-{}-", ancestor?);
+        let found = dirs.iter().find(|dir| {
+            let name = dir.file_name().map(|n| n.to_string_lossy().to_string());
+            name.is_some_and(|n| n.starts_with(&prefix)) && dir.join(format!("live-{pid}")).exists()
+        });
+        if found.is_some() {
+            return found.cloned();
+        }
+        ancestor = ancestor.and_then(parent);
+    }
+    None
 }
 
 /// The run directory in `pid`'s environment, if `uswap run` started it.

@@ -411,6 +411,45 @@ fn sigbus_delivery_keeps_idle_threads_alive() {
     in_both_deliveries("idle_threads", "20 threads woke");
 }
 
+/// `uswap stat` finds a program's live figures by `uswap run`'s pid or the program's own,
+/// also when the program wrote over its environment (redis's process title does, and
+/// `uswap stat` then said "not a program run by uswap run"; `bench compare` had no pool
+/// figures for redis): through its live file under the temporary directory.
+#[test]
+fn uswap_stat_finds_a_program_that_wrote_over_its_environment() {
+    use std::io::BufRead;
+    if !can_run() {
+        return;
+    }
+    let exe = compile("env_wipe", &[]);
+    let _shared = CPUS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "8M", "--", exe.to_str().unwrap()])
+        .env("USWAP_PRELOAD", shim())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(run.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let program = line.trim().strip_prefix("ready ").unwrap_or_else(|| panic!("{line}"));
+    // The live file is rewritten every second.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let runner = run.id().to_string();
+    let stats: Vec<Output> =
+        [program, runner.as_str()].map(|pid| uswap_alone(&["stat", pid])).into();
+    drop(run.stdin.take());
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (pid, stat) in [program, runner.as_str()].iter().zip(&stats) {
+        let text = String::from_utf8_lossy(&stat.stdout);
+        assert!(stat.status.success(), "stat {pid}: {}", stderr(stat));
+        assert!(text.contains(&format!("pid {program},")), "stat {pid}: {text}");
+        assert!(text.contains("budget 8.00 MiB"), "stat {pid}: {text}");
+    }
+}
+
 /// Large `fread`/`fwrite` calls and the fortified `__read_chk` make their system calls
 /// inside glibc, straight on the program's buffer: under `--delivery sigbus` a swapped or
 /// fresh buffer failed them with EFAULT (`fwrite: Bad address`, and `fread` of 4 MiB into a

@@ -233,10 +233,11 @@ impl TreeProbe {
             let dir = match run_dirs.entry(pid) {
                 Entry::Occupied(known) => known.into_mut(),
                 // Only a managed process's directory is kept: one sampled between `uswap
-                // run`'s fork and its exec has no run directory yet.
-                Entry::Vacant(new) => match crate::stat::run_dir_of(pid) {
-                    Ok(Some(dir)) => new.insert(dir),
-                    _ => continue,
+                // run`'s fork and its exec has no run directory yet. Found by the live file
+                // too, for a program that wrote over its environment (redis).
+                Entry::Vacant(new) => match crate::stat::run_dir_for(pid) {
+                    Some(dir) => new.insert(dir),
+                    None => continue,
                 },
             };
             let text = std::fs::read_to_string(dir.join(format!("live-{pid}")));
