@@ -472,8 +472,12 @@ fn sigbus_delivery_serves_children_after_killed_ones() {
         return;
     }
     let exe = compile("fork_kill", &[]);
-    let out =
-        uswap(&["run", "--budget", "12M", "--delivery", "sigbus", "--", exe.to_str().unwrap()]);
+    // Alone: 300 forks and their faults take both CPUs for seconds, and a test beside it
+    // that measures a peak against its budget (the Python ones) saw its adoptions lag and
+    // its peak pass the bound (72.1 MiB over 64M + 10% in one `.ci/run`).
+    let _alone = CPUS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let args = ["run", "--budget", "12M", "--delivery", "sigbus", "--", exe.to_str().unwrap()];
+    let out = uswap_alone(&args);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{stdout}{}", stderr(&out));
     assert!(stdout.contains("last child 0, parent 0"), "{stdout}{}", stderr(&out));

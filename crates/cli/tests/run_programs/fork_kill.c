@@ -1,4 +1,4 @@
-/* Forks 300 children that read 48 MiB, mostly swapped out, and kills each within 1 ms,
+/* Forks 300 children that read 24 MiB, mostly swapped out, and kills each within 1 ms,
  * while the parent rewrites some of its pages; then one more child reads all of it. Under
  * SIGBUS delivery the killed children die holding slots of the board their faults are
  * forwarded through (crates/uffd/src/forward.rs: 128 slots), which the parent's handler
@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <time.h>
 #include <sys/wait.h>
-#define N (48u << 20)
+#define N (24u << 20)
 static unsigned char pat(size_t i) { return (unsigned char)(i * 31 + (i >> 12) * 7 + 1); }
 static int check(const unsigned char *p) { for (size_t i = 0; i < N; i++) if (p[i] != pat(i)) return 1; return 0; }
 int main(void) {
