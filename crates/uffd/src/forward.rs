@@ -58,6 +58,21 @@ pub const PICKUP_MAX: Duration = Duration::from_secs(10);
 const MAILBOX_MAX: Duration = Duration::from_secs(10);
 /// One futex wait: between two looks at whether the owner still lives.
 const WAIT_STEP: Duration = Duration::from_millis(100);
+/// How long a child spins on its slot before it sleeps on the futex: about what the handler
+/// takes to answer, and less than a sleeping thread's wake-up costs where an idle CPU halts
+/// (15-70 us on dev-vm; docs/benchmarks.md, "Forked children under SIGBUS delivery").
+const SPIN: Duration = Duration::from_micros(40);
+
+/// The slot's state once answered, or once [`SPIN`] since `asked` has gone by.
+fn spin_while_unanswered(state: &AtomicU32, asked: Instant) -> u32 {
+    loop {
+        let now = state.load(SeqCst);
+        if now >= RESOLVED || asked.elapsed() >= SPIN {
+            return now;
+        }
+        std::hint::spin_loop();
+    }
+}
 
 /// A slot's states.
 const FREE: u32 = 0;
@@ -196,7 +211,7 @@ impl Forward {
         wake();
         let asked = Instant::now();
         let answer = loop {
-            let now = state.load(SeqCst);
+            let now = spin_while_unanswered(state, asked);
             match now {
                 RESOLVED => break Answer::Resolved,
                 NOT_MINE => break Answer::NotMine,
