@@ -463,6 +463,19 @@ fn sigbus_delivery_serves_large_stdio_transfers() {
     in_both_deliveries("stdio_big", "every byte checked");
 }
 
+/// A forked child that closed its inherited descriptors and put a file under each number
+/// (a daemon's habit) has its faults forwarded without a write to any of them: waking the
+/// handler through the inherited eventfd's number wrote 4,224 bytes into the child's file
+/// (d3dd0ac); the child now checks the descriptor with kcmp, else rings the doorbell
+/// (`run_programs/fork_closefds.c`; crates/uffd/src/forward.rs).
+#[test]
+fn sigbus_delivery_never_writes_a_childs_reused_descriptors() {
+    if !can_run() {
+        return;
+    }
+    in_both_deliveries("fork_closefds", "child 0, its file 0 bytes");
+}
+
 /// Forked children killed while their faults are forwarded to the parent's handler (SIGBUS
 /// delivery) leave nothing behind that starves the children after them, and the data stays
 /// right (`run_programs/fork_kill.c`).

@@ -10,7 +10,8 @@
 //!   fault at A: wait until the mailbox is there
 //!     (mincore), read N
 //!   claim a board slot (CAS), write {N, A, write},
-//!     REQUESTED; wake the handler (its eventfd)     each turn, each REQUESTED slot: SERVING,
+//!     REQUESTED; wake the handler: its eventfd,     each turn, each REQUESTED slot: SERVING,
+//!     or the doorbell (below)
 //!   futex-wait on the slot's state                    engine.handle_fault_in(N, A, write)
 //!                                                     (UFFDIO_COPY into the child), then
 //!   RESOLVED: the access runs again;                  RESOLVED / NOT_MINE / FAILED, and a
@@ -26,6 +27,15 @@
 //! own FORK fills its own. Why a shared board: the answer must reach one process among
 //! several, and the board (`MAP_SHARED`, made before any fork) is seen by all of them; a
 //! slot is claimed by compare-and-swap and waited on with a process-shared futex.
+//!
+//! Waking the handler: the child writes the handler's eventfd, which it inherited, but only
+//! once `kcmp(KCMP_FILE)` says its descriptor of that number is still the parent's: a
+//! daemon closes every descriptor after its fork, and a write to a number reused since
+//! could land in the child's own file. Otherwise (or where kcmp is not permitted) the
+//! child rings the doorbell: `MADV_DONTNEED` on a page registered in its uffd, which only
+//! the handler holds, and never populated, is a REMOVE event the handler reads (the madvise
+//! returns once it has). Slower: the child's uffd refuses copies (EAGAIN) until the child
+//! itself has returned from the madvise, so its request waits a retry turn (1 ms).
 //!
 //! A request no one picks up in [`PICKUP_MAX`] (a handler gone or stuck) is withdrawn, and
 //! so is one whose owner process is gone: [`Answer::Unanswered`], and the child dies of
@@ -96,16 +106,18 @@ pub enum Answer {
     Unanswered,
 }
 
-/// The board and the mailbox of one handler (module essay).
+/// The board, the mailbox and the doorbell of one handler (module essay).
 #[derive(Debug)]
 pub struct Forward {
     board: Mapping,
     mailbox: Mapping,
+    doorbell: Mapping,
     uffd: Arc<Uffd>,
 }
 
 impl Forward {
-    /// Makes the board and the mailbox, registered with the managed address space's `uffd`.
+    /// Makes the board, the mailbox and the doorbell, the last two registered with the
+    /// managed address space's `uffd`.
     ///
     /// # Errors
     /// mmap, madvise or register failures.
@@ -114,7 +126,25 @@ impl Forward {
         let mailbox = Mapping::anonymous(PAGE_SIZE)?;
         mailbox.advise(0, PAGE_SIZE, Advice::WipeOnFork)?;
         uffd.register(mailbox.range(), RegisterMode::MISSING)?;
-        Ok(Forward { board, mailbox, uffd })
+        let doorbell = Mapping::anonymous(PAGE_SIZE)?;
+        if let Err(e) = uffd.register(doorbell.range(), RegisterMode::MISSING) {
+            let _ = uffd.unregister(mailbox.range());
+            return Err(e);
+        }
+        Ok(Forward { board, mailbox, doorbell, uffd })
+    }
+
+    /// Whether `[start, end)` is the doorbell: its REMOVE is a child's ring, no event of the
+    /// program's.
+    pub fn is_doorbell(&self, start: usize, end: usize) -> bool {
+        let bell = self.doorbell.range();
+        (start, end) == (bell.start(), bell.end())
+    }
+
+    /// Child side: wakes the parent's handler (module essay). Returns once the handler read
+    /// the ring, or at once where the doorbell is not registered any more (the owner gone).
+    fn ring(&self) {
+        let _ = self.doorbell.advise(0, PAGE_SIZE, Advice::DontNeed);
     }
 
     fn state(&self, slot: usize) -> &AtomicU32 {
@@ -195,10 +225,18 @@ impl Forward {
     }
 
     /// Child side: forwards a fault at `addr` (a write-protect fault when `wp`) to the
-    /// handler of process `owner`, woken by `wake`, and waits for the answer.
+    /// handler of process `owner`, woken by `wake` (false: it could not: the doorbell then),
+    /// and waits for the answer.
     ///
     /// Context: a forked child's SIGBUS handler (no allocation, no lock; system calls only).
-    pub fn request(&self, owner: i32, wake: impl Fn(), addr: u64, write: bool, wp: bool) -> Answer {
+    pub fn request(
+        &self,
+        owner: i32,
+        wake: impl Fn() -> bool,
+        addr: u64,
+        write: bool,
+        wp: bool,
+    ) -> Answer {
         let Some(number) = self.number() else { return Answer::Unanswered };
         let Some(slot) = self.claim(owner) else { return Answer::Unanswered };
         self.claimant(slot).store(process::getpid() as u32, SeqCst);
@@ -208,7 +246,9 @@ impl Forward {
         self.board.atomic_u64(base + 16).store(addr, SeqCst);
         let state = self.state(slot);
         state.store(REQUESTED, SeqCst);
-        wake();
+        if !wake() {
+            self.ring();
+        }
         let asked = Instant::now();
         let answer = loop {
             let now = spin_while_unanswered(state, asked);
@@ -272,9 +312,10 @@ impl Forward {
 }
 
 impl Drop for Forward {
-    /// Unregisters the mailbox first: a registered range's munmap would wait for the
-    /// handler to read its UNMAP event, and the handler may be gone.
+    /// Unregisters the mailbox and the doorbell first: a registered range's munmap would
+    /// wait for the handler to read its UNMAP event, and the handler may be gone.
     fn drop(&mut self) {
         let _ = self.uffd.unregister(self.mailbox.range());
+        let _ = self.uffd.unregister(self.doorbell.range());
     }
 }

@@ -276,7 +276,15 @@ impl Control {
     /// where children are not served so.
     pub fn forward_fault(&self, addr: u64, write: bool, wp: bool) -> Option<Answer> {
         let forward = self.forward.as_ref()?;
-        Some(forward.request(self.pid, || self.signal(), addr, write, wp))
+        // The eventfd only while this process's descriptor is still the owner's (forward.rs).
+        let wake = || {
+            let ours = process::shares_file_with(self.pid, self.wake.as_raw_fd());
+            if ours {
+                self.signal();
+            }
+            ours
+        };
+        Some(forward.request(self.pid, wake, addr, write, wp))
     }
 
     /// Waits until the handler thread has made two full passes (read its messages, applied
@@ -894,6 +902,9 @@ impl Reader {
                 (refused.is_err(), Some(Noted::Remap { from, to, len_bytes }))
             }
             Event::Remove { start, end } => {
+                if control.forward.as_ref().is_some_and(|f| f.is_doorbell(start, end)) {
+                    return; // a child's ring (crate::forward): its request is served below
+                }
                 c.removes.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
                 source.forget_orphans(start as u64, len);

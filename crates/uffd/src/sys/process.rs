@@ -54,6 +54,20 @@ pub fn shares_memory_with(other: i32) -> bool {
     ret == 0
 }
 
+/// Whether this process's descriptor `fd` and process `other`'s descriptor `fd` are the
+/// same open file (`kcmp(2)` `KCMP_FILE`): a forked child's inherited descriptor is, until
+/// the child closes it (and maybe opens something else under its number). False when kcmp
+/// cannot tell (no permission: Yama's ptrace scope keeps a child from its parent).
+/// Async-signal-safe.
+pub fn shares_file_with(other: i32, fd: i32) -> bool {
+    const KCMP_FILE: libc::c_long = 0;
+    let fd = libc::c_long::from(fd);
+    // SAFETY: kcmp takes two pids, a type and two descriptor numbers; it reads nothing of
+    // ours.
+    let ret = unsafe { libc::syscall(libc::SYS_kcmp, libc::getpid(), other, KCMP_FILE, fd, fd) };
+    ret == 0
+}
+
 /// Writes `line` to standard error with the bare system call (async-signal-safe, and not
 /// through any interposed `write`); a short or failed write is not retried.
 pub fn write_stderr(line: &[u8]) {
