@@ -302,7 +302,10 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     match outcome {
         Ok(Ok(FaultOutcome::Mapped | FaultOutcome::Gone)) => {
             context.resolved.fetch_add(1, Relaxed);
-            if let Some(hooks) = &context.hooks {
+            // Not from a vfork child: it shares the owner's memory but has descriptors of
+            // its own, which it may have closed and reused before its exec (posix_spawn's
+            // file actions), and a hook may write a file (the shim's trace).
+            if let (Some(hooks), true) = (&context.hooks, context.control.in_owner()) {
                 let ns = start.elapsed().as_nanos() as u64;
                 hooks.fault(MmId::DEFAULT, addr as usize, fault.write, process::gettid(), ns);
             }
