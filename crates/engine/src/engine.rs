@@ -446,6 +446,26 @@ impl Engine {
         self.core.handle_wp_fault(mm, addr)
     }
 
+    /// A fault of either kind in address space `mm`: a write-protect fault
+    /// ([`Engine::handle_wp_fault_in`]) when `wp`, else a missing page's
+    /// ([`Engine::handle_fault_in`], a write when `write`).
+    ///
+    /// # Errors
+    /// As the call it makes.
+    pub fn handle_access_in(
+        &self,
+        mm: MmId,
+        addr: u64,
+        write: bool,
+        wp: bool,
+    ) -> Result<FaultOutcome, Error> {
+        if wp {
+            self.core.handle_wp_fault(mm, addr)
+        } else {
+            self.core.handle_fault(mm, addr, write)
+        }
+    }
+
     /// A process forked: its child's address space gets a copy of `parent`'s regions and
     /// page tables, served through `child_source`. Every swapped page gains a reference
     /// (its slots live on until both processes are done with them), so the child reads the

@@ -29,6 +29,13 @@ pub fn install(control: std::sync::Arc<Control>, pid: i32) {
     CONTROL.store(std::sync::Arc::into_raw(control).cast_mut(), SeqCst);
 }
 
+/// The handler's control block once [`install`]ed: in this process, and in a forked child
+/// (a copy, which forwards through it: `uffd::bring_in_child`).
+pub fn control() -> Option<&'static Control> {
+    // SAFETY: `CONTROL` is null or came from `Arc::into_raw` in `install`, never released.
+    unsafe { CONTROL.load(SeqCst).as_ref() }
+}
+
 /// Asks the handler for a scan now (module essay).
 pub fn request_scan() {
     SCAN_REQUESTED.store(true, SeqCst);

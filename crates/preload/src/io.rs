@@ -156,10 +156,15 @@ fn missing() -> isize {
     -1
 }
 
-/// Defines an interposed call (module essay): libc's function of the same name, found
-/// once, made again by [`retried`] with the buffers `each` is handed and `kernel_writes`
-/// (whether the kernel writes into them).
+/// Defines an interposed call (module essay), under each name given (the `64` names are the
+/// same calls on 64-bit Linux): libc's function of that name, found once, made again by
+/// [`retried`] with the buffers `each` is handed and `kernel_writes` (whether the kernel
+/// writes into them).
 macro_rules! interposed {
+    ($(#[$doc:meta])* fn $first:ident $(| $rest:ident)+ ($($args:tt)*); $($tail:tt)*) => {
+        interposed! { $(#[$doc])* fn $first($($args)*); $($tail)* }
+        interposed! { $(#[$doc])* fn $($rest)|+ ($($args)*); $($tail)* }
+    };
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?);
      kernel_writes: $write:expr; buffers: |$each:ident| $buffers:expr) => {
         $(#[$doc])*
@@ -197,26 +202,14 @@ interposed! {
 }
 
 interposed! {
-    /// `pread(2)` (module essay): on 64-bit Linux the call `pread64` is too, by another name.
-    fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: i64);
+    /// `pread(2)` and `pread64` (module essay).
+    fn pread | pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: i64);
     kernel_writes: true; buffers: |each| each(buf as usize, count)
 }
 
 interposed! {
-    /// `pwrite(2)` (module essay).
-    fn pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: i64);
-    kernel_writes: false; buffers: |each| each(buf as usize, count)
-}
-
-interposed! {
-    /// `pread64(2)` (module essay).
-    fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: i64);
-    kernel_writes: true; buffers: |each| each(buf as usize, count)
-}
-
-interposed! {
-    /// `pwrite64(2)` (module essay).
-    fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: i64);
+    /// `pwrite(2)` and `pwrite64` (module essay).
+    fn pwrite | pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: i64);
     kernel_writes: false; buffers: |each| each(buf as usize, count)
 }
 
@@ -294,14 +287,14 @@ interposed! {
 }
 
 interposed! {
-    /// `__pread_chk`, the fortified `pread` (module essay).
-    fn __pread_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: i64, buf_len: size_t);
-    kernel_writes: true; buffers: |each| each(buf as usize, count)
-}
-
-interposed! {
-    /// `__pread64_chk`, the fortified `pread64` (module essay).
-    fn __pread64_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: i64, buf_len: size_t);
+    /// `__pread_chk` and `__pread64_chk`, the fortified `pread` and `pread64` (module essay).
+    fn __pread_chk | __pread64_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        count: size_t,
+        offset: i64,
+        buf_len: size_t,
+    );
     kernel_writes: true; buffers: |each| each(buf as usize, count)
 }
 

@@ -19,9 +19,6 @@ struct State {
     swap: Uswap,
     hooks: Arc<ShimHooks>,
     pid: i32,
-    /// The handler's control block, reachable in a forked child too (`Uswap::control` is
-    /// the owner's only): a child's system calls forward their pages through it.
-    control: Arc<uffd::handler::Control>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -70,11 +67,15 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
 /// through the parent's handler: [`uffd::bring_in_child`]); false when no page of it is
 /// managed.
 pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
-    let Some(state) = STATE.get() else { return false };
+    // The control block the interposed calls hold, which a forked child reaches too
+    // (`Uswap::control` is the owner's only).
+    let (Some(state), Some(control)) = (STATE.get(), crate::interpose::control()) else {
+        return false;
+    };
     let (addr, len) = (addr as u64, len as u64);
     match state.swap.engine() {
-        Ok(engine) => uffd::bring_in(engine, &state.control, addr, len, write, max_pages),
-        Err(_) => uffd::bring_in_child(&state.control, addr, len, write, max_pages),
+        Ok(engine) => uffd::bring_in(engine, control, addr, len, write, max_pages),
+        Err(_) => uffd::bring_in_child(control, addr, len, write, max_pages),
     }
 }
 
@@ -133,7 +134,7 @@ fn start() -> Result<(), String> {
     let started =
         Started { uffd, register_mode, control: control.clone(), exclusions, pagemap, pid };
     hooks.start(started);
-    let _ = STATE.set(State { swap, hooks, pid, control: control.clone() });
+    let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()

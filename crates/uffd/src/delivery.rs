@@ -228,14 +228,12 @@ pub fn bring_in_child(control: &Control, addr: u64, len: u64, write: bool, max: 
         if *max == 0 {
             break;
         }
-        let mut resident = [0u8; 1];
-        if crate::sys::mem::mincore(page as usize, &mut resident).is_err() {
+        let Ok(present) = crate::sys::mem::resident(page as usize) else {
             break; // not mapped: the program's own EFAULT
-        }
+        };
         // A resident page needs nothing for a read; for a write it may be a write-protected
         // zero page (asked as a write-protect fault: lifting another page's protection
         // changes nothing).
-        let present = resident[0] & 1 != 0;
         if present && !write {
             continue;
         }
@@ -262,7 +260,9 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
     // A write to a present page: a write-protect fault (a protected zero page's first write).
     let wp = fault.write && fault.present;
-    if !context.control.in_owner() && !process::shares_memory_with(context.control.pid) {
+    // One look at the pid per fault (a system call), for the child test and the hooks.
+    let owner = context.control.in_owner();
+    if !owner && !process::shares_memory_with(context.control.pid) {
         // A forked child: the parent's handler resolves the fault into the child's uffd.
         return match context.control.forward_fault(addr, fault.write, wp) {
             Some(Answer::Resolved) => Dispatch::Resolved,
@@ -281,11 +281,7 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     let resolve = || {
         let _pass = context.control.gate.enter();
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if wp {
-                context.engine.handle_wp_fault_in(MmId::DEFAULT, addr)
-            } else {
-                context.engine.handle_fault(addr, fault.write)
-            }
+            context.engine.handle_access_in(MmId::DEFAULT, addr, fault.write, wp)
         }))
     };
     let mut outcome = resolve();
@@ -305,7 +301,7 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
             // Not from a vfork child: it shares the owner's memory but has descriptors of
             // its own, which it may have closed and reused before its exec (posix_spawn's
             // file actions), and a hook may write a file (the shim's trace).
-            if let (Some(hooks), true) = (&context.hooks, context.control.in_owner()) {
+            if let (Some(hooks), true) = (&context.hooks, owner) {
                 let ns = start.elapsed().as_nanos() as u64;
                 hooks.fault(MmId::DEFAULT, addr as usize, fault.write, process::gettid(), ns);
             }

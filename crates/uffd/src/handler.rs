@@ -832,11 +832,8 @@ impl Reader {
 
     fn attempt(&self, fault: Retained) -> Attempt {
         let c = &self.control.counters;
-        let mut outcome = if fault.wp {
-            self.engine.handle_wp_fault_in(fault.mm, fault.addr as u64)
-        } else {
-            self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write)
-        };
+        let mut outcome =
+            self.engine.handle_access_in(fault.mm, fault.addr as u64, fault.write, fault.wp);
         if !fault.wp && matches!(outcome, Ok(FaultOutcome::Spurious)) && self.resync(fault) {
             outcome = self.engine.handle_fault_in(fault.mm, fault.addr as u64, fault.write);
         }
@@ -969,19 +966,17 @@ impl Reader {
             self.introduce();
         }
         let control = self.control.clone();
-        let Some(forward) = &control.forward else { return false };
+        // Only a child posts on the board.
+        let Some(forward) = control.forward.as_ref().filter(|_| self.served.len() > 1) else {
+            return false;
+        };
         forward.serve(|number, addr, write, wp| {
             let mm = self.served.iter().map(|s| s.mm).find(|mm| u64::from(mm.0) == number);
             let Some(mm) = mm.filter(|&mm| mm != MmId::DEFAULT) else {
                 return Some(Answer::Failed);
             };
             let start = Instant::now();
-            let outcome = if wp {
-                self.engine.handle_wp_fault_in(mm, addr)
-            } else {
-                self.engine.handle_fault_in(mm, addr, write)
-            };
-            let answer = match outcome {
+            let answer = match self.engine.handle_access_in(mm, addr, write, wp) {
                 Ok(FaultOutcome::Mapped | FaultOutcome::Spurious | FaultOutcome::Gone) => {
                     Answer::Resolved
                 }

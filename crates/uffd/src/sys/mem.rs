@@ -184,6 +184,14 @@ pub fn mincore(addr: usize, vec: &mut [u8]) -> Result<(), Errno> {
     check(libc::c_long::from(ret)).map(drop)
 }
 
+/// [`mincore`] of the one page at `page` (page-aligned): whether a page is mapped there (a
+/// poison marker reads false); ENOMEM where the address is not mapped at all.
+/// Async-signal-safe.
+pub fn resident(page: usize) -> Result<bool, Errno> {
+    let mut vec = [0u8; 1];
+    mincore(page, &mut vec).map(|()| vec[0] & 1 != 0)
+}
+
 /// `sysconf(_SC_PAGESIZE)`.
 pub fn page_size() -> usize {
     // SAFETY: sysconf reads a constant of the C library and touches no memory of ours.

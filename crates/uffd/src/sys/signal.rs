@@ -189,21 +189,11 @@ pub fn install() -> Result<(), Errno> {
         // SAFETY: the name is NUL-terminated; RTLD_NEXT looks past the object calling.
         let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
         REAL_SIGACTION.store(next, SeqCst);
-        // SAFETY: (1) a zeroed sigaction is a valid "no flags, empty mask" value; (2) the
-        // handler has the SA_SIGINFO signature; (3) sigaction reads `action` and writes
-        // `old` only.
-        let (ret, old) = unsafe {
-            let mut action: libc::sigaction = core::mem::zeroed();
-            let mut old: libc::sigaction = core::mem::zeroed();
-            action.sa_sigaction = on_sigbus as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            (real_sigaction()(libc::SIGBUS, &action, &mut old), old)
-        };
-        if ret != 0 {
-            INSTALL_ERRNO.store(Errno::last().0, SeqCst);
-        } else {
-            set_program_action(old.sa_sigaction, old.sa_flags);
+        match set_handler(0) {
+            Ok(old) => {
+                set_program_action(old.sa_sigaction, old.sa_flags);
+            }
+            Err(errno) => INSTALL_ERRNO.store(errno.0, SeqCst),
         }
     });
     match INSTALL_ERRNO.load(SeqCst) {
@@ -223,18 +213,27 @@ pub fn install() -> Result<(), Errno> {
 /// sigaction's errno, or the installation's.
 pub fn run_on_alternate_stacks() -> Result<(), Errno> {
     install()?;
-    // SAFETY: as in `install`, with SA_ONSTACK added.
-    let ret = unsafe {
+    set_handler(libc::SA_ONSTACK).map(drop)
+}
+
+/// Installs this module's handler for SIGBUS (`SA_SIGINFO | SA_RESTART`, and `extra`) with
+/// libc's own `sigaction`; returns the disposition it replaced.
+fn set_handler(extra: libc::c_int) -> Result<libc::sigaction, Errno> {
+    // SAFETY: (1) a zeroed sigaction is a valid "no flags, empty mask" value; (2) the
+    // handler has the SA_SIGINFO signature; (3) sigaction reads `action` and writes `old`
+    // only.
+    let (ret, old) = unsafe {
         let mut action: libc::sigaction = core::mem::zeroed();
+        let mut old: libc::sigaction = core::mem::zeroed();
         action.sa_sigaction = on_sigbus as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | extra;
         libc::sigemptyset(&mut action.sa_mask);
-        real_sigaction()(libc::SIGBUS, &action, core::ptr::null_mut())
+        (real_sigaction()(libc::SIGBUS, &action, &mut old), old)
     };
     if ret != 0 {
         return Err(Errno::last());
     }
-    Ok(())
+    Ok(old)
 }
 
 /// Arms a slot for `[start, end)`; returns its index, or `None` when all slots are taken.
@@ -433,13 +432,10 @@ fn resolve(slot: &Slot, kind: u32, arg: usize, fault: &SigbusFault) -> bool {
     true
 }
 
-/// mincore(2) of one page: whether a page is mapped there (async-signal-safe). A poison
-/// marker reads as not resident.
+/// Whether a page is mapped at `page` ([`super::mem::resident`]; a poison marker or an
+/// unmapped address reads false).
 fn resident(page: usize) -> bool {
-    let mut vec = 0u8;
-    // SAFETY: `page` is page-aligned, the length is one page and `vec` one live byte.
-    let ret = unsafe { libc::mincore(page as *mut _, PAGE, &mut vec) };
-    ret == 0 && vec & 1 != 0
+    super::mem::resident(page) == Ok(true)
 }
 
 /// An armed range of the SIGBUS handler; disarmed on drop.
