@@ -5,8 +5,9 @@
 //! - `paged_out` (the engine's page-out hook, set only when recording): an Evict record
 //!   per folio paged out, on the reclaiming thread (the engine's reclaimer, or the handler
 //!   in direct reclaim);
-//! - `work`: discovery (a scan of /proc/self/maps every [`SCAN_PERIOD`], or at once when the
-//!   interposed mmap asked; at most one per [`SCAN_GAP`]) and the live stats file.
+//! - `work`: discovery (a scan of /proc/self/maps every [`SCAN_PERIOD`], or when the
+//!   interposed mmap asked: at most one per [`SCAN_GAP`], but at once while a program
+//!   thread waits in mmap for its range's adoption) and the live stats file.
 //!
 //! Adopting a range, in this order, all on the handler thread: `MADV_NOHUGEPAGE` (the
 //! engine's folios are its own), register it with the uffd for missing faults (and
@@ -28,7 +29,7 @@
 //! page-outs are the engine's doing, recorded as thread id 0 (one recording thread for
 //! all of them, in the order they happened).
 
-use crate::interpose::SCAN_REQUESTED;
+use crate::interpose::{self, SCAN_REQUESTED};
 use crate::maps::{self, Candidate, Exclusions};
 use crate::SCAN_PERIOD;
 use engine::hooks::PageOutHook;
@@ -85,6 +86,8 @@ struct Scanner {
     found: Vec<PageRegion>,
     lists: PageLists,
     last_scan: Option<Instant>,
+    /// The program break the last scan saw, or the lowest seen since.
+    heap_break: usize,
     last_stats: Option<Instant>,
     /// The budget reserve for the next burst ([`Burst`]).
     burst: Burst,
@@ -203,6 +206,7 @@ impl ShimHooks {
             found: Vec::with_capacity(uffd::pagemap::SCAN_BATCH),
             lists: PageLists { present: Vec::with_capacity(1024), zero: Vec::with_capacity(1024) },
             last_scan: None,
+            heap_break: usize::MAX,
             last_stats: None,
             burst: Burst::default(),
         };
@@ -381,6 +385,9 @@ impl ShimHooks {
         let c = &self.counters;
         for (name, value) in [
             ("shim_scans", &c.scans),
+            ("shim_mmap_waits", &interpose::WAITS.waited),
+            ("shim_mmap_wait_ns", &interpose::WAITS.wait_ns),
+            ("shim_mmap_unadopted", &interpose::WAITS.unadopted),
             ("shim_scan_ns", &c.scan_ns),
             ("shim_regions_added", &c.regions_added),
             ("shim_pages_adopted", &c.pages_adopted),
@@ -484,12 +491,24 @@ impl uffd::Hooks for ShimHooks {
         let since_scan = sc.last_scan.map_or(Duration::MAX, |t| now - t);
         let asked = SCAN_REQUESTED.load(SeqCst);
         let mut wait = SCAN_PERIOD.saturating_sub(since_scan);
-        if (asked || since_scan >= SCAN_PERIOD) && since_scan >= SCAN_GAP {
+        // No gap while a program thread waits in mmap for this scan, nor once the heap grew:
+        // glibc's sbrk, which no interposer sees, made a range the program is filling
+        // unmanaged (the heap's growth is the one the break shows; malloc's internal mmaps
+        // wait for the period).
+        let brk = crate::shim::program_break();
+        sc.heap_break = sc.heap_break.min(brk);
+        let at_once = interpose::adoption_waits() || brk > sc.heap_break;
+        if at_once || ((asked || since_scan >= SCAN_PERIOD) && since_scan >= SCAN_GAP) {
             SCAN_REQUESTED.store(false, SeqCst);
+            sc.heap_break = brk;
+            let ticket = interpose::scan_starts();
             let adopted = self.counters.pages_adopted.load(Relaxed);
             self.scan(started, engine, &mut sc);
+            interpose::scan_covers(ticket);
             let adopted = self.counters.pages_adopted.load(Relaxed) - adopted;
-            let grown = charge_the_rest(engine);
+            // The outside charge at most once per gap (reading /proc costs as much as
+            // the rest of a scan for a new mapping).
+            let grown = if since_scan >= SCAN_GAP { charge_the_rest(engine) } else { 0 };
             let now = Instant::now();
             sc.last_scan = Some(now);
             engine.set_reserve(sc.burst.note(adopted * PAGE as u64 + grown, now));

@@ -1,23 +1,59 @@
 //! The program's `mmap`, `mmap64` and `mremap`, interposed: each does the system call
-//! itself (no libc state is involved: glibc's own wrappers are the bare call too) and, when
-//! the result may be a new private writable anonymous range or a grown one, asks the
-//! handler for a scan of /proc/self/maps at once instead of at the next period.
+//! itself (no libc state is involved: glibc's own wrappers are the bare call too), then:
+//!
+//! - a new private read-write anonymous range (not a stack, not huge pages) is adopted
+//!   before the call returns: the wrapper asks the handler for a scan of /proc/self/maps
+//!   and waits until one has run ([`adopt_now`]). So the program never touches it
+//!   unmanaged: a page read before adoption would be adopted later as a zero page, or,
+//!   written meanwhile, as resident and over the budget (the adoption lag the periodic
+//!   scan leaves). The scan is the same one the period runs, on the handler thread, so it
+//!   is ordered with the kernel's events as ever (crate essay);
+//! - a range that may become one (another kind of anonymous writable mapping, a grown
+//!   one) asks for a scan at once instead of at the next period, without waiting.
+//!
+//! Cost: one wake of the handler thread and one of the caller, around the scan
+//! (`bench/probes/mmap_cost.c`; docs/benchmarks.md). glibc's malloc calls its internal mmap,
+//! which this never sees (the period covers it); the engine maps its own memory by the
+//! system call, never through this symbol (uffd's `sys::mem`).
 //!
 //! Context: these run on any thread of the program, at any time (even before the shim's
-//! constructor, from another library's): no allocation, no lock, nothing but two atomics,
-//! `getpid` and one eventfd write ([`uffd::handler::Control::wake`], async-signal-safe).
-//! In a forked child (another pid) nothing is woken: the parent's handler scans the
-//! parent. glibc's malloc calls its internal mmap, which this never sees (the period
-//! covers it).
+//! constructor, from another library's): no allocation; nothing is waited for before the
+//! handler runs, on the handler thread, in a forked child (another pid: the parent's
+//! handler scans the parent), or while a fork holds the handler
+//! ([`uffd::handler::Control::wait_for`]), and never longer than [`ADOPT_WAIT_MAX`].
 
 #![allow(unsafe_code)]
 
 use libc::{c_int, c_void, off_t, size_t};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 use uffd::handler::Control;
 
 /// A scan was asked for since the last one.
 pub static SCAN_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Adoptions asked for by [`adopt_now`], numbered from 1.
+static ADOPT_ASKED: AtomicU64 = AtomicU64::new(0);
+/// The last adoption number a finished scan covers ([`scan_covers`]).
+static ADOPT_SCANNED: AtomicU64 = AtomicU64::new(0);
+/// The longest [`adopt_now`] waits: longer, the program goes on and the range is adopted
+/// by a later scan, as any range malloc maps.
+pub const ADOPT_WAIT_MAX: Duration = Duration::from_millis(100);
+
+/// The wrappers' counters (in the stats file, `shim_mmap_*`).
+#[derive(Debug)]
+pub struct Waits {
+    /// Calls that waited for an adoption.
+    pub waited: AtomicU64,
+    /// Their waiting time, in nanoseconds.
+    pub wait_ns: AtomicU64,
+    /// Waits that ended before a scan covered the range (the time limit, or the handler
+    /// thread stopped).
+    pub unadopted: AtomicU64,
+}
+
+/// The wrappers' counters.
+pub static WAITS: Waits =
+    Waits { waited: AtomicU64::new(0), wait_ns: AtomicU64::new(0), unadopted: AtomicU64::new(0) };
 /// The handler's control block, once running (leaked: lives as long as the process).
 static CONTROL: AtomicPtr<Control> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that runs the handler.
@@ -48,10 +84,53 @@ pub fn request_scan() {
     unsafe { &*control }.wake();
 }
 
+/// The adoption number a scan starting now covers; once the scan is done, pass it to
+/// [`scan_covers`]. On the handler thread.
+pub fn scan_starts() -> u64 {
+    ADOPT_ASKED.load(SeqCst)
+}
+
+/// A scan that started at `ticket` ([`scan_starts`]) is done.
+pub fn scan_covers(ticket: u64) {
+    ADOPT_SCANNED.fetch_max(ticket, SeqCst);
+}
+
+/// Whether a caller of [`adopt_now`] waits for a scan.
+pub fn adoption_waits() -> bool {
+    ADOPT_ASKED.load(SeqCst) > ADOPT_SCANNED.load(SeqCst)
+}
+
+/// Asks the handler for a scan and waits until one that started after this call is done
+/// (module essay); without a handler to ask, only asks.
+fn adopt_now() {
+    SCAN_REQUESTED.store(true, SeqCst);
+    let Some(control) = control() else { return };
+    let t = Instant::now();
+    let ticket = ADOPT_ASKED.fetch_add(1, SeqCst) + 1;
+    if !control.wait_for(ADOPT_WAIT_MAX, || ADOPT_SCANNED.load(SeqCst) >= ticket) {
+        if control.in_owner() {
+            WAITS.unadopted.fetch_add(1, SeqCst);
+        }
+        return;
+    }
+    WAITS.waited.fetch_add(1, SeqCst);
+    WAITS.wait_ns.fetch_add(t.elapsed().as_nanos() as u64, SeqCst);
+}
+
 fn maybe_new_anonymous(prot: c_int, flags: c_int) -> bool {
     prot & libc::PROT_WRITE != 0
         && flags & libc::MAP_ANONYMOUS != 0
         && flags & libc::MAP_SHARED == 0
+}
+
+/// A mapping the scan adopts as it is: private, anonymous, read-write (`rw-p`), of
+/// normal pages, and no stack (which SIGBUS delivery leaves out once its guard page is in
+/// place: maps.rs).
+fn adoptable(prot: c_int, flags: c_int) -> bool {
+    let odd = libc::MAP_STACK | libc::MAP_GROWSDOWN | libc::MAP_HUGETLB;
+    prot == libc::PROT_READ | libc::PROT_WRITE
+        && maybe_new_anonymous(prot, flags)
+        && flags & odd == 0
 }
 
 /// `mmap(2)` (module essay).
@@ -72,7 +151,9 @@ pub unsafe extern "C" fn mmap(
     if result == -1 {
         return libc::MAP_FAILED;
     }
-    if maybe_new_anonymous(prot, flags) {
+    if adoptable(prot, flags) {
+        adopt_now();
+    } else if maybe_new_anonymous(prot, flags) {
         request_scan();
     }
     result as *mut c_void

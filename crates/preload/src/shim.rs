@@ -101,6 +101,13 @@ pub fn no_huge_pages(start: usize, len: usize) {
     unsafe { libc::syscall(libc::SYS_madvise, start, len, libc::MADV_NOHUGEPAGE) };
 }
 
+/// The program break now (`brk(0)` reads it and moves nothing; glibc's cached copy is
+/// left alone).
+pub fn program_break() -> usize {
+    // SAFETY: brk with 0 asks for the current break and never moves it.
+    unsafe { libc::syscall(libc::SYS_brk, 0usize) as usize }
+}
+
 fn start() -> Result<(), String> {
     if std::env::var_os(env::RUN_DIR).is_none() {
         return Ok(()); // loaded by hand, not by uswap run: do nothing

@@ -313,6 +313,29 @@ impl Control {
         true
     }
 
+    /// Wakes the handler thread and waits until `done()` holds at the end of one of its
+    /// passes (the embedder's [`Hooks::work`] makes it so), the thread stops, or `timeout`
+    /// goes by; returns whether `done()` held. Returns false at once where no pass can
+    /// come: on the handler thread itself, in a process without it (a forked child), and
+    /// while a fork holds it read-only.
+    ///
+    /// Context: a program thread; usable in a SIGBUS handler, as [`Control::wait_passes`].
+    pub fn wait_for(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
+        if !self.in_owner()
+            || self.tid.load(SeqCst) == process::gettid()
+            || self.readonly_requests.load(SeqCst) > 0
+        {
+            return false;
+        }
+        self.signal();
+        let state = lock(&self.state);
+        let _state = self
+            .changed
+            .wait_timeout_while(state, timeout, |s| !s.stopped && !done())
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        done()
+    }
+
     fn signal(&self) {
         call::eventfd_signal(self.wake.as_fd());
     }

@@ -34,17 +34,17 @@ pub fn mmap_shared_anonymous(len: usize) -> Result<usize, Errno> {
     mmap_new(len, libc::PROT_READ | libc::PROT_WRITE, flags, -1)
 }
 
-/// `mmap(NULL, ...)` for the safe forms above: never `MAP_FIXED`.
+/// `mmap(NULL, ...)` for the safe forms above: never `MAP_FIXED`. The system call itself,
+/// not libc's `mmap`: in a process `uswap run` manages, that symbol is the shim's, which
+/// makes the handler adopt what a program maps (crates/preload/src/interpose.rs), and the
+/// engine's own memory must stay out of it.
 fn mmap_new(len: usize, prot: i32, flags: i32, fd: i32) -> Result<usize, Errno> {
     debug_assert_eq!(flags & libc::MAP_FIXED, 0);
+    let (prot, flags, fd) = (prot as libc::c_long, flags as libc::c_long, fd as libc::c_long);
     // SAFETY: no MAP_FIXED, so the new mapping replaces nothing; `fd` is -1 with
     // MAP_ANONYMOUS, else a descriptor the caller borrows for the call.
-    let addr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, fd, 0) };
-    if addr == libc::MAP_FAILED {
-        Err(Errno::last())
-    } else {
-        Ok(addr as usize)
-    }
+    let addr = unsafe { libc::syscall(libc::SYS_mmap, 0usize, len, prot, flags, fd, 0usize) };
+    check(addr).map(|addr| addr as usize)
 }
 
 /// `munmap(addr, len)`.
@@ -89,13 +89,11 @@ pub unsafe fn mremap(
     flags: i32,
     new_addr: usize,
 ) -> Result<usize, Errno> {
-    // SAFETY: the caller owns both ranges.
-    let addr = unsafe { libc::mremap(old as *mut _, old_len, new_len, flags, new_addr) };
-    if addr == libc::MAP_FAILED {
-        Err(Errno::last())
-    } else {
-        Ok(addr as usize)
-    }
+    // SAFETY: the caller owns both ranges. The system call itself, as in `mmap_new`.
+    let addr = unsafe {
+        libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags as libc::c_long, new_addr)
+    };
+    check(addr).map(|addr| addr as usize)
 }
 
 /// A volatile byte load.
