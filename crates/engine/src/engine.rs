@@ -534,6 +534,7 @@ impl Engine {
     pub fn unmap_in(&self, mm: MmId, addr: u64, len: u64) {
         self.core.remove_range(mm, addr, len);
         self.core.forget_regions_within(mm, addr, len);
+        self.core.note_holes(mm, addr, len);
     }
 
     /// `[from, from + len)` moved to `[to, to + len)` (mremap, UFFD_EVENT_REMAP): the pages'

@@ -132,6 +132,17 @@ impl Core {
         }
     }
 
+    /// Notes the part of `[addr, addr + len)` in each region of `mm` that outlives the
+    /// unmapping as a hole ([`Region::add_hole`]).
+    pub(crate) fn note_holes(&self, mm: MmId, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        for region in self.regions_in(mm, addr, end) {
+            let first = region.index_of(addr.max(region.start()));
+            let last = region.index_of(end.min(region.end()) - 1);
+            region.add_hole(first, last + 1);
+        }
+    }
+
     /// Forgets every region of `mm` lying wholly inside `[addr, addr + len)` (after its
     /// pages were removed).
     pub(crate) fn forget_regions_within(&self, mm: MmId, addr: u64, len: u64) {
@@ -251,7 +262,10 @@ impl Core {
         let whole = from == source.start() && from + len == source.end();
         if whole {
             self.forget_regions_within(mm, from, len);
+        } else {
+            source.add_hole(first, last + 1);
         }
+        dest.fill_hole(shift, shift + (last - first) + 1);
         Ok(())
     }
 

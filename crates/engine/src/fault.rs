@@ -156,7 +156,10 @@ impl Core {
             return Ok(Step::Again);
         }
         let aligned = index & !((1u64 << order) - 1);
-        let (first, order) = if order > 0 && pt.range_is_empty(aligned, order) {
+        let (first, order) = if order > 0
+            && pt.range_is_empty(aligned, order)
+            && !region.overlaps_hole(aligned, 1 << order)
+        {
             (aligned, order)
         } else {
             (index, 0)

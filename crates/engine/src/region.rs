@@ -156,6 +156,10 @@ pub struct Region {
     pub(crate) touch_next: std::sync::atomic::AtomicU64,
     /// Where the last swap-in's folio ended (`LargeFolios::Sequential`), a hint as above.
     pub(crate) swapin_next: std::sync::atomic::AtomicU64,
+    /// Page ranges `[first, end)` the program unmapped while the rest of the region lives
+    /// on ([`Region::add_hole`]); `any_hole` says whether to look.
+    holes: Mutex<Vec<(u64, u64)>>,
+    any_hole: std::sync::atomic::AtomicBool,
 }
 
 /// Per-region readahead state (the kernel keeps it per VMA in `swap_readahead_info`).
@@ -205,7 +209,48 @@ impl Region {
             readahead: Mutex::new(Readahead::default()),
             touch_next: std::sync::atomic::AtomicU64::new(0),
             swapin_next: std::sync::atomic::AtomicU64::new(0),
+            holes: Mutex::new(Vec::new()),
+            any_hole: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Pages `[first, end)` were unmapped, and the region lives on around them (an UNMAP
+    /// of part of it: a `munmap` of its tail, a `MAP_FIXED` mapping over part of it). No
+    /// folio is mapped across them: a resolving ioctl over a range that is not one mapping
+    /// fails as if the range were gone, and the access that asked would fault for ever.
+    pub(crate) fn add_hole(&self, first: u64, end: u64) {
+        if first < end {
+            self.holes.lock().push((first, end));
+            self.any_hole.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Pages `[first, end)` are mapped again (a remap moved pages there).
+    pub(crate) fn fill_hole(&self, first: u64, end: u64) {
+        if !self.any_hole.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let mut holes = self.holes.lock();
+        let mut kept = Vec::with_capacity(holes.len() + 1);
+        for &(s, e) in holes.iter() {
+            if e <= first || s >= end {
+                kept.push((s, e));
+                continue;
+            }
+            if s < first {
+                kept.push((s, first));
+            }
+            if e > end {
+                kept.push((end, e));
+            }
+        }
+        *holes = kept;
+    }
+
+    /// Whether any page of `[first, first + nr)` was unmapped ([`Region::add_hole`]).
+    pub(crate) fn overlaps_hole(&self, first: u64, nr: u64) -> bool {
+        self.any_hole.load(std::sync::atomic::Ordering::Acquire)
+            && self.holes.lock().iter().any(|&(s, e)| s < first + nr && e > first)
     }
 
     /// The region's id.

@@ -825,3 +825,24 @@ fn the_page_out_hook_reports_every_folio_that_went() {
     }
     engine.check_invariants();
 }
+
+/// A region the program unmapped part of lives on around the hole; a first touch next to
+/// the hole maps one page, not a folio reaching into it (through userfaultfd a resolving
+/// ioctl across a mapping's end fails as if the range were gone, and the access that asked
+/// faulted for ever: `mmap_race.c`'s MAP_FIXED over a shorter range, then the tail
+/// unmapped).
+#[test]
+fn no_folio_is_mapped_across_an_unmapped_part_of_a_region() {
+    let large_folios = engine::LargeFolios::Always;
+    let config = EngineConfig { folio_order: 4, large_folios, ..config(256) };
+    let (engine, source) = setup(config, 64);
+    engine.unmap(addr(56), 8 * PAGE as u64);
+    source.write(&engine, addr(48), &content(48, 1)).unwrap();
+    assert_eq!(source.data_pages(), 1, "one page, not the folio of pages 48-63");
+    source.write(&engine, addr(32), &content(32, 1)).unwrap();
+    assert_eq!(source.data_pages(), 17, "a whole folio where no hole is");
+    let mut buf = vec![0u8; PAGE];
+    source.read(&engine, addr(48), &mut buf).unwrap();
+    assert_eq!(buf, content(48, 1));
+    engine.check_invariants();
+}

@@ -57,6 +57,8 @@ pub struct Started {
     pub register_mode: RegisterMode,
     /// The handler's control block (its counters).
     pub control: Arc<Control>,
+    /// The page source (its counters).
+    pub source: Arc<uffd::UffdSource>,
     /// Never managed.
     pub exclusions: Exclusions,
     /// This process's pagemap.
@@ -377,6 +379,28 @@ impl ShimHooks {
                 file.set(name, value);
             }
             file.set("pid", started.pid as u64);
+            let s = started.source.stats();
+            for (name, value) in [
+                ("source_take_busy", s.take_busy),
+                ("source_take_retry", s.take_retry),
+                ("source_take_fenced", s.take_fenced),
+                ("source_take_gone", s.take_gone),
+                ("source_take_failed", s.take_failed),
+                ("source_undo_pages", s.undo_pages),
+                ("source_orphaned_pages", s.orphaned_pages),
+                ("source_orphans_restored", s.orphans_restored),
+                ("source_orphans_dropped", s.orphans_dropped),
+                ("source_map_retry", s.map_retry),
+                ("source_map_gone", s.map_gone),
+                ("source_protect_failed", s.protect_failed),
+                ("source_poisoned_pages", s.poisoned_pages),
+                ("source_cow_queued", s.cow_queued),
+                ("source_cow_queue_full", s.cow_queue_full),
+                ("source_cow_broken", s.cow_broken),
+                ("source_drain_failed", s.drain_failed),
+            ] {
+                file.set(name, value);
+            }
         }
         if let Ok(mem) = uffd::MemStatus::read() {
             file.set("vm_rss_bytes", mem.rss_bytes);

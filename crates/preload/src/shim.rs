@@ -137,9 +137,10 @@ fn start() -> Result<(), String> {
     let pagemap = PageMap::open_self().map_err(|e| format!("cannot open the pagemap: {e}"))?;
     let uffd = swap.uffd().map_err(|e| e.to_string())?.clone();
     let control = swap.control().map_err(|e| e.to_string())?.clone();
-    let register_mode = swap.source().map_err(|e| e.to_string())?.register_mode();
+    let source = swap.source().map_err(|e| e.to_string())?.clone();
+    let register_mode = source.register_mode();
     let started =
-        Started { uffd, register_mode, control: control.clone(), exclusions, pagemap, pid };
+        Started { uffd, register_mode, control: control.clone(), source, exclusions, pagemap, pid };
     hooks.start(started);
     let _ = STATE.set(State { swap, hooks, pid });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -63,6 +63,11 @@
 //! is dropped from the engine (`remove_in`: it reads as zero, as the program's drop says)
 //! and the fault handled again, counted in `faults_resynced`.
 //!
+//! **The event fence.** From before this thread reads a uffd until the events read are
+//! applied, no page is taken out of that address space ([`crate::fence`]): an UNMAP read
+//! but not applied leaves the engine holding addresses another thread may already have
+//! mapped again, and a move from there would take the new mapping's page.
+//!
 //! **Hooks.** A program that embeds the handler (the LD_PRELOAD shim) passes [`Hooks`]: told
 //! of every fault with the time it waited in the handler, and of every event; and given a
 //! turn on this thread after each processed batch, where changes to the managed set are
@@ -505,6 +510,9 @@ struct Served {
     mm: MmId,
     uffd: Arc<Uffd>,
     source: Arc<UffdSource>,
+    /// Its source's event fence is written: events read from it are not all applied yet
+    /// ([`crate::fence`]).
+    fenced: bool,
 }
 
 /// A fault waiting for a retry.
@@ -619,7 +627,7 @@ impl Handler {
             forwarded_left: false,
             unintroduced: Vec::with_capacity(16),
         };
-        reader.served.push(Served { mm: MmId::DEFAULT, uffd, source });
+        reader.served.push(Served { mm: MmId::DEFAULT, uffd, source, fenced: false });
         reader.rebuild_pollfds();
         let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -781,7 +789,12 @@ impl Reader {
                 self.control.counters.pending_full.fetch_add(1, Relaxed);
                 return;
             }
-            let served = &self.served[i];
+            let served = &mut self.served[i];
+            // No take while what is read here is not applied (crate::fence).
+            if !served.fenced {
+                served.source.fence().write();
+                served.fenced = true;
+            }
             let n = served.uffd.read_events(&mut self.batch, room.min(READ_BATCH)).unwrap_or(0);
             if n > 0 {
                 let c = &self.control.counters;
@@ -811,6 +824,12 @@ impl Reader {
             }
         }
         self.pending = pending;
+        for served in &mut self.served {
+            if served.fenced {
+                served.source.fence().release();
+                served.fenced = false;
+            }
+        }
         for served in &self.served {
             served.source.restore_orphans();
         }
@@ -957,7 +976,7 @@ impl Reader {
         let uffd = Arc::new(child);
         let source = Arc::new(UffdSource::child(uffd.clone()));
         let mm = self.engine.fork(parent, source.clone())?;
-        self.served.push(Served { mm, uffd, source });
+        self.served.push(Served { mm, uffd, source, fenced: false });
         if self.control.forward.is_some() {
             self.unintroduced.push(mm);
             self.introduce();

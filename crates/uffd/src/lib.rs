@@ -51,6 +51,7 @@ mod api;
 pub mod delivery;
 pub mod error;
 pub mod event;
+pub mod fence;
 pub mod forward;
 pub mod handler;
 pub mod idle;

@@ -68,6 +68,7 @@
 #![allow(unsafe_code)]
 
 use crate::error::Error;
+use crate::fence::Fence;
 use crate::mm::{Advice, Mapping};
 use crate::staging::{SlotIndex, SlotRun, Staging};
 use crate::types::{CopyMode, Features, MoveMode, Range, RegisterMode, Wake};
@@ -128,6 +129,7 @@ struct Counters {
     take_holes: AtomicU64,
     take_busy: AtomicU64,
     take_retry: AtomicU64,
+    take_fenced: AtomicU64,
     take_gone: AtomicU64,
     take_failed: AtomicU64,
     undo_pages: AtomicU64,
@@ -166,6 +168,8 @@ pub struct SourceStats {
     pub take_busy: u64,
     /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
     pub take_retry: u64,
+    /// Takes refused because events were read but not yet applied ([`crate::fence`]).
+    pub take_fenced: u64,
     /// Takes of a range that is no longer mapped or registered.
     pub take_gone: u64,
     /// Takes that failed otherwise.
@@ -233,6 +237,8 @@ pub struct UffdSource {
     /// Orphan pages (module essay); `orphan_count` mirrors its length for a lock-free check.
     orphans: Mutex<Vec<Orphan>>,
     orphan_count: AtomicUsize,
+    /// Takes against events read but not applied (crate::fence).
+    fence: Fence,
     /// Ranges `(addr, len)` MOVE refused with EBUSY, for a copy-on-write break.
     cow: Mutex<VecDeque<(u64, u64)>>,
     cow_ready: Condvar,
@@ -284,6 +290,7 @@ impl UffdSource {
             uffd,
             lanes,
             orphans: Mutex::new(Vec::new()),
+            fence: Fence::default(),
             orphan_count: AtomicUsize::new(0),
             cow: Mutex::new(VecDeque::with_capacity(COW_QUEUE_MAX)),
             cow_ready: Condvar::new(),
@@ -300,6 +307,12 @@ impl UffdSource {
     pub fn protecting_zero(mut self, on: bool) -> UffdSource {
         self.protect_zero = on;
         self
+    }
+
+    /// The event fence ([`crate::fence`]): the handler writes it while it reads this
+    /// source's uffd and applies what it read.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// The mode every managed range is registered with: missing faults, and write-protect
@@ -365,6 +378,7 @@ impl UffdSource {
             take_holes: get(&c.take_holes),
             take_busy: get(&c.take_busy),
             take_retry: get(&c.take_retry),
+            take_fenced: get(&c.take_fenced),
             take_gone: get(&c.take_gone),
             take_failed: get(&c.take_failed),
             take_uncounted: get(&c.take_uncounted),
@@ -860,6 +874,11 @@ impl PageSource for UffdSource {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         }
+        // Events read but not applied: the engine's layout may be stale (crate::fence).
+        let Some(_pass) = self.fence.try_enter() else {
+            add(&self.counters.take_fenced, 1);
+            return Err(SourceError::Retry);
+        };
         self.take_inner(lanes, addr, dst)
     }
 
