@@ -299,15 +299,7 @@ fn threads_mapping_where_others_unmapped_keep_their_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("mmap_race", &[]);
-    for delivery in ["handler", "sigbus"] {
-        let args = ["run", "--budget", "8M", "--delivery", delivery, "--", exe.to_str().unwrap()];
-        let out = uswap(&args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        let err = stderr(&out);
-        assert!(out.status.success(), "{delivery}: {stdout}{err}");
-        assert!(stdout.contains("threads bad 0, children bad 0"), "{delivery}: {stdout}{err}");
-    }
+    in_both_deliveries("mmap_race", "8M", "threads bad 0, children bad 0");
 }
 
 #[test]
@@ -315,17 +307,10 @@ fn a_forked_child_reads_its_parents_evicted_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("fork_check", &[]);
     // Under SIGBUS delivery the children's faults are signals in them, forwarded to the
     // parent's handler (crates/uffd/src/forward.rs), as are their system calls' EFAULTs.
-    for delivery in ["handler", "sigbus"] {
-        let args = ["run", "--budget", "12M", "--delivery", delivery, "--", exe.to_str().unwrap()];
-        let out = uswap(&args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "{delivery}: {stdout}{}", stderr(&out));
-        assert!(stdout.contains("child 0 parent 0"), "{delivery}: {stdout}");
+    for (delivery, err) in in_both_deliveries("fork_check", "12M", "child 0 parent 0") {
         if delivery == "sigbus" {
-            let err = stderr(&out);
             assert!(summary_figure(&err, "forked children's faults", "delivery): ") > 0, "{err}");
         }
     }
@@ -401,21 +386,24 @@ fn a_program_s_own_sigbus_handler_is_chained_under_sigbus_delivery() {
     if !can_run() {
         return;
     }
-    in_both_deliveries("sigbus_chain", "called once");
+    in_both_deliveries("sigbus_chain", "8M", "called once");
 }
 
-/// Runs `run_programs/NAME.c` under 8M with each delivery: it succeeds, prints `expect`,
-/// and pages were paged out.
-fn in_both_deliveries(name: &str, expect: &str) {
+/// Runs `run_programs/NAME.c` under `budget` with each delivery: it succeeds, prints
+/// `expect`, and pages were paged out. Returns each delivery's stderr.
+fn in_both_deliveries(name: &str, budget: &str, expect: &str) -> Vec<(&'static str, String)> {
     let exe = compile(name, &[]);
+    let mut errs = Vec::new();
     for delivery in ["sigbus", "handler"] {
-        let out =
-            uswap(&["run", "--budget", "8M", "--delivery", delivery, "--", exe.to_str().unwrap()]);
-        let err = stderr(&out);
-        assert!(out.status.success(), "{delivery}: {err}");
-        assert!(String::from_utf8_lossy(&out.stdout).contains(expect), "{err}");
+        let args = ["run", "--budget", budget, "--delivery", delivery, "--", exe.to_str().unwrap()];
+        let out = uswap(&args);
+        let (stdout, err) = (String::from_utf8_lossy(&out.stdout).to_string(), stderr(&out));
+        assert!(out.status.success(), "{delivery}: {stdout}{err}");
+        assert!(stdout.contains(expect), "{delivery}: {stdout}{err}");
         assert!(pages_out(&err) > 0, "{err}");
+        errs.push((delivery, err));
     }
+    errs
 }
 
 /// Threads that sleep while memory is swapped out, then wake, and threads made while it
@@ -429,7 +417,7 @@ fn sigbus_delivery_keeps_idle_threads_alive() {
     if !can_run() {
         return;
     }
-    in_both_deliveries("idle_threads", "20 threads woke");
+    in_both_deliveries("idle_threads", "8M", "20 threads woke");
 }
 
 /// `uswap stat` finds a program's live figures by `uswap run`'s pid or the program's own,
@@ -481,7 +469,7 @@ fn sigbus_delivery_serves_large_stdio_transfers() {
     if !can_run() {
         return;
     }
-    in_both_deliveries("stdio_big", "every byte checked");
+    in_both_deliveries("stdio_big", "8M", "every byte checked");
 }
 
 /// A forked child that closed its inherited descriptors and put a file under each number
@@ -494,7 +482,7 @@ fn sigbus_delivery_never_writes_a_childs_reused_descriptors() {
     if !can_run() {
         return;
     }
-    in_both_deliveries("fork_closefds", "child 0, its file 0 bytes");
+    in_both_deliveries("fork_closefds", "8M", "child 0, its file 0 bytes");
 }
 
 /// Forked children killed while their faults are forwarded to the parent's handler (SIGBUS

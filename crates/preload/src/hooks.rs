@@ -361,7 +361,7 @@ impl ShimHooks {
             }
         }
         if let Some(started) = self.started.get() {
-            let h = started.control.stats();
+            let (h, s) = (started.control.stats(), started.source.stats());
             for (name, value) in [
                 ("handler_faults_retained", h.faults_retained),
                 ("handler_faults_abandoned", h.faults_abandoned),
@@ -375,12 +375,6 @@ impl ShimHooks {
                 ("handler_forward_slots_abandoned", h.forward_slots_abandoned),
                 ("children_live", h.children_live),
                 ("forks", h.forks),
-            ] {
-                file.set(name, value);
-            }
-            file.set("pid", started.pid as u64);
-            let s = started.source.stats();
-            for (name, value) in [
                 ("source_take_busy", s.take_busy),
                 ("source_take_retry", s.take_retry),
                 ("source_take_fenced", s.take_fenced),
@@ -401,6 +395,7 @@ impl ShimHooks {
             ] {
                 file.set(name, value);
             }
+            file.set("pid", started.pid as u64);
         }
         if let Ok(mem) = uffd::MemStatus::read() {
             file.set("vm_rss_bytes", mem.rss_bytes);

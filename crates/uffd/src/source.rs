@@ -463,7 +463,16 @@ impl UffdSource {
         };
         #[cfg(debug_assertions)]
         Self::assert_really_empty(&lane.staging, run);
-        let error = match self.move_out(&mut lane, run, addr) {
+        // Events read but not applied: the engine's layout may be stale (crate::fence). The
+        // pass covers the move out of the program only: the handler's read waits for it.
+        let Some(pass) = self.fence.try_enter() else {
+            lane.staging.free(run);
+            add(&self.counters.take_fenced, 1);
+            return Err(SourceError::Retry);
+        };
+        let moved = self.move_out(&mut lane, run, addr);
+        drop(pass);
+        let error = match moved {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
                     self.release(lanes, &mut lane, run);
@@ -874,11 +883,6 @@ impl PageSource for UffdSource {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         }
-        // Events read but not applied: the engine's layout may be stale (crate::fence).
-        let Some(_pass) = self.fence.try_enter() else {
-            add(&self.counters.take_fenced, 1);
-            return Err(SourceError::Retry);
-        };
         self.take_inner(lanes, addr, dst)
     }
 
