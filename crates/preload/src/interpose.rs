@@ -46,8 +46,8 @@ pub struct Waits {
     pub waited: AtomicU64,
     /// Their waiting time, in nanoseconds.
     pub wait_ns: AtomicU64,
-    /// Waits that ended before a scan covered the range (the time limit, or the handler
-    /// thread stopped).
+    /// Calls that went on before a scan covered the range (the time limit, the handler
+    /// thread stopped, or a fork held it).
     pub unadopted: AtomicU64,
 }
 

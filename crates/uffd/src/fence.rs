@@ -67,11 +67,6 @@ impl Fence {
     pub fn release(&self) {
         self.writing.store(0, SeqCst);
     }
-
-    /// Whether the fence is written (for checks).
-    pub fn written(&self) -> bool {
-        self.writing.load(SeqCst) != 0
-    }
 }
 
 impl Drop for FencePass<'_> {

@@ -309,12 +309,7 @@ impl Control {
             return false;
         }
         let before = lock(&self.state).epoch;
-        self.signal();
-        let state = lock(&self.state);
-        let _done = self
-            .changed
-            .wait_timeout_while(state, timeout, |s| !s.stopped && s.epoch < before + 2)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.wake_and_wait(timeout, |s| s.epoch < before + 2);
         true
     }
 
@@ -332,13 +327,19 @@ impl Control {
         {
             return false;
         }
+        self.wake_and_wait(timeout, |_| !done());
+        done()
+    }
+
+    /// Wakes the handler thread, then waits while `waiting` holds after its passes, until
+    /// it stops or `timeout` goes by.
+    fn wake_and_wait(&self, timeout: Duration, waiting: impl Fn(&State) -> bool) {
         self.signal();
         let state = lock(&self.state);
         let _state = self
             .changed
-            .wait_timeout_while(state, timeout, |s| !s.stopped && !done())
+            .wait_timeout_while(state, timeout, |s| !s.stopped && waiting(s))
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        done()
     }
 
     fn signal(&self) {
