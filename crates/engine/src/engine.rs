@@ -516,12 +516,12 @@ impl Engine {
     /// The program dropped `[addr, addr + len)` (MADV_DONTNEED, UFFD_EVENT_REMOVE): its pages
     /// read as zeros from now on; their swap entries and resident charges go.
     pub fn remove(&self, addr: u64, len: u64) {
-        self.core.remove_range(MmId::DEFAULT, addr, len);
+        self.core.remove_range(MmId::DEFAULT, addr, len, false);
     }
 
     /// As [`Engine::remove`], in address space `mm`.
     pub fn remove_in(&self, mm: MmId, addr: u64, len: u64) {
-        self.core.remove_range(mm, addr, len);
+        self.core.remove_range(mm, addr, len, false);
     }
 
     /// `[addr, addr + len)` was unmapped (UFFD_EVENT_UNMAP): as [`Engine::remove`], and
@@ -532,9 +532,8 @@ impl Engine {
 
     /// As [`Engine::unmap`], in address space `mm`.
     pub fn unmap_in(&self, mm: MmId, addr: u64, len: u64) {
-        self.core.remove_range(mm, addr, len);
+        self.core.remove_range(mm, addr, len, true);
         self.core.forget_regions_within(mm, addr, len);
-        self.core.note_holes(mm, addr, len);
     }
 
     /// `[from, from + len)` moved to `[to, to + len)` (mremap, UFFD_EVENT_REMAP): the pages'

@@ -41,12 +41,16 @@ impl Core {
     }
 
     /// Drops the bookkeeping of every page of `mm` in `[addr, addr + len)` (see the module
-    /// documentation).
-    pub(crate) fn remove_range(&self, mm: MmId, addr: u64, len: u64) {
+    /// documentation); if the range was `unmapped`, it is a hole of each region that
+    /// outlives it ([`Region::add_hole`]).
+    pub(crate) fn remove_range(&self, mm: MmId, addr: u64, len: u64, unmapped: bool) {
         let end = addr.saturating_add(len);
         for region in self.regions_in(mm, addr, end) {
             let first = region.index_of(addr.max(region.start()));
             let last = region.index_of(end.min(region.end()) - 1);
+            if unmapped {
+                region.add_hole(first, last + 1);
+            }
             let freed = self.remove_pages(&region, first, last);
             for (entry, nr) in freed {
                 self.swap_cache.clear_shadows(entry.offset(), nr);
@@ -132,17 +136,6 @@ impl Core {
         }
     }
 
-    /// Notes the part of `[addr, addr + len)` in each region of `mm` that outlives the
-    /// unmapping as a hole ([`Region::add_hole`]).
-    pub(crate) fn note_holes(&self, mm: MmId, addr: u64, len: u64) {
-        let end = addr.saturating_add(len);
-        for region in self.regions_in(mm, addr, end) {
-            let first = region.index_of(addr.max(region.start()));
-            let last = region.index_of(end.min(region.end()) - 1);
-            region.add_hole(first, last + 1);
-        }
-    }
-
     /// Forgets every region of `mm` lying wholly inside `[addr, addr + len)` (after its
     /// pages were removed).
     pub(crate) fn forget_regions_within(&self, mm: MmId, addr: u64, len: u64) {
@@ -210,7 +203,7 @@ impl Core {
             space.by_start.values().map(|r| (r.start(), r.end())).collect()
         };
         for (start, end) in regions {
-            self.remove_range(mm, start, end - start);
+            self.remove_range(mm, start, end - start, false);
             self.forget_regions_within(mm, start, end - start);
         }
         if mm != MmId::DEFAULT {

@@ -244,6 +244,7 @@ impl Region {
                 kept.push((end, e));
             }
         }
+        self.any_hole.store(!kept.is_empty(), std::sync::atomic::Ordering::Release);
         *holes = kept;
     }
 
