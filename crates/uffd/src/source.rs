@@ -37,7 +37,8 @@
 //! caller holds, so spinning could deadlock), the pages stay in staging as **orphans**: the
 //! engine still counts them resident, [`UffdSource::take`] refuses their range, and the
 //! event reader restores them after it has read the pending events
-//! ([`UffdSource::restore_orphans`]), adjusting them first for REMOVE, UNMAP and REMAP.
+//! ([`UffdSource::restore_orphans`]; under SIGBUS delivery, faulting threads too),
+//! adjusting them first for REMOVE, UNMAP and REMAP.
 //!
 //! **Map.** One resolving ioctl covers the whole folio. The kernel stops early in three
 //! ways, each continued so that, seen from the engine, a map either installs every missing
@@ -662,20 +663,49 @@ impl UffdSource {
         self.orphan_count.load(Relaxed) > 0
     }
 
-    /// Moves orphan pages back into the region (module essay). Call it after reading the
-    /// pending events, from the event reader (or a thread that holds no engine lock); an
-    /// orphan that still meets EAGAIN stays for the next call. Returns pages restored.
+    /// The orphan in `lane`'s `slot`, if it is still listed, at the address listed now.
+    /// Ask holding that lane's lock: only then does the answer hold until it is released.
+    fn listed_orphan(&self, lane: usize, slot: SlotIndex) -> Option<Orphan> {
+        lock(&self.orphans).iter().copied().find(|o| o.lane == lane && o.slot == slot)
+    }
+
+    /// Takes the orphan in `lane`'s `slot` off the list, if it is listed (and its address
+    /// lies in `within`, if given); whether it was. Call it holding that lane's lock.
+    fn unlist_orphan(&self, lane: usize, slot: SlotIndex, within: Option<(u64, u64)>) -> bool {
+        let mut orphans = lock(&self.orphans);
+        let before = orphans.len();
+        let inside = |addr: u64| within.is_none_or(|(start, end)| addr >= start && addr < end);
+        orphans.retain(|o| !(o.lane == lane && o.slot == slot && inside(o.addr)));
+        self.orphan_count.store(orphans.len(), Relaxed);
+        orphans.len() < before
+    }
+
+    /// Moves orphan pages back into the region (module essay); an orphan that still meets
+    /// EAGAIN stays for the next call. Returns pages restored. Any thread may call it, at
+    /// once with others and with [`UffdSource::forget_orphans`] (the event reader does after
+    /// applying what it read; under SIGBUS delivery, a faulting thread whose fault was
+    /// retried does too): an orphan is settled by whoever holds its lane's lock and finds it
+    /// still listed, so none is settled twice. A second restorer that acted on a stale copy
+    /// of the list moved a slot the first had freed: a panic, or, had another take's
+    /// refusal made that slot an orphan again meanwhile, that page moved to this orphan's
+    /// address and dropped there (`mmap_race` with forks under SIGBUS delivery, about 1 run
+    /// in 100 died so). Nothing is restored while an event is read and not yet applied
+    /// ([`crate::fence`]): an orphan's address may then be stale (a REMAP).
     ///
-    /// Context: takes lane locks and the orphan list lock; one ioctl per page.
+    /// Context: takes the fence, lane locks and the orphan list lock; one ioctl per page.
     pub fn restore_orphans(&self) -> usize {
         let Some(lanes) = &self.lanes else { return 0 };
         if !self.has_orphans() {
             return 0;
         }
+        let Some(_pass) = self.fence.try_enter() else { return 0 };
         let mut restored = 0;
         let pending: Vec<Orphan> = lock(&self.orphans).clone();
-        for orphan in pending {
-            let mut lane = lock(&lanes.lanes[orphan.lane]);
+        for candidate in pending {
+            let mut lane = lock(&lanes.lanes[candidate.lane]);
+            let Some(orphan) = self.listed_orphan(candidate.lane, candidate.slot) else {
+                continue; // settled by another thread since the copy
+            };
             let run = SlotRun { first: orphan.slot, pages: 1 };
             let back = lane.staging.move_in(&self.uffd, run, orphan.addr as usize, MoveMode::NONE);
             let settled = match back {
@@ -694,9 +724,7 @@ impl UffdSource {
                 }
             };
             if settled {
-                let mut orphans = lock(&self.orphans);
-                orphans.retain(|o| *o != orphan);
-                self.orphan_count.store(orphans.len(), Relaxed);
+                self.unlist_orphan(orphan.lane, orphan.slot, None);
             }
         }
         restored
@@ -710,17 +738,17 @@ impl UffdSource {
             return;
         }
         let gone: Vec<Orphan> = {
-            let mut orphans = lock(&self.orphans);
-            let gone = orphans.iter().copied().filter(|o| o.addr >= addr && o.addr < addr + len);
-            let gone: Vec<Orphan> = gone.collect();
-            orphans.retain(|o| !(o.addr >= addr && o.addr < addr + len));
-            self.orphan_count.store(orphans.len(), Relaxed);
-            gone
+            let orphans = lock(&self.orphans);
+            orphans.iter().copied().filter(|o| o.addr >= addr && o.addr < addr + len).collect()
         };
         for orphan in gone {
             let mut lane = lock(&lanes.lanes[orphan.lane]);
-            self.release(lanes, &mut lane, SlotRun { first: orphan.slot, pages: 1 });
-            add(&self.counters.orphans_dropped, 1);
+            // Settled meanwhile by a restorer: its slot is no longer ours (or holds an orphan
+            // of a take since, which is forgotten only if it lies in the range too).
+            if self.unlist_orphan(orphan.lane, orphan.slot, Some((addr, addr + len))) {
+                self.release(lanes, &mut lane, SlotRun { first: orphan.slot, pages: 1 });
+                add(&self.counters.orphans_dropped, 1);
+            }
         }
     }
 

@@ -302,24 +302,44 @@ fn mremap_moves_the_data_and_its_swap_entries() {
 /// its first page back; the page-out succeeds once the copy-on-write sharing is broken.
 #[test]
 fn a_refused_page_out_moves_its_pages_back() {
-    refused_page_out(false);
+    refused_page_out(Refusal { orphans: false, folios: 1, restorers: 0 });
 }
 
 /// As above, but the undo also fails (injected: as if an event had arrived): the first page
 /// stays in staging, an orphan; the handler restores it, and the data is intact.
 #[test]
 fn a_failed_undo_leaves_orphans_that_are_restored() {
-    refused_page_out(true);
+    refused_page_out(Refusal { orphans: true, folios: 1, restorers: 0 });
 }
 
-fn refused_page_out(orphan: bool) {
+/// Orphans restored by several threads at once (under SIGBUS delivery every faulting
+/// thread whose fault is retried restores them, beside the handler): each is restored
+/// once, none dropped, and no restorer moves a slot another has freed (which panicked,
+/// or moved another page there: `UffdSource::restore_orphans`).
+#[test]
+fn orphans_restored_by_racing_threads_come_back_once() {
+    refused_page_out(Refusal { orphans: true, folios: 12, restorers: 3 });
+}
+
+struct Refusal {
+    /// Every undo fails (injected), leaving one orphan per folio.
+    orphans: bool,
+    /// Folios of 16 pages, each refused at its second page (at most 12: the four staging
+    /// lanes of 64 slots have room for three orphans each beside a folio's take).
+    folios: usize,
+    /// Threads that restore the orphans side by side with the handler.
+    restorers: usize,
+}
+
+fn refused_page_out(how: Refusal) {
+    const FOLIO: usize = 16 * PAGE_SIZE;
     let _serial = serial();
     let Some(swap) = swap_or_skip(builder().folio_order(4)) else { return };
-    let mut region = swap.map(16 * PAGE_SIZE).unwrap();
+    let mut region = swap.map(how.folios * FOLIO).unwrap();
     for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
         fill_page(page, i as u64, 2);
     }
-    settle_resident(&swap, 16);
+    settle_resident(&swap, (how.folios * 16) as u64);
     let mut pipe = [0i32; 2];
     // SAFETY: two live ints for the descriptors.
     assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
@@ -332,25 +352,52 @@ fn refused_page_out(orphan: bool) {
         }
         0
     });
-    // Page 0 written after the fork is the parent's own again; pages 1.. stay shared.
-    fill_page(&mut region.as_mut_slice()[..PAGE_SIZE], 0, 4);
+    // Each folio's page 0 written after the fork is the parent's own again; the rest stay
+    // shared.
+    let first_page = |i: usize| i.is_multiple_of(16);
+    for (folio, pages) in region.as_mut_slice().chunks_mut(FOLIO).enumerate() {
+        fill_page(&mut pages[..PAGE_SIZE], (folio * 16) as u64, 4);
+    }
     let source = swap.source().unwrap().clone();
     let engine = swap.engine().unwrap().clone();
-    let undo_fails = orphan;
-    if undo_fails {
-        source.inject_undo_failures(1);
+    if how.orphans {
+        source.inject_undo_failures(how.folios as u32);
     }
     // Refused at page 1: page 0 is moved back at once, or (injected) left an orphan.
-    assert_eq!(engine.pageout(region.addr() as u64, PAGE_SIZE as u64).unwrap(), 0);
+    for folio in 0..how.folios {
+        let at = (region.addr() + folio * FOLIO) as u64;
+        assert_eq!(engine.pageout(at, PAGE_SIZE as u64).unwrap(), 0);
+    }
     let stats = swap.stats().unwrap().source;
-    let expected = if undo_fails { (1, 0, 1) } else { (1, 1, 0) };
+    let n = how.folios as u64;
+    let expected = if how.orphans { (n, 0, n) } else { (n, n, 0) };
     let got = (stats.take_busy, stats.undo_pages, stats.orphaned_pages);
     assert_eq!(got, expected, "{stats:?}");
-    wait_until("the orphan is restored", || !source.has_orphans());
-    assert_eq!(swap.stats().unwrap().source.orphans_restored, u64::from(undo_fails));
-    assert!(page_is(&region.as_slice()[..PAGE_SIZE], 0, 4), "page 0 came back intact");
-    // The queued copy-on-write break makes the folio movable.
-    assert_eq!(region.pageout(0, region.len()).unwrap(), 16);
+    let start = Arc::new(std::sync::Barrier::new(how.restorers));
+    let restorers: Vec<_> = (0..how.restorers)
+        .map(|_| {
+            let (source, start) = (source.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                while source.has_orphans() {
+                    source.restore_orphans();
+                }
+            })
+        })
+        .collect();
+    for restorer in restorers {
+        restorer.join().expect("a restorer panicked");
+    }
+    wait_until("the orphans are restored", || !source.has_orphans());
+    let stats = swap.stats().unwrap().source;
+    let restored = if how.orphans { n } else { 0 };
+    assert_eq!((stats.orphans_restored, stats.orphans_dropped), (restored, 0), "{stats:?}");
+    for (folio, pages) in region.as_slice().chunks(FOLIO).enumerate() {
+        let intact = page_is(&pages[..PAGE_SIZE], (folio * 16) as u64, 4);
+        assert!(intact, "folio {folio}: page 0 came back intact");
+    }
+    // The queued copy-on-write breaks make the folios movable.
+    assert_eq!(region.pageout(0, region.len()).unwrap(), (how.folios * 16) as u64);
     // SAFETY: close the pipe ends we own; the child sees EOF and exits.
     unsafe {
         libc::close(pipe[1]);
@@ -358,7 +405,7 @@ fn refused_page_out(orphan: bool) {
     }
     assert_eq!(exit_code(pid), 0);
     for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-        let version = if i == 0 { 4 } else { 2 };
+        let version = if first_page(i) { 4 } else { 2 };
         if !page_is(page, i as u64, version) {
             let stats = swap.stats().unwrap();
             panic!(
