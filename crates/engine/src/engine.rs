@@ -97,6 +97,9 @@ pub(crate) struct Core {
 /// Runs of pages: `(first page index, pages)`.
 type PageRuns = Vec<(u64, u64)>;
 
+/// Address ranges `(start, end)`, in address order.
+pub type AddrRanges = Vec<(u64, u64)>;
+
 /// The engine (see the crate documentation).
 #[derive(Debug)]
 pub struct Engine {
@@ -235,7 +238,9 @@ impl Engine {
     }
 
     /// Manages `len` bytes at `start` (page aligned; all pages untouched so far) in the
-    /// engine's own address space.
+    /// engine's own address space. A range inside the holes of one region (pages the
+    /// program unmapped while the rest of the region lives on) fills them: that region
+    /// manages it again, and its id is returned.
     ///
     /// # Errors
     /// [`Error::BadRegion`] for an empty, unaligned or overlapping range.
@@ -258,7 +263,8 @@ impl Engine {
     /// and on the inactive list, so reclaim can evict them; the other pages are untouched.
     /// The caller registers the range for faults only after this returns, and keeps the
     /// program from dropping the listed pages until then (a page listed but missing would
-    /// be served as resident and never faulted in).
+    /// be served as resident and never faulted in). A range inside the holes of one region
+    /// fills them, as [`Engine::add_region`] does.
     ///
     /// # Errors
     /// [`Error::BadRegion`] for a bad range, an overlap, or a run outside the region
@@ -278,7 +284,10 @@ impl Engine {
         }
         let id = self.core.add_region(MmId::DEFAULT, start, len)?;
         if let Some(region) = self.core.region_by_id(id) {
-            self.core.adopt_runs(&region, present, false);
+            // A filled hole's runs are from `start`, inside an older region.
+            let base = region.index_of(start);
+            let runs: PageRuns = present.iter().map(|&(first, n)| (base + first, n)).collect();
+            self.core.adopt_runs(&region, &runs, false);
         }
         Ok(id)
     }
@@ -401,18 +410,29 @@ impl Engine {
         runs
     }
 
-    /// The regions of address space `mm`, as `(start, end)` in address order: what the
-    /// engine manages now (the LD_PRELOAD shim compares it with /proc/self/maps to find
-    /// mappings to adopt).
+    /// The regions of address space `mm` without their holes, as `(start, end)` in address
+    /// order: what the engine manages now.
     ///
-    /// Context: takes the regions lock (read); allocates.
+    /// Context: takes the regions lock (read), and each region's holes lock in turn;
+    /// allocates.
     pub fn region_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        self.region_layout(mm).0
+    }
+
+    /// The regions of address space `mm` as [`Engine::region_ranges`], and their holes
+    /// (parts the program unmapped while the rest lives on), each in address order. The
+    /// LD_PRELOAD shim compares them with /proc/self/maps to find mappings to adopt: a new
+    /// one inside a hole fills it ([`Engine::add_region`]), one beside a region is a region
+    /// of its own.
+    ///
+    /// Context: as [`Engine::region_ranges`].
+    pub fn region_layout(&self, mm: MmId) -> (AddrRanges, AddrRanges) {
         let regions = self.core.regions.read();
-        regions
-            .mms
-            .get(&mm)
-            .map(|s| s.by_start.values().map(|r| (r.start(), r.end())).collect())
-            .unwrap_or_default()
+        let (mut live, mut holes) = (Vec::new(), Vec::new());
+        if let Some(space) = regions.mms.get(&mm) {
+            space.by_start.values().for_each(|r| r.layout(&mut live, &mut holes));
+        }
+        (live, holes)
     }
 
     /// Handles a fault at `addr` in the engine's own address space (see
@@ -695,6 +715,19 @@ impl Core {
         space.find(addr).cloned().ok_or(Error::OutsideRegions { addr })
     }
 
+    /// The region a fault at `addr` of `mm` is served in: none in a hole (a part the program
+    /// unmapped). The program may map there again; until that mapping is adopted
+    /// ([`Engine::add_region`] fills the hole) a fault on it is not the engine's, as on any
+    /// mapping not yet adopted: served then, its page would be the engine's, in a range
+    /// the shim unregisters again if the adoption fails.
+    pub(crate) fn fault_region(&self, mm: MmId, addr: u64) -> Result<Arc<Region>, Error> {
+        let region = self.region_of(mm, addr)?;
+        if region.overlaps_hole(region.index_of(addr), 1) {
+            return Err(Error::OutsideRegions { addr });
+        }
+        Ok(region)
+    }
+
     /// Adds a region to address space `mm`.
     pub(crate) fn add_region(&self, mm: MmId, start: u64, len: u64) -> Result<RegionId, Error> {
         let mut regions = self.regions.write();
@@ -702,7 +735,20 @@ impl Core {
         let space = regions.mms.get(&mm).ok_or(Error::NoSuchMm { mm: mm.0 })?;
         let region =
             Arc::new(Region::new(id, mm, space.source.clone(), space.managed, start, len)?);
-        if !space.intersecting(start, region.end()).is_empty() {
+        let end = region.end();
+        if let [old] = space.intersecting(start, end).as_slice() {
+            // Mapped again where the program unmapped part of a region that lives on (its
+            // holes): the region takes the range back, which the shim's scan would
+            // otherwise have left unmanaged for as long as the region lives.
+            if start >= old.start() && end <= old.end() {
+                let (first, last) = (old.index_of(start), old.index_of(end - 1) + 1);
+                if old.holes_cover(first, last) {
+                    old.fill_hole(first, last);
+                    return Ok(old.id());
+                }
+            }
+        }
+        if !space.intersecting(start, end).is_empty() {
             return Err(Error::BadRegion { start, len, why: "overlaps a managed region" });
         }
         regions.next_region += 1;

@@ -115,7 +115,7 @@ impl Core {
         write: bool,
     ) -> Result<FaultOutcome, Error> {
         Stats::add(&self.stats.counters.pgfault, 1);
-        let region = self.region_of(mm, addr)?;
+        let region = self.fault_region(mm, addr)?;
         let index = region.index_of(addr);
         for _ in 0..MAX_FAULT_PASSES {
             let found = region.lock_span(index).lookup(index);
@@ -158,7 +158,7 @@ impl Core {
         let aligned = index & !((1u64 << order) - 1);
         let (first, order) = if order > 0
             && pt.range_is_empty(aligned, order)
-            && !region.overlaps_hole(aligned, 1 << order)
+            && !region.splits_mapping(aligned, 1 << order)
         {
             (aligned, order)
         } else {
@@ -219,7 +219,7 @@ impl Core {
     pub(crate) fn handle_wp_fault(&self, mm: MmId, addr: u64) -> Result<FaultOutcome, Error> {
         Stats::add(&self.stats.counters.pgfault, 1);
         Stats::add(&self.stats.counters.pgfault_wp, 1);
-        let region = self.region_of(mm, addr)?;
+        let region = self.fault_region(mm, addr)?;
         let index = region.index_of(addr);
         let zero = region.lock_span(index).lookup(index).filter(|f| f.pte == Pte::ZeroMapped);
         if let Some(found) = zero {

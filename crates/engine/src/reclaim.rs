@@ -334,11 +334,11 @@ impl Core {
     /// folios next to each, on either side within its PTL span and up to a run's length,
     /// that are on the inactive list, unreferenced, and not accessed by the page source's
     /// bits (one that was is activated, as a scan of the tail would). A walk stops at the
-    /// first page that is not such a folio. They go out in the victims' runs, one TLB flush
-    /// for all: without access bits the inactive list is ordered by fault time only, and
-    /// taking cold pages a little before their turn cost no faults where it was measured
-    /// (uniform and Zipf, docs/benchmarks.md), while one flush a page was the reclaimer's
-    /// largest cost beside compression.
+    /// first page that is not such a folio, and at a seam between two mappings. They go
+    /// out in the victims' runs, one TLB flush for all: without access bits the inactive
+    /// list is ordered by fault time only, and taking cold pages a little before their
+    /// turn cost no faults where it was measured (uniform and Zipf, docs/benchmarks.md),
+    /// while one flush a page was the reclaimer's largest cost beside compression.
     ///
     /// Context: takes each victim's PTL for its look-ups, then the LRU lock per neighbour.
     fn add_cold_neighbours(&self, victims: &mut Vec<Victim>, room: u64, direct: bool) {
@@ -361,6 +361,10 @@ impl Core {
                         let Some(index) = index.filter(|&i| i / PTL_SPAN_PAGES == span) else {
                             break;
                         };
+                        // One move takes the run: it must lie in one mapping.
+                        if region.splits_mapping(index.min(owner.index), step + 1) {
+                            break;
+                        }
                         match pt.lookup(index) {
                             Some(Found { order: 0, pte: Pte::Resident(id), .. }) => ids.push(id),
                             _ => break,

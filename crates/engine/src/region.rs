@@ -45,6 +45,7 @@ use crate::page_source::PageSource;
 use crate::sync::{Mutex, MutexGuard};
 use crate::{Error, MAX_ORDER, PAGE_SIZE};
 use slots::{SwapEntry, SwapType};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use xarray::{Entry, NoItems, XArray};
 
@@ -156,10 +157,18 @@ pub struct Region {
     pub(crate) touch_next: std::sync::atomic::AtomicU64,
     /// Where the last swap-in's folio ended (`LargeFolios::Sequential`), a hint as above.
     pub(crate) swapin_next: std::sync::atomic::AtomicU64,
-    /// Page ranges `[first, end)` the program unmapped while the rest of the region lives
-    /// on ([`Region::add_hole`]); `any_hole` says whether to look.
-    holes: Mutex<Vec<(u64, u64)>>,
-    any_hole: std::sync::atomic::AtomicBool,
+    /// Holes and seams ([`Layout`]); `irregular` says whether there are any to look at.
+    layout: Mutex<Layout>,
+    irregular: std::sync::atomic::AtomicBool,
+}
+
+/// Where a region is not one mapping: page ranges `[first, end)` the program unmapped
+/// while the rest of the region lives on ([`Region::add_hole`]), and page indexes where a
+/// range mapped since begins or ends, sorted ([`Region::fill_hole`]).
+#[derive(Debug, Default)]
+struct Layout {
+    holes: Vec<(u64, u64)>,
+    seams: Vec<u64>,
 }
 
 /// Per-region readahead state (the kernel keeps it per VMA in `swap_readahead_info`).
@@ -209,8 +218,8 @@ impl Region {
             readahead: Mutex::new(Readahead::default()),
             touch_next: std::sync::atomic::AtomicU64::new(0),
             swapin_next: std::sync::atomic::AtomicU64::new(0),
-            holes: Mutex::new(Vec::new()),
-            any_hole: std::sync::atomic::AtomicBool::new(false),
+            layout: Mutex::new(Layout::default()),
+            irregular: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -220,17 +229,19 @@ impl Region {
     /// fails as if the range were gone, and the access that asked would fault for ever.
     pub(crate) fn add_hole(&self, first: u64, end: u64) {
         if first < end {
-            self.holes.lock().push((first, end));
-            self.any_hole.store(true, std::sync::atomic::Ordering::Release);
+            self.layout.lock().holes.push((first, end));
+            self.irregular.store(true, Ordering::Release);
         }
     }
 
-    /// Pages `[first, end)` are mapped again (a remap moved pages there).
+    /// Pages `[first, end)` are mapped again (a remap moved pages there, or the program
+    /// mapped the range anew): no longer a hole, and a mapping of its own, so its edges are
+    /// seams no folio or page-out run crosses ([`Region::splits_mapping`]). Seams stay until
+    /// the region goes (the kernel may have merged the mappings since: a seam only costs a
+    /// large folio there).
     pub(crate) fn fill_hole(&self, first: u64, end: u64) {
-        if !self.any_hole.load(std::sync::atomic::Ordering::Acquire) {
-            return;
-        }
-        let mut holes = self.holes.lock();
+        let mut layout = self.layout.lock();
+        let Layout { holes, seams } = &mut *layout;
         let mut kept = Vec::with_capacity(holes.len() + 1);
         for &(s, e) in holes.iter() {
             if e <= first || s >= end {
@@ -244,14 +255,87 @@ impl Region {
                 kept.push((end, e));
             }
         }
-        self.any_hole.store(!kept.is_empty(), std::sync::atomic::Ordering::Release);
         *holes = kept;
+        for edge in [first, end] {
+            if edge > 0 && edge < self.nr_pages {
+                if let Err(at) = seams.binary_search(&edge) {
+                    seams.insert(at, edge);
+                }
+            }
+        }
+        self.irregular.store(!holes.is_empty() || !seams.is_empty(), Ordering::Release);
+    }
+
+    /// Whether every page of `[first, end)` was unmapped ([`Region::add_hole`]) and not
+    /// mapped again since.
+    pub(crate) fn holes_cover(&self, first: u64, end: u64) -> bool {
+        if !self.irregular.load(Ordering::Acquire) {
+            return first >= end;
+        }
+        let mut holes = self.layout.lock().holes.clone();
+        holes.sort_unstable();
+        let mut at = first;
+        for (s, e) in holes {
+            if s > at {
+                break;
+            }
+            at = at.max(e);
+        }
+        at >= end
+    }
+
+    /// The region's extent cut at its holes, as address ranges `(start, end)` in address
+    /// order: the live parts (what the engine manages of it now) appended to `live`, the
+    /// holes (merged) to `holes`.
+    pub(crate) fn layout(&self, live: &mut Vec<(u64, u64)>, holes: &mut Vec<(u64, u64)>) {
+        let page = PAGE_SIZE as u64;
+        if !self.irregular.load(Ordering::Acquire) {
+            live.push((self.start, self.end()));
+            return;
+        }
+        let mut unmapped = self.layout.lock().holes.clone();
+        unmapped.sort_unstable();
+        let mut at = 0;
+        // Merged within the region only: a hole reaching a neighbour's hole is still cut
+        // at the regions' boundary (a mapping across it fills two regions' holes).
+        let ours = holes.len();
+        for (s, e) in unmapped {
+            if s > at {
+                live.push((self.addr_of(at), self.start + s * page));
+            }
+            if e > at {
+                let from = self.start + s.max(at) * page;
+                let (to, merge) = (self.start + e * page, holes.len() > ours);
+                match holes.last_mut() {
+                    Some(last) if merge && last.1 == from => last.1 = to,
+                    _ => holes.push((from, to)),
+                }
+            }
+            at = at.max(e);
+        }
+        if at < self.nr_pages {
+            live.push((self.addr_of(at), self.end()));
+        }
     }
 
     /// Whether any page of `[first, first + nr)` was unmapped ([`Region::add_hole`]).
     pub(crate) fn overlaps_hole(&self, first: u64, nr: u64) -> bool {
-        self.any_hole.load(std::sync::atomic::Ordering::Acquire)
-            && self.holes.lock().iter().any(|&(s, e)| s < first + nr && e > first)
+        self.irregular.load(Ordering::Acquire)
+            && self.layout.lock().holes.iter().any(|&(s, e)| s < first + nr && e > first)
+    }
+
+    /// Whether pages `[first, first + nr)` are not all of one mapping: a hole overlaps
+    /// them, or a seam lies between two of them ([`Region::fill_hole`]). A folio there
+    /// cannot be mapped whole (the resolving ioctls want one mapping: ENOENT, and the
+    /// access would fault for ever), nor its pages taken in one move (EINVAL).
+    pub(crate) fn splits_mapping(&self, first: u64, nr: u64) -> bool {
+        if !self.irregular.load(Ordering::Acquire) {
+            return false;
+        }
+        let layout = self.layout.lock();
+        let seam = layout.seams.partition_point(|&s| s <= first);
+        layout.seams.get(seam).is_some_and(|&s| s < first + nr)
+            || layout.holes.iter().any(|&(s, e)| s < first + nr && e > first)
     }
 
     /// The region's id.

@@ -711,8 +711,15 @@ fn remap_within_one_region_moves_pages() {
         source.read(&engine, addr(page), &mut buf).unwrap();
         assert!(buf == content(page, 1), "page {page} stayed");
     }
+    // The old range is a hole: a fault there is not the engine's (the program's access
+    // would be SIGSEGV), until a mapping there is adopted.
+    let e = source.read(&engine, addr(150), &mut buf).unwrap_err();
+    let outside =
+        matches!(e, engine::mem_source::AccessError::Engine(Error::OutsideRegions { .. }));
+    assert!(outside, "the old range is no longer the engine's: {e:?}");
+    engine.add_region(addr(101), 200 * PAGE as u64).unwrap();
     source.read(&engine, addr(150), &mut buf).unwrap();
-    assert!(buf == content(150, 0), "the old range reads as untouched");
+    assert!(buf == content(150, 0), "mapped again, the old range reads as untouched");
     engine.check_invariants();
 }
 
@@ -844,5 +851,51 @@ fn no_folio_is_mapped_across_an_unmapped_part_of_a_region() {
     let mut buf = vec![0u8; PAGE];
     source.read(&engine, addr(48), &mut buf).unwrap();
     assert_eq!(buf, content(48, 1));
+    engine.check_invariants();
+}
+
+/// A range the program maps again inside an unmapped part of a region (a `munmap` of its
+/// tail, then an `mmap` the kernel places there) is managed again, by that region: the
+/// LD_PRELOAD shim finds it through `region_layout` and adopts it with
+/// `add_region_populated`, which fills the hole. Before, the region kept the hole's
+/// addresses as its own, the shim's scan never offered them, and the new mapping ran
+/// unmanaged, outside the budget.
+#[test]
+fn a_range_mapped_again_in_a_hole_is_managed_by_its_region() {
+    use engine::PageSource;
+    let large_folios = engine::LargeFolios::Always;
+    let config = EngineConfig { folio_order: 4, large_folios, ..config(256) };
+    let (engine, source) = setup(config, 64);
+    let mm = engine::region::MmId::DEFAULT;
+    let whole = engine.region_ranges(mm);
+    engine.unmap(addr(40), 8 * PAGE as u64);
+    engine.unmap(addr(56), 8 * PAGE as u64);
+    let (live, holes) = engine.region_layout(mm);
+    assert_eq!(live, vec![(addr(0), addr(40)), (addr(48), addr(56))]);
+    assert_eq!(holes, vec![(addr(40), addr(48)), (addr(56), addr(64))]);
+    assert_eq!(engine.region_ranges(mm), live);
+    let e = engine.add_region(addr(44), 8 * PAGE as u64).unwrap_err();
+    assert!(matches!(e, Error::BadRegion { .. }), "across a hole and a live part: {e}");
+    let first = engine.add_region_populated(addr(56), 8 * PAGE as u64, &[]).unwrap();
+    let filled = (vec![(addr(0), addr(40)), (addr(48), addr(64))], vec![(addr(40), addr(48))]);
+    assert_eq!(engine.region_layout(mm), filled);
+    // Page 42 of the new mapping written before it was adopted: present, adopted.
+    source.map(addr(42), &content(42, 3)).unwrap();
+    let again = engine.add_region_populated(addr(40), 8 * PAGE as u64, &[(2, 1)]).unwrap();
+    assert_eq!(first, again, "both holes filled by the region that had them");
+    assert_eq!(engine.region_layout(mm), (whole, vec![]), "the region whole again");
+    assert_eq!(engine.stats().gauges.resident_pages, 1, "the present page adopted, charged");
+    assert_eq!(engine.pageout(addr(0), 64 * PAGE as u64).unwrap(), 1, "and paged out");
+    // No hole left, but each range mapped again is a mapping of its own: no folio crosses
+    // its edges (pages 40, 48 and 56), one inside a mapping is whole.
+    source.write(&engine, addr(48), &content(48, 1)).unwrap();
+    assert_eq!(source.data_pages(), 1, "one page: the folio of pages 48-63 crosses 56");
+    source.write(&engine, addr(16), &content(16, 1)).unwrap();
+    assert_eq!(source.data_pages(), 17, "the folio of pages 16-31, in the first mapping");
+    let mut buf = vec![0u8; PAGE];
+    for (page, version) in [(42, 3), (40, 0), (48, 1), (16, 1)] {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, version), "page {page}");
+    }
     engine.check_invariants();
 }

@@ -85,6 +85,9 @@ struct Scanner {
     pieces: Vec<(usize, usize)>,
     gaps: Vec<(usize, usize)>,
     regions: Vec<(usize, usize)>,
+    /// The regions' holes: a mapping there is adopted apart from one beside them.
+    holes: Vec<(usize, usize)>,
+    cut: Vec<(usize, usize)>,
     found: Vec<PageRegion>,
     lists: PageLists,
     last_scan: Option<Instant>,
@@ -205,6 +208,8 @@ impl ShimHooks {
             pieces: Vec::with_capacity(64),
             gaps: Vec::with_capacity(64),
             regions: Vec::with_capacity(4096),
+            holes: Vec::with_capacity(64),
+            cut: Vec::with_capacity(64),
             found: Vec::with_capacity(uffd::pagemap::SCAN_BATCH),
             lists: PageLists { present: Vec::with_capacity(1024), zero: Vec::with_capacity(1024) },
             last_scan: None,
@@ -274,11 +279,14 @@ impl ShimHooks {
         if maps::read(&mut sc.text).is_err() {
             return;
         }
-        let Scanner { text, candidates, pieces, gaps, regions, found, lists, .. } = sc;
+        let Scanner { text, candidates, pieces, gaps, regions, holes, cut, found, lists, .. } = sc;
         maps::candidates(text, candidates, self.config.sigbus_delivery());
+        let (live, unmapped) = engine.region_layout(MmId::DEFAULT);
+        let usize_range = |&(s, e): &(u64, u64)| (s as usize, e as usize);
         regions.clear();
-        let ranges = engine.region_ranges(MmId::DEFAULT);
-        regions.extend(ranges.iter().map(|&(s, e)| (s as usize, e as usize)));
+        regions.extend(live.iter().map(usize_range));
+        holes.clear();
+        holes.extend(unmapped.iter().map(usize_range));
         for c in candidates.iter() {
             pieces.clear();
             started.exclusions.subtract(c.start, c.end, pieces);
@@ -286,7 +294,17 @@ impl ShimHooks {
                 gaps.clear();
                 maps::subtract(regions, start, end, gaps);
                 for &(s, e) in gaps.iter() {
-                    self.adopt(started, engine, s, e, found, lists);
+                    // A piece in a hole fills it; one beside is a region of its own.
+                    cut.clear();
+                    maps::cut_at(holes, s, e, cut);
+                    for &(s, e) in cut.iter() {
+                        if self.adopt(started, engine, s, e, found, lists) {
+                            // Managed from now: a later line of this read that overlaps
+                            // it (maps read in chunks while the program maps and unmaps
+                            // can list a changed mapping twice) finds it so.
+                            maps::insert(regions, (s, e));
+                        }
+                    }
                 }
             }
         }
@@ -294,7 +312,7 @@ impl ShimHooks {
         self.counters.scan_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
     }
 
-    /// Adopts `[start, end)` (module essay).
+    /// Adopts `[start, end)` (module essay); whether it is managed now.
     fn adopt(
         &self,
         started: &Started,
@@ -303,12 +321,12 @@ impl ShimHooks {
         end: usize,
         found: &mut Vec<PageRegion>,
         lists: &mut PageLists,
-    ) {
-        let Ok(range) = Range::new(start, end - start) else { return };
+    ) -> bool {
+        let Ok(range) = Range::new(start, end - start) else { return false };
         crate::shim::no_huge_pages(start, end - start);
         if started.uffd.register(range, started.register_mode).is_err() {
             self.counters.register_failed.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
         let protect = started.register_mode.contains(RegisterMode::WP);
         list_present(started, start, end, protect, found, lists);
@@ -342,10 +360,24 @@ impl ShimHooks {
                         self.counters.zero_pages_adopted.fetch_add(n, Relaxed);
                     }
                 }
+                true
             }
             Err(_) => {
-                let _ = started.uffd.unregister(range);
+                // Unregistered again, except where the engine manages it already (a range
+                // this scan saw as a gap, adopted meanwhile): unregistered, a page the
+                // engine pages out there would read back as zero, never faulting.
+                let (live, _) = engine.region_layout(MmId::DEFAULT);
+                let live: Vec<(usize, usize)> =
+                    live.iter().map(|&(s, e)| (s as usize, e as usize)).collect();
+                let mut unmanaged = Vec::new();
+                maps::subtract(&live, start as usize, (start + len) as usize, &mut unmanaged);
+                for (s, e) in unmanaged {
+                    if let Ok(range) = Range::new(s, e - s) {
+                        let _ = started.uffd.unregister(range);
+                    }
+                }
                 self.counters.register_failed.fetch_add(1, Relaxed);
+                false
             }
         }
     }

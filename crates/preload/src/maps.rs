@@ -73,6 +73,29 @@ pub fn subtract(holes: &[(usize, usize)], start: usize, end: usize, out: &mut Ve
     }
 }
 
+/// `[start, end)` cut at every edge of the sorted, disjoint `ranges` inside it (appended to
+/// `out`): each piece lies wholly inside one of them or outside all.
+pub fn cut_at(ranges: &[(usize, usize)], start: usize, end: usize, out: &mut Vec<(usize, usize)>) {
+    let mut at = start;
+    for &(s, e) in ranges {
+        for edge in [s, e] {
+            if edge > at && edge < end {
+                out.push((at, edge));
+                at = edge;
+            }
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+}
+
+/// Inserts `range` into the sorted `ranges`, keeping them sorted (by start).
+pub fn insert(ranges: &mut Vec<(usize, usize)>, range: (usize, usize)) {
+    let at = ranges.partition_point(|r| r.0 < range.0);
+    ranges.insert(at, range);
+}
+
 /// Reads /proc/self/maps into `buf` (cleared first).
 ///
 /// # Errors
@@ -139,4 +162,26 @@ fn parse_line(line: &[u8]) -> Option<Candidate> {
     let heap = name == b"[heap]";
     let named_anon = name.starts_with(b"[anon:") && !name.starts_with(b"[anon:uswap");
     (name.is_empty() || heap || named_anon).then_some(Candidate { start, end, heap })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new mapping across a region's hole and the free space beside it is cut at the
+    /// hole's edges: the piece inside fills the hole, the one outside becomes a region.
+    #[test]
+    fn a_range_is_cut_at_every_edge_inside_it() {
+        let holes = [(10, 20), (30, 40)];
+        let cut = |start, end| {
+            let mut out = Vec::new();
+            cut_at(&holes, start, end, &mut out);
+            out
+        };
+        assert_eq!(cut(15, 35), vec![(15, 20), (20, 30), (30, 35)]);
+        assert_eq!(cut(10, 20), vec![(10, 20)], "a hole exactly: one piece");
+        assert_eq!(cut(0, 50), vec![(0, 10), (10, 20), (20, 30), (30, 40), (40, 50)]);
+        assert_eq!(cut(22, 28), vec![(22, 28)], "between holes: untouched");
+        assert_eq!(cut(35, 45), vec![(35, 40), (40, 45)]);
+    }
 }
