@@ -261,10 +261,12 @@ impl Engine {
     /// `present` lists runs `(first page index in the region, pages)` (PAGEMAP_SCAN
     /// `PAGE_IS_PRESENT` says which). Those pages become resident order-0 folios, charged
     /// and on the inactive list, so reclaim can evict them; the other pages are untouched.
-    /// The caller registers the range for faults only after this returns, and keeps the
-    /// program from dropping the listed pages until then (a page listed but missing would
-    /// be served as resident and never faulted in). A range inside the holes of one region
-    /// fills them, as [`Engine::add_region`] does.
+    /// The caller registers the range for faults before it lists the present pages (so no
+    /// page appears unseen in between; a fault meanwhile waits, as no region serves the
+    /// range yet, or it lies in a hole), and keeps the program from dropping a listed page
+    /// until this returns (a page listed but missing would be served as resident and never
+    /// faulted in). A range inside the holes of one region fills them, as
+    /// [`Engine::add_region`] does.
     ///
     /// # Errors
     /// [`Error::BadRegion`] for a bad range, an overlap, or a run outside the region

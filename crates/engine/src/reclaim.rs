@@ -349,6 +349,10 @@ impl Core {
             }
             let span = owner.index / PTL_SPAN_PAGES;
             let mut sides: [SmallVec<[LruId; RUN_PAGES_MAX]>; 2] = Default::default();
+            // One move takes a run: it must lie in one mapping. Looked at step by step only
+            // where the walk's whole window does not (a region's holes and seams).
+            let window = owner.index.saturating_sub(RUN_PAGES_MAX as u64 - 1);
+            let uneven = region.splits_mapping(window, 2 * RUN_PAGES_MAX as u64 - 1);
             {
                 let pt = region.lock_span(owner.index);
                 for (side, ids) in sides.iter_mut().enumerate() {
@@ -361,8 +365,7 @@ impl Core {
                         let Some(index) = index.filter(|&i| i / PTL_SPAN_PAGES == span) else {
                             break;
                         };
-                        // One move takes the run: it must lie in one mapping.
-                        if region.splits_mapping(index.min(owner.index), step + 1) {
+                        if uneven && region.splits_mapping(index.min(owner.index), step + 1) {
                             break;
                         }
                         match pt.lookup(index) {
