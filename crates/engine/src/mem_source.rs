@@ -77,6 +77,10 @@ pub struct MemorySource {
     access_bits: AccessBits,
     /// Maps the zero page write-protected ([`PageSource::protects_zero`]).
     protect_zero: bool,
+    /// Addresses where one mapping ends and the next begins ([`MemorySource::split_at`]).
+    boundaries: crate::sync::Mutex<Vec<u64>>,
+    /// Calls refused for spanning a boundary.
+    across: AtomicU64,
 }
 
 /// What sets a page's referenced bit, and whether reclaim may read it.
@@ -115,7 +119,36 @@ impl MemorySource {
             inject_retry: AtomicU64::new(0),
             access_bits: AccessBits::All,
             protect_zero: false,
+            boundaries: crate::sync::Mutex::new(Vec::new()),
+            across: AtomicU64::new(0),
         }
+    }
+
+    /// Makes `addr` the edge between two mappings, as the kernel's VMAs have them (a range
+    /// the program mapped again inside a region): a call over a range across it is refused
+    /// as the kernel refuses it (a resolving ioctl with ENOENT, here `Gone`; a move with
+    /// EINVAL, here `Failed`), and counted ([`MemorySource::refused_across`]).
+    pub fn split_at(&self, addr: u64) {
+        let mut boundaries = self.boundaries.lock();
+        if let Err(at) = boundaries.binary_search(&addr) {
+            boundaries.insert(at, addr);
+        }
+    }
+
+    /// Calls refused for spanning two mappings ([`MemorySource::split_at`]).
+    pub fn refused_across(&self) -> u64 {
+        self.across.load(Ordering::Relaxed)
+    }
+
+    /// Whether `[addr, addr + len)` spans two mappings; counted if so.
+    fn across(&self, addr: u64, len: u64) -> bool {
+        let boundaries = self.boundaries.lock();
+        let next = boundaries.partition_point(|&b| b <= addr);
+        let across = boundaries.get(next).is_some_and(|&b| b < addr + len);
+        if across {
+            self.across.fetch_add(1, Ordering::Relaxed);
+        }
+        across
     }
 
     /// The same source, mapping the zero page write-protected: the engine maps reads of
@@ -270,6 +303,7 @@ impl MemorySource {
     /// and poisoned ones as they are. Call it while nothing else touches the source.
     pub fn fork(&self) -> MemorySource {
         let child = MemorySource::new(self.base, self.pages.len() as u64);
+        child.boundaries.lock().clone_from(&self.boundaries.lock());
         for index in 0..self.pages.len() {
             let mut page = self.pages.lock(index);
             let mut copy = child.pages.lock(index);
@@ -345,6 +379,9 @@ impl PageSource for MemorySource {
             self.inject_retry.store(pending - 1, Ordering::Relaxed);
             return Err(SourceError::Retry);
         }
+        if self.across(addr, (dst.len() * PAGE_SIZE) as u64) {
+            return Err(SourceError::Failed("a move across two mappings (EINVAL)".into()));
+        }
         let mut holes = 0;
         let mut pages = self.lock_range(addr, dst.len() * PAGE_SIZE);
         for (page, out) in pages.iter_mut().zip(dst.iter_mut()) {
@@ -364,10 +401,16 @@ impl PageSource for MemorySource {
     }
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
+        if self.across(addr, data.len() as u64) {
+            return Err(SourceError::Gone);
+        }
         Ok(self.install(addr, data.len(), Some(data)))
     }
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        if self.across(addr, len) {
+            return Err(SourceError::Gone);
+        }
         Ok(self.install(addr, len as usize, None))
     }
 
@@ -378,6 +421,9 @@ impl PageSource for MemorySource {
     /// Maps, then protects, as userfaultfd does (`UFFDIO_ZEROPAGE`, then
     /// `UFFDIO_WRITEPROTECT`): a write in between allocates unseen.
     fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
+        if self.across(addr, len) {
+            return Err(SourceError::Gone);
+        }
         let mapped = self.install(addr, len as usize, None);
         if mapped == Mapped::Done {
             for page in self.lock_range(addr, len as usize).iter_mut() {
@@ -408,6 +454,9 @@ impl PageSource for MemorySource {
         len: u64,
         fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
+        if self.across(addr, len) {
+            return Err(SourceError::Gone);
+        }
         let mut pages = self.lock_range(addr, len as usize);
         if pages.iter().any(|p| **p != State::Missing) {
             return Ok(Some(Mapped::AlreadyPresent));

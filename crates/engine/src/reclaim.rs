@@ -334,11 +334,11 @@ impl Core {
     /// folios next to each, on either side within its PTL span and up to a run's length,
     /// that are on the inactive list, unreferenced, and not accessed by the page source's
     /// bits (one that was is activated, as a scan of the tail would). A walk stops at the
-    /// first page that is not such a folio, and at a seam between two mappings. They go
-    /// out in the victims' runs, one TLB flush for all: without access bits the inactive
-    /// list is ordered by fault time only, and taking cold pages a little before their
-    /// turn cost no faults where it was measured (uniform and Zipf, docs/benchmarks.md),
-    /// while one flush a page was the reclaimer's largest cost beside compression.
+    /// first page that is not such a folio. They go out in the victims' runs, one TLB
+    /// flush for all: without access bits the inactive list is ordered by fault time only,
+    /// and taking cold pages a little before their turn cost no faults where it was
+    /// measured (uniform and Zipf, docs/benchmarks.md), while one flush a page was the
+    /// reclaimer's largest cost beside compression.
     ///
     /// Context: takes each victim's PTL for its look-ups, then the LRU lock per neighbour.
     fn add_cold_neighbours(&self, victims: &mut Vec<Victim>, room: u64, direct: bool) {
@@ -349,10 +349,6 @@ impl Core {
             }
             let span = owner.index / PTL_SPAN_PAGES;
             let mut sides: [SmallVec<[LruId; RUN_PAGES_MAX]>; 2] = Default::default();
-            // One move takes a run: it must lie in one mapping. Looked at step by step only
-            // where the walk's whole window does not (a region's holes and seams).
-            let window = owner.index.saturating_sub(RUN_PAGES_MAX as u64 - 1);
-            let uneven = region.splits_mapping(window, 2 * RUN_PAGES_MAX as u64 - 1);
             {
                 let pt = region.lock_span(owner.index);
                 for (side, ids) in sides.iter_mut().enumerate() {
@@ -365,9 +361,6 @@ impl Core {
                         let Some(index) = index.filter(|&i| i / PTL_SPAN_PAGES == span) else {
                             break;
                         };
-                        if uneven && region.splits_mapping(index.min(owner.index), step + 1) {
-                            break;
-                        }
                         match pt.lookup(index) {
                             Some(Found { order: 0, pte: Pte::Resident(id), .. }) => ids.push(id),
                             _ => break,
@@ -679,18 +672,23 @@ impl Core {
 }
 
 /// How many victims from the first make a run: order-0 folios of one region at
-/// consecutive indices within one PTL span, at most [`RUN_PAGES_MAX`].
+/// consecutive indices within one PTL span and one mapping (one move takes a run, and a
+/// move across a seam of the region is refused: [`Region::splits_mapping`]), at most
+/// [`RUN_PAGES_MAX`].
 fn run_len(victims: &[Victim]) -> usize {
     let (region, _, first) = &victims[0];
     if first.order != 0 {
         return 1;
     }
     let span = first.index / PTL_SPAN_PAGES;
+    // Looked at page by page only where the longest run would not lie in one mapping.
+    let uneven = region.splits_mapping(first.index, RUN_PAGES_MAX as u64);
     let next_of_run = |(k, (other, _, owner)): &(usize, &Victim)| {
         Arc::ptr_eq(other, region)
             && owner.order == 0
             && owner.index == first.index + *k as u64
             && owner.index / PTL_SPAN_PAGES == span
+            && !(uneven && region.splits_mapping(first.index, *k as u64 + 1))
     };
     victims.iter().enumerate().take(RUN_PAGES_MAX).take_while(next_of_run).count().max(1)
 }
