@@ -738,7 +738,8 @@ impl Core {
         let region =
             Arc::new(Region::new(id, mm, space.source.clone(), space.managed, start, len)?);
         let end = region.end();
-        if let [old] = space.intersecting(start, end).as_slice() {
+        let overlapping = space.intersecting(start, end);
+        if let [old] = overlapping.as_slice() {
             // Mapped again where the program unmapped part of a region that lives on (its
             // holes): the region takes the range back, which the shim's scan would
             // otherwise have left unmanaged for as long as the region lives.
@@ -750,7 +751,7 @@ impl Core {
                 }
             }
         }
-        if !space.intersecting(start, end).is_empty() {
+        if !overlapping.is_empty() {
             return Err(Error::BadRegion { start, len, why: "overlaps a managed region" });
         }
         regions.next_region += 1;

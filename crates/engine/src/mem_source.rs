@@ -350,11 +350,14 @@ impl MemorySource {
     }
 
     /// Installs pages at `addr` unless any is present: `data` gives each page's bytes, or
-    /// `None` for the zero page.
-    fn install(&self, addr: u64, len: usize, data: Option<&[u8]>) -> Mapped {
+    /// `None` for the zero page. `Gone` across two mappings ([`MemorySource::split_at`]).
+    fn install(&self, addr: u64, len: usize, data: Option<&[u8]>) -> Result<Mapped, SourceError> {
+        if self.across(addr, len as u64) {
+            return Err(SourceError::Gone);
+        }
         let mut pages = self.lock_range(addr, len);
         if pages.iter().any(|p| **p != State::Missing) {
-            return Mapped::AlreadyPresent;
+            return Ok(Mapped::AlreadyPresent);
         }
         for (i, page) in pages.iter_mut().enumerate() {
             match data {
@@ -368,7 +371,7 @@ impl MemorySource {
         if data.is_some() {
             self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         }
-        Mapped::Done
+        Ok(Mapped::Done)
     }
 }
 
@@ -401,17 +404,11 @@ impl PageSource for MemorySource {
     }
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
-        if self.across(addr, data.len() as u64) {
-            return Err(SourceError::Gone);
-        }
-        Ok(self.install(addr, data.len(), Some(data)))
+        self.install(addr, data.len(), Some(data))
     }
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        if self.across(addr, len) {
-            return Err(SourceError::Gone);
-        }
-        Ok(self.install(addr, len as usize, None))
+        self.install(addr, len as usize, None)
     }
 
     fn protects_zero(&self) -> bool {
@@ -421,10 +418,7 @@ impl PageSource for MemorySource {
     /// Maps, then protects, as userfaultfd does (`UFFDIO_ZEROPAGE`, then
     /// `UFFDIO_WRITEPROTECT`): a write in between allocates unseen.
     fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        if self.across(addr, len) {
-            return Err(SourceError::Gone);
-        }
-        let mapped = self.install(addr, len as usize, None);
+        let mapped = self.install(addr, len as usize, None)?;
         if mapped == Mapped::Done {
             for page in self.lock_range(addr, len as usize).iter_mut() {
                 if **page == State::Zero {

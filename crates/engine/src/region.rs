@@ -163,12 +163,33 @@ pub struct Region {
 }
 
 /// Where a region is not one mapping: page ranges `[first, end)` the program unmapped
-/// while the rest of the region lives on ([`Region::add_hole`]), and page indexes where a
-/// range mapped since begins or ends, sorted ([`Region::fill_hole`]).
+/// while the rest of the region lives on ([`Region::add_hole`]), sorted, merged as they
+/// come (no two overlap or touch); and page indexes where a range mapped since begins or
+/// ends, sorted ([`Region::fill_hole`]).
 #[derive(Debug, Default)]
 struct Layout {
     holes: Vec<(u64, u64)>,
     seams: Vec<u64>,
+}
+
+impl Layout {
+    /// Adds hole `[first, end)`, merged with every hole it overlaps or touches.
+    fn add_hole(&mut self, first: u64, end: u64) {
+        let from = self.holes.partition_point(|&(_, e)| e < first);
+        let to = self.holes.partition_point(|&(s, _)| s <= end);
+        let merged = match self.holes.get(from..to) {
+            Some([head, .., tail]) => (head.0.min(first), tail.1.max(end)),
+            Some([one]) => (one.0.min(first), one.1.max(end)),
+            _ => (first, end),
+        };
+        self.holes.splice(from..to, [merged]);
+    }
+
+    /// Whether a hole overlaps `[first, first + nr)`.
+    fn hole_overlaps(&self, first: u64, nr: u64) -> bool {
+        let at = self.holes.partition_point(|&(_, e)| e <= first);
+        self.holes.get(at).is_some_and(|&(s, _)| s < first + nr)
+    }
 }
 
 /// Per-region readahead state (the kernel keeps it per VMA in `swap_readahead_info`).
@@ -229,7 +250,7 @@ impl Region {
     /// fails as if the range were gone, and the access that asked would fault for ever.
     pub(crate) fn add_hole(&self, first: u64, end: u64) {
         if first < end {
-            self.layout.lock().holes.push((first, end));
+            self.layout.lock().add_hole(first, end);
             self.irregular.store(true, Ordering::Release);
         }
     }
@@ -242,6 +263,7 @@ impl Region {
     pub(crate) fn fill_hole(&self, first: u64, end: u64) {
         let mut layout = self.layout.lock();
         let Layout { holes, seams } = &mut *layout;
+        // In order, so the holes stay sorted and apart.
         let mut kept = Vec::with_capacity(holes.len() + 1);
         for &(s, e) in holes.iter() {
             if e <= first || s >= end {
@@ -269,59 +291,41 @@ impl Region {
     /// Whether every page of `[first, end)` was unmapped ([`Region::add_hole`]) and not
     /// mapped again since.
     pub(crate) fn holes_cover(&self, first: u64, end: u64) -> bool {
-        if !self.irregular.load(Ordering::Acquire) {
+        if first >= end || !self.irregular.load(Ordering::Acquire) {
             return first >= end;
         }
-        let mut holes = self.layout.lock().holes.clone();
-        holes.sort_unstable();
-        let mut at = first;
-        for (s, e) in holes {
-            if s > at {
-                break;
-            }
-            at = at.max(e);
-        }
-        at >= end
+        let layout = self.layout.lock();
+        // Holes are merged as they come, so one covers the range or none does.
+        let at = layout.holes.partition_point(|&(_, e)| e <= first);
+        layout.holes.get(at).is_some_and(|&(s, e)| s <= first && e >= end)
     }
 
     /// The region's extent cut at its holes, as address ranges `(start, end)` in address
     /// order: the live parts (what the engine manages of it now) appended to `live`, the
-    /// holes (merged) to `holes`.
+    /// holes to `holes` (never merged with a neighbour region's: a mapping across the
+    /// boundary fills two regions' holes).
     pub(crate) fn layout(&self, live: &mut Vec<(u64, u64)>, holes: &mut Vec<(u64, u64)>) {
-        let page = PAGE_SIZE as u64;
         if !self.irregular.load(Ordering::Acquire) {
             live.push((self.start, self.end()));
             return;
         }
-        let mut unmapped = self.layout.lock().holes.clone();
-        unmapped.sort_unstable();
+        let addr = |index: u64| self.start + index * PAGE_SIZE as u64;
         let mut at = 0;
-        // Merged within the region only: a hole reaching a neighbour's hole is still cut
-        // at the regions' boundary (a mapping across it fills two regions' holes).
-        let ours = holes.len();
-        for (s, e) in unmapped {
+        for &(s, e) in &self.layout.lock().holes {
             if s > at {
-                live.push((self.addr_of(at), self.start + s * page));
+                live.push((addr(at), addr(s)));
             }
-            if e > at {
-                let from = self.start + s.max(at) * page;
-                let (to, merge) = (self.start + e * page, holes.len() > ours);
-                match holes.last_mut() {
-                    Some(last) if merge && last.1 == from => last.1 = to,
-                    _ => holes.push((from, to)),
-                }
-            }
-            at = at.max(e);
+            holes.push((addr(s), addr(e)));
+            at = e;
         }
         if at < self.nr_pages {
-            live.push((self.addr_of(at), self.end()));
+            live.push((addr(at), self.end()));
         }
     }
 
     /// Whether any page of `[first, first + nr)` was unmapped ([`Region::add_hole`]).
     pub(crate) fn overlaps_hole(&self, first: u64, nr: u64) -> bool {
-        self.irregular.load(Ordering::Acquire)
-            && self.layout.lock().holes.iter().any(|&(s, e)| s < first + nr && e > first)
+        self.irregular.load(Ordering::Acquire) && self.layout.lock().hole_overlaps(first, nr)
     }
 
     /// Whether pages `[first, first + nr)` are not all of one mapping: a hole overlaps
@@ -334,8 +338,7 @@ impl Region {
         }
         let layout = self.layout.lock();
         let seam = layout.seams.partition_point(|&s| s <= first);
-        layout.seams.get(seam).is_some_and(|&s| s < first + nr)
-            || layout.holes.iter().any(|&(s, e)| s < first + nr && e > first)
+        layout.seams.get(seam).is_some_and(|&s| s < first + nr) || layout.hole_overlaps(first, nr)
     }
 
     /// The region's id.
@@ -688,6 +691,30 @@ mod tests {
     fn region_of_spans(spans: u64) -> Region {
         let len = spans * PTL_SPAN_PAGES * 4096;
         Region::new(RegionId(0), MmId::DEFAULT, null_source(), true, 1 << 30, len).unwrap()
+    }
+
+    /// Holes are merged as they come (overlapping, touching, out of order), so the layout,
+    /// the cover test and the overlap test read them without sorting; a filled part splits
+    /// a hole and leaves seams at its edges.
+    #[test]
+    fn holes_merge_as_they_come_and_a_fill_leaves_seams() {
+        let region = region_of_spans(1); // pages 0..PTL_SPAN_PAGES
+        let page = |i: u64| region.start() + i * 4096;
+        for (first, end) in [(40, 48), (10, 20), (15, 25), (25, 30), (44, 50)] {
+            region.add_hole(first, end);
+        }
+        let (mut live, mut holes) = (Vec::new(), Vec::new());
+        region.layout(&mut live, &mut holes);
+        assert_eq!(holes, vec![(page(10), page(30)), (page(40), page(50))]);
+        let tail = (page(50), region.end());
+        assert_eq!(live, vec![(page(0), page(10)), (page(30), page(40)), tail]);
+        assert!(region.holes_cover(12, 28) && !region.holes_cover(28, 42));
+        assert!(region.overlaps_hole(29, 1) && !region.overlaps_hole(30, 10));
+        region.fill_hole(16, 20);
+        assert!(!region.holes_cover(12, 28) && region.holes_cover(20, 30));
+        assert!(region.splits_mapping(14, 4), "a hole");
+        assert!(region.splits_mapping(19, 2), "the seam at 20");
+        assert!(!region.splits_mapping(16, 4), "inside the filled part");
     }
 
     #[test]

@@ -833,6 +833,12 @@ fn the_page_out_hook_reports_every_folio_that_went() {
     engine.check_invariants();
 }
 
+/// 64 KiB folios on every first touch, under 256 pages.
+fn large_folios_always() -> EngineConfig {
+    let large_folios = engine::LargeFolios::Always;
+    EngineConfig { folio_order: 4, large_folios, ..config(256) }
+}
+
 /// A region the program unmapped part of lives on around the hole; a first touch next to
 /// the hole maps one page, not a folio reaching into it (through userfaultfd a resolving
 /// ioctl across a mapping's end fails as if the range were gone, and the access that asked
@@ -840,9 +846,7 @@ fn the_page_out_hook_reports_every_folio_that_went() {
 /// unmapped).
 #[test]
 fn no_folio_is_mapped_across_an_unmapped_part_of_a_region() {
-    let large_folios = engine::LargeFolios::Always;
-    let config = EngineConfig { folio_order: 4, large_folios, ..config(256) };
-    let (engine, source) = setup(config, 64);
+    let (engine, source) = setup(large_folios_always(), 64);
     engine.unmap(addr(56), 8 * PAGE as u64);
     source.write(&engine, addr(48), &content(48, 1)).unwrap();
     assert_eq!(source.data_pages(), 1, "one page, not the folio of pages 48-63");
@@ -863,9 +867,7 @@ fn no_folio_is_mapped_across_an_unmapped_part_of_a_region() {
 #[test]
 fn a_range_mapped_again_in_a_hole_is_managed_by_its_region() {
     use engine::PageSource;
-    let large_folios = engine::LargeFolios::Always;
-    let config = EngineConfig { folio_order: 4, large_folios, ..config(256) };
-    let (engine, source) = setup(config, 64);
+    let (engine, source) = setup(large_folios_always(), 64);
     let mm = engine::region::MmId::DEFAULT;
     let whole = engine.region_ranges(mm);
     engine.unmap(addr(40), 8 * PAGE as u64);

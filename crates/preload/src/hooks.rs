@@ -282,11 +282,8 @@ impl ShimHooks {
         let Scanner { text, candidates, pieces, gaps, regions, holes, cut, found, lists, .. } = sc;
         maps::candidates(text, candidates, self.config.sigbus_delivery());
         let (live, unmapped) = engine.region_layout(MmId::DEFAULT);
-        let usize_range = |&(s, e): &(u64, u64)| (s as usize, e as usize);
-        regions.clear();
-        regions.extend(live.iter().map(usize_range));
-        holes.clear();
-        holes.extend(unmapped.iter().map(usize_range));
+        maps::set_from(regions, &live);
+        maps::set_from(holes, &unmapped);
         for c in candidates.iter() {
             pieces.clear();
             started.exclusions.subtract(c.start, c.end, pieces);
@@ -366,9 +363,8 @@ impl ShimHooks {
                 // Unregistered again, except where the engine manages it already (a range
                 // this scan saw as a gap, adopted meanwhile): unregistered, a page the
                 // engine pages out there would read back as zero, never faulting.
-                let (live, _) = engine.region_layout(MmId::DEFAULT);
-                let live: Vec<(usize, usize)> =
-                    live.iter().map(|&(s, e)| (s as usize, e as usize)).collect();
+                let mut live = Vec::new();
+                maps::set_from(&mut live, &engine.region_ranges(MmId::DEFAULT));
                 let mut unmanaged = Vec::new();
                 maps::subtract(&live, start as usize, (start + len) as usize, &mut unmanaged);
                 for (s, e) in unmanaged {

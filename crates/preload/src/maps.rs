@@ -90,6 +90,12 @@ pub fn cut_at(ranges: &[(usize, usize)], start: usize, end: usize, out: &mut Vec
     }
 }
 
+/// Sets `ranges` to the engine's address ranges `from`.
+pub fn set_from(ranges: &mut Vec<(usize, usize)>, from: &[(u64, u64)]) {
+    ranges.clear();
+    ranges.extend(from.iter().map(|&(s, e)| (s as usize, e as usize)));
+}
+
 /// Inserts `range` into the sorted `ranges`, keeping them sorted (by start).
 pub fn insert(ranges: &mut Vec<(usize, usize)>, range: (usize, usize)) {
     let at = ranges.partition_point(|r| r.0 < range.0);
