@@ -791,12 +791,19 @@ impl Reader {
                 return;
             }
             let served = &mut self.served[i];
-            // No take while what is read here is not applied (crate::fence).
-            if !served.fenced {
+            // No take while what is read here is not applied (crate::fence): written for
+            // the read, then held while events wait, else released at once.
+            let fresh = !served.fenced;
+            if fresh {
                 served.source.fence().write();
-                served.fenced = true;
             }
             let n = served.uffd.read_events(&mut self.batch, room.min(READ_BATCH)).unwrap_or(0);
+            if self.batch.iter().any(|event| !matches!(event, Event::PageFault { .. })) {
+                served.source.fence().hold();
+                served.fenced = true;
+            } else if fresh {
+                served.source.fence().release();
+            }
             if n > 0 {
                 let c = &self.control.counters;
                 c.reads.fetch_add(1, Relaxed);

@@ -466,7 +466,7 @@ impl UffdSource {
         Self::assert_really_empty(&lane.staging, run);
         // Events read but not applied: the engine's layout may be stale (crate::fence). The
         // pass covers the move out of the program only: the handler's read waits for it.
-        let Some(pass) = self.fence.try_enter() else {
+        let Ok(pass) = self.fence.enter() else {
             lane.staging.free(run);
             add(&self.counters.take_fenced, 1);
             return Err(SourceError::Retry);
