@@ -13,7 +13,7 @@
 
 use crate::entry::{Entry, EntryRef, RawEntry, MAX_VALUE};
 use crate::error::{Error, Refused};
-use crate::node::{NodeId, NodeReserve, Nodes, Slot};
+use crate::node::{NodeId, NodeReserve, Nodes, Slot, NO_PARENT};
 use crate::tree::{check_range, node_base, Place};
 use crate::Owner;
 use std::fmt;
@@ -212,16 +212,24 @@ impl<P: Owner> XArray<P> {
         range: RangeInclusive<u64>,
         mut erased: impl FnMut(u64, u32, Entry<P>),
     ) -> usize {
-        let (mut start, end) = range.into_inner();
+        let (start, end) = range.into_inner();
         let mut count = 0;
-        while let Some(place) = self.find_next(start, end, None) {
+        let mut found = self.find_next(start, end, None);
+        while let Some(place) = found {
+            let node = self.nodes.get(place.node);
+            let span = node.span(place.off);
+            // The node outlives the removal unless this entry is all it holds, or it is the
+            // root, which the shrink after a removal may free.
+            let stays = node.count() > span && node.parent != NO_PARENT;
             let raw = self.remove_at(place);
             erased(place.first, place.order, raw.into_entry());
             count += 1;
-            match place.last().checked_add(1) {
-                Some(next) if next <= end => start = next,
-                _ => break,
-            }
+            found = if stays {
+                self.scan_after(place.node, place.off + span, place.last(), end, None)
+            } else {
+                let next = place.last().checked_add(1).filter(|&next| next <= end);
+                next.and_then(|next| self.find_next(next, end, None))
+            };
         }
         count
     }

@@ -42,14 +42,46 @@ impl<P: Owner> XArray<P> {
     /// The first entry whose first index lies in `[start, end]`, given that no entry covers
     /// `start` from before it.
     fn scan(&self, start: u64, end: u64, mark: Option<usize>) -> Option<Place> {
-        let mut id = self.head?;
+        let id = self.head?;
         let shift = self.nodes.get(id).shift();
         if !covers(shift, start) {
             return None;
         }
-        // `index`: the lowest index still to look at; `off`: its slot in node `id`.
+        self.scan_from(id, offset_in(start, shift), start, end, mark)
+    }
+
+    /// The first entry whose first index lies in `(last, end]`, where an entry ending at
+    /// `last` had its last slot at `next_off - 1` of node `id`: the search goes on from that
+    /// node instead of walking down from the root, so a run of entries costs one walk per
+    /// node, not one per entry (a folio's slots, say). Node `id` must still be in the tree.
+    pub(crate) fn scan_after(
+        &self,
+        id: NodeId,
+        next_off: usize,
+        last: u64,
+        end: u64,
+        mark: Option<usize>,
+    ) -> Option<Place> {
+        let start = last.checked_add(1).filter(|&start| start <= end)?;
+        let (id, off, index) =
+            if next_off < CHUNK_SIZE { (id, next_off, start) } else { self.climb(id, last)? };
+        if index > end {
+            return None;
+        }
+        self.scan_from(id, off, index, end, mark)
+    }
+
+    /// [`XArray::scan`] from slot `off` of node `id`, which holds `index` (the lowest index
+    /// still to look at).
+    fn scan_from(
+        &self,
+        mut id: NodeId,
+        mut off: usize,
+        start: u64,
+        end: u64,
+        mark: Option<usize>,
+    ) -> Option<Place> {
         let mut index = start;
-        let mut off = offset_in(index, shift);
         loop {
             let node = self.nodes.get(id);
             let shift = node.shift();
@@ -110,7 +142,7 @@ impl<P: Owner> XArray<P> {
     /// entry)` (a multi-index entry may begin before `range.start()`).
     pub fn iter_range(&self, range: RangeInclusive<u64>) -> Iter<'_, P> {
         let (start, end) = range.into_inner();
-        Iter { xa: self, next: (start <= end).then_some(start), end, mark: None }
+        Iter { xa: self, next: (start <= end).then_some(start), end, mark: None, after: None }
     }
 
     /// Every entry, in index order.
@@ -121,7 +153,8 @@ impl<P: Owner> XArray<P> {
     /// Every entry carrying `mark` that intersects `range`, in index order.
     pub fn iter_marked(&self, range: RangeInclusive<u64>, mark: Mark) -> Iter<'_, P> {
         let (start, end) = range.into_inner();
-        Iter { xa: self, next: (start <= end).then_some(start), end, mark: Some(mark.bit()) }
+        let next = (start <= end).then_some(start);
+        Iter { xa: self, next, end, mark: Some(mark.bit()), after: None }
     }
 
     /// The first entry carrying `mark` that intersects `[start, end]` (`xa_find` with a mark).
@@ -172,6 +205,9 @@ pub struct Iter<'a, P: Owner> {
     next: Option<u64>,
     end: u64,
     mark: Option<usize>,
+    /// Where the last entry ended: its node and the slot after it (the search goes on from
+    /// there: [`XArray::scan_after`]).
+    after: Option<(NodeId, usize)>,
 }
 
 impl<'a, P: Owner> Iterator for Iter<'a, P> {
@@ -179,12 +215,19 @@ impl<'a, P: Owner> Iterator for Iter<'a, P> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let start = self.next?;
-        let Some(place) = self.xa.find_next(start, self.end, self.mark) else {
+        let found = match self.after {
+            Some((id, next_off)) => {
+                self.xa.scan_after(id, next_off, start - 1, self.end, self.mark)
+            }
+            None => self.xa.find_next(start, self.end, self.mark),
+        };
+        let Some(place) = found else {
             self.next = None;
             return None;
         };
         self.next = place.last().checked_add(1).filter(|&next| next <= self.end);
-        let entry = self.xa.nodes.get(place.node).entry_ref(place.off);
-        Some((place.first, place.order, entry))
+        let node = self.xa.nodes.get(place.node);
+        self.after = Some((place.node, place.off + node.span(place.off)));
+        Some((place.first, place.order, node.entry_ref(place.off)))
     }
 }

@@ -357,3 +357,30 @@ fn split_of_the_root_entry_shrinks_the_tree() {
     assert_eq!(xa.node_count(), 1 + 64);
     assert_eq!(xa.len(), 4096);
 }
+
+/// Iteration and range erasure go on from the last entry's node (`scan_after`): across
+/// leaf boundaries, up two levels and back down, and past a root that a removal shrinks.
+#[test]
+fn runs_of_entries_cross_node_boundaries_at_every_level() {
+    let mut xa = XArray::<NoItems>::new();
+    let dense = 0..3 * 4096 + 100;
+    for index in dense.clone() {
+        xa.store(index, Entry::Value(index)).expect("store");
+    }
+    let seen: Vec<u64> = xa.iter_range(60..=9000).map(|(first, _, _)| first).collect();
+    assert_eq!(seen, (60..=9000).collect::<Vec<_>>());
+    // Crosses the boundary of a top-level child (4095 -> 4096) and of leaves.
+    let mut erased = Vec::new();
+    let n = xa.erase_range(4000..=8200, |first, order, _| erased.push((first, order)));
+    assert_eq!(n, 4201);
+    assert_eq!(erased, (4000..=8200).map(|first| (first, 0)).collect::<Vec<_>>());
+    xa.check_invariants();
+    let left: Vec<u64> = xa.iter().map(|(first, _, _)| first).collect();
+    let expected: Vec<u64> = dense.filter(|index| !(4000..=8200).contains(index)).collect();
+    assert_eq!(left, expected);
+    // Everything above the first leaf goes: the root shrinks while the erasure runs.
+    let n = xa.erase_range(64..=u64::MAX, |_, _, _| {});
+    assert_eq!(n, expected.len() - 64);
+    xa.check_invariants();
+    assert_eq!(xa.iter().count(), 64);
+}

@@ -495,8 +495,12 @@ impl Zswap {
         let mut raw: SmallVec<[bool; 16]> = SmallVec::with_capacity(nr);
         {
             let (tree, key) = self.trees.lock(first.offset());
+            // One walk down the index for the folio's slots, not one per slot.
+            let mut found = tree.xa.iter_range(key..=key + nr as u64 - 1);
             for i in 0..nr as u64 {
-                let Some((_, node)) = self.find(&tree, key + i, first.add(i)) else {
+                let Some(node) = found.next().and_then(|(at, _, e)| {
+                    (at == key + i).then(|| self.node_of(into_node_ref(e), first.add(i)))
+                }) else {
                     return Ok(false);
                 };
                 let data = node.data();
@@ -549,9 +553,17 @@ impl Zswap {
     /// node's data stays the entry's while the caller holds the tree lock (entry.rs).
     pub(crate) fn find(&self, tree: &Tree, key: u64, entry: SwapEntry) -> Option<(NodeId, &Node)> {
         let id = into_node_ref(tree.xa.load(key)?);
+        Some((id, self.node_of(id, entry)))
+    }
+
+    /// The node `id` the index holds for `entry`.
+    ///
+    /// # Panics
+    /// If the node is another slot's: the index and the LRU's slab disagree.
+    fn node_of(&self, id: NodeId, entry: SwapEntry) -> &Node {
         let node = self.lru.node(id);
         assert_eq!(node.swpentry(), entry, "slot holds another device's entry");
-        Some((id, node))
+        node
     }
 
     /// Fills `page` from the object at `handle`: a raw page (`raw`) is copied; a compressed
@@ -653,16 +665,15 @@ impl Zswap {
         {
             let (mut tree, key) = self.trees.lock(first.offset());
             let (mut list, mut nr_raw) = (None, 0);
-            for i in 0..nr {
-                if let Some((id, node)) = self.find(&tree, key + i, first.add(i)) {
-                    let entry = node.data();
-                    tree.xa.erase(key + i);
-                    let list = list.get_or_insert_with(|| self.lru.list.lock());
-                    nr_raw += raw_share(&entry);
-                    self.lru.remove(list, id);
-                    handles.push(entry.handle);
-                }
-            }
+            // One walk down the index for the folio's slots, not two per slot.
+            tree.xa.erase_range(key..=key + nr - 1, |at, _, erased| {
+                let id = into_node(erased);
+                let entry = self.node_of(id, first.add(at - key)).data();
+                let list = list.get_or_insert_with(|| self.lru.list.lock());
+                nr_raw += raw_share(&entry);
+                self.lru.remove(list, id);
+                handles.push(entry.handle);
+            });
             if handles.is_empty() {
                 return;
             }
