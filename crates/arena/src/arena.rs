@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Mutex;
 
 /// The reservation: address space only (MAP_NORESERVE). 16 GiB covers the metadata of
@@ -29,13 +29,20 @@ const PAGE: usize = 4096;
 /// anew each time (the reservation would run out).
 const ALIGN_MAX: usize = 2 << 20;
 
+/// Blocks of at least this many bytes are bumped from the reservation's top down, the
+/// rest from its bottom up (the crate essay).
+const TOP_BYTES: usize = ALIGN_MAX;
+/// The unit of the two bump offsets packed into one word.
+const UNIT: usize = 1 << MIN_SHIFT;
+
 /// The allocator (module essay).
 #[derive(Debug)]
 pub struct Arena {
     /// The reservation's address; 0 until the first allocation maps it.
-    base: AtomicUsize,
-    /// Bytes bump-allocated so far.
-    next: AtomicUsize,
+    base: AtomicU64,
+    /// The two bump offsets in units of [`UNIT`], changed together: the low half is where
+    /// the bottom's blocks end, the high half where the top's begin (see [`Bumps`]).
+    bumps: AtomicU64,
     /// Free list heads per class (0: empty).
     free: [Mutex<FreeList>; CLASSES],
 }
@@ -64,8 +71,8 @@ impl Arena {
     /// An empty arena (usable as a `static`).
     pub const fn new() -> Arena {
         Arena {
-            base: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
+            base: AtomicU64::new(0),
+            bumps: AtomicU64::new(Bumps { bottom: 0, top: ARENA_BYTES }.pack()),
             free: [const { Mutex::new(FreeList { head: 0, blocks: 0 }) }; CLASSES],
         }
     }
@@ -75,20 +82,20 @@ impl Arena {
     /// Context: takes each class's lock in turn (a diagnostic, not for a hot path).
     pub fn stats(&self) -> ArenaStats {
         ArenaStats {
-            bumped_bytes: self.next.load(SeqCst),
+            bumped_bytes: Bumps::unpack(self.bumps.load(SeqCst)).bumped(),
             free_bytes: (0..CLASSES).map(|c| lock(&self.free[c]).blocks * class_size(c)).sum(),
         }
     }
 
     /// The reservation `(start, end)`, if mapped.
     pub fn range(&self) -> Option<(usize, usize)> {
-        let base = self.base.load(SeqCst);
+        let base = self.base.load(SeqCst) as usize;
         (base != 0).then_some((base, base + ARENA_BYTES))
     }
 
     /// Maps the reservation if nobody has; the base, or 0 if mmap failed.
     fn base(&self) -> usize {
-        let base = self.base.load(SeqCst);
+        let base = self.base.load(SeqCst) as usize;
         if base != 0 {
             return base;
         }
@@ -96,31 +103,40 @@ impl Arena {
         if mapped == 0 {
             return 0;
         }
-        match self.base.compare_exchange(0, mapped, SeqCst, SeqCst) {
+        match self.base.compare_exchange(0, mapped as u64, SeqCst, SeqCst) {
             Ok(_) => mapped,
             Err(winner) => {
                 // SAFETY: `mapped` is our own fresh reservation, never handed out.
                 unsafe { libc::syscall(libc::SYS_munmap, mapped, ARENA_BYTES) };
-                winner
+                winner as usize
             }
         }
     }
 
-    /// Bump-allocates `size` bytes aligned to `align`; 0 when the reservation is spent.
+    /// Bump-allocates `size` bytes aligned to `align` (at most [`ALIGN_MAX`]), from the top
+    /// if `size` is [`TOP_BYTES`] or more, else from the bottom; 0 when the two would meet.
     fn bump(&self, size: usize, align: usize) -> usize {
         let base = self.base();
         if base == 0 {
             return 0;
         }
-        let mut next = self.next.load(SeqCst);
+        let mut packed = self.bumps.load(SeqCst);
         loop {
-            let start = (base + next).next_multiple_of(align) - base;
-            let Some(end) = start.checked_add(size).filter(|&end| end <= ARENA_BYTES) else {
-                return 0;
+            let Bumps { bottom, top } = Bumps::unpack(packed);
+            let placed = if size >= TOP_BYTES {
+                ((base + top).checked_sub(size).map(|at| at / align * align))
+                    .and_then(|start| start.checked_sub(base))
+                    .filter(|&start| start >= bottom)
+                    .map(|start| (start, Bumps { bottom, top: start }))
+            } else {
+                let start = (base + bottom).next_multiple_of(align) - base;
+                (start.checked_add(size).filter(|&end| end <= top))
+                    .map(|end| (start, Bumps { bottom: end, top }))
             };
-            match self.next.compare_exchange(next, end, SeqCst, SeqCst) {
+            let Some((start, bumped)) = placed else { return 0 };
+            match self.bumps.compare_exchange(packed, bumped.pack(), SeqCst, SeqCst) {
                 Ok(_) => return base + start,
-                Err(now) => next = now,
+                Err(now) => packed = now,
             }
         }
     }
@@ -146,6 +162,32 @@ impl Arena {
         list.blocks += 1;
     }
 }
+
+/// Where the bottom's blocks end and the top's begin, as offsets in the reservation:
+/// `bottom <= top`, both multiples of [`UNIT`] (block sizes and alignments are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bumps {
+    bottom: usize,
+    top: usize,
+}
+
+impl Bumps {
+    const fn pack(self) -> u64 {
+        ((self.top / UNIT) as u64) << 32 | (self.bottom / UNIT) as u64
+    }
+
+    fn unpack(packed: u64) -> Bumps {
+        let units = |half: u64| (half & u64::from(u32::MAX)) as usize * UNIT;
+        Bumps { bottom: units(packed), top: units(packed >> 32) }
+    }
+
+    /// Bytes handed out from both ends (with the alignment gaps).
+    fn bumped(self) -> usize {
+        self.bottom + (ARENA_BYTES - self.top)
+    }
+}
+
+const _: () = assert!(ARENA_BYTES / UNIT <= u32::MAX as usize, "an offset fits in a half");
 
 impl Default for Arena {
     fn default() -> Self {
@@ -331,6 +373,35 @@ mod tests {
         assert!(class_of(too_big).is_none());
     }
 
+    /// Blocks of 2 MiB and more come from the top down, next to each other whatever was
+    /// allocated between them (so the pool's chunks make one mapping, not one each), and
+    /// the two ends never cross.
+    #[test]
+    fn large_blocks_line_up_from_the_top_and_the_ends_never_cross() {
+        let arena = Arena::new();
+        let chunk = Layout::from_size_align(2 << 20, 2 << 20).unwrap();
+        let small = Layout::from_size_align(100, 8).unwrap();
+        // SAFETY: valid layouts; nothing is written; the arena is dropped unfreed (address
+        // space only).
+        let alloc = |layout| unsafe { arena.alloc(layout) } as usize;
+        let chunks: Vec<usize> = (0..4).map(|_| (alloc(chunk), alloc(small)).0).collect();
+        let (base, end) = arena.range().unwrap();
+        assert!(chunks.iter().all(|&c| c % (2 << 20) == 0 && c >= base && c < end));
+        for pair in chunks.windows(2) {
+            assert_eq!(pair[0] - pair[1], 2 << 20, "chunks not adjacent: {chunks:x?}");
+        }
+        assert!(alloc(small) < chunks[3], "a small block above the large ones");
+        // Fill the middle with huge blocks until the top meets the bottom.
+        let gib = |n: usize| Layout::from_size_align(n << 30, 8).unwrap();
+        assert_ne!(alloc(gib(8)), 0);
+        assert_ne!(alloc(gib(4)), 0);
+        assert_eq!(alloc(gib(4)), 0, "the top crossed the bottom");
+        assert_ne!(alloc(gib(2)), 0, "room for 2 GiB left");
+        let bumps = Bumps::unpack(arena.bumps.load(SeqCst));
+        assert!(bumps.bottom <= bumps.top, "{bumps:?}");
+        assert_eq!(alloc(gib(2)), 0, "the top crossed the bottom");
+    }
+
     #[test]
     fn blocks_are_disjoint_aligned_and_reused_after_a_free() {
         let arena = Arena::new();
@@ -356,7 +427,7 @@ mod tests {
             let bytes = unsafe { std::slice::from_raw_parts(ptr, layout.size()) };
             assert!(bytes.iter().all(|&b| b == round), "{layout:?}: block overwritten");
         }
-        let used = arena.next.load(SeqCst);
+        let used = arena.stats().bumped_bytes;
         assert_eq!(arena.stats(), ArenaStats { bumped_bytes: used, free_bytes: 0 });
         for &(ptr, layout, _) in &held {
             // SAFETY: allocated above with this layout, freed once.
@@ -371,7 +442,7 @@ mod tests {
             // SAFETY: allocated just now with this layout.
             unsafe { arena.dealloc(ptr, layout) };
         }
-        assert_eq!(arena.next.load(SeqCst), used, "freed blocks are reused, not bumped");
+        assert_eq!(arena.stats().bumped_bytes, used, "freed blocks are reused, not bumped");
         assert_eq!(arena.stats().free_bytes, freed);
     }
 }

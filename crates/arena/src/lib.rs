@@ -12,10 +12,11 @@
 //!
 //! ```text
 //!   one reservation of ARENA_BYTES, MAP_NORESERVE (untouched pages cost nothing)
-//!   +--------------------------------------------+---------------------------------+
-//!   | blocks handed out, bump-allocated           |      never touched              |
-//!   +--------------------------------------------+---------------------------------+
-//!   ^ base                                       ^ base + next
+//!   +------------------------------+------------------------+------------------------+
+//!   | blocks below 2 MiB, bumped up |     never touched      | blocks of 2 MiB and    |
+//!   |                              |                        | more, bumped down      |
+//!   +------------------------------+------------------------+------------------------+
+//!   ^ base                         ^ bottom                 ^ top        base + ARENA_BYTES
 //!   free lists: one per size class, a freed block's first word links to the next; blocks
 //!   of 64 KiB and more give their pages after the first back to the kernel when freed
 //!   (MADV_DONTNEED: this mapping is not registered, so no event is sent).
@@ -30,6 +31,13 @@
 //! process's resident set). A 640-byte class holds them in 6.8 MB. A block's alignment is
 //! the largest power of two dividing its class size (a 640-byte block is aligned to 128),
 //! so a request aligned more than its class allows takes the next class that allows it.
+//!
+//! Why two ends: the pool's 2 MiB chunks are advised `MADV_HUGEPAGE` one by one, and the
+//! kernel splits a mapping where the advice changes. Bumped up among the small blocks, each
+//! chunk sat between small ones and became a mapping of its own: 377 lines of
+//! /proc/self/maps at 1 GiB under 256 MiB, which the shim's scan reads every 10 ms (173 us
+//! a read). From the top down the chunks lie side by side and merge into a few mappings
+//! (docs/benchmarks.md, "The pool's chunks side by side").
 //!
 //! Bounds: the reservation; an allocation past it fails (Rust aborts with an allocation
 //! error, loudly). Locks: one mutex per size class (std's futex mutex, which never
