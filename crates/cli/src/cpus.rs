@@ -1,8 +1,10 @@
-//! `--cpus LIST`: the CPUs a run may use, in taskset's list syntax (`0`, `0-3`, `0,2-3`).
+//! `--cpus LIST`: the CPUs a run may use, in taskset's list syntax (`0`, `0-3`, `0,2-3`);
+//! `--reclaim-cpus LIST`: where the engine's reclaimer runs.
 //!
-//! Under `uswap run` the program's threads and the engine's (the fault handler and the
-//! reclaimer live inside the program) share the set; `uswap bench compare` pins itself, so
-//! both sides' programs run on the same CPUs.
+//! Under `uswap run` the program's threads and the fault handler (inside the program)
+//! share the set, and the reclaimer runs on the CPUs left outside it, if any (docs/RUN.md,
+//! "CPUs"); `uswap bench compare` pins itself, so both sides' programs run on the same
+//! CPUs, and hands the CPUs it left out to `uswap run --reclaim-cpus`.
 //!
 //! Why it exists: a userfaultfd fault is served by another thread, and the reclaimer moves
 //! pages out of the program's address space while it runs, which flushes the TLB of every
@@ -18,49 +20,78 @@ use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 /// The machine's online CPUs (`/sys/devices/system/cpu/online`), whatever this process may
 /// use; `None` if the file cannot be read or parsed.
 pub fn online() -> Option<usize> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
-    Cpus::parse(&text).ok().map(|cpus| cpus.set.count() as usize)
+    online_cpus().map(|cpus| cpus.len())
 }
 
-/// A parsed `--cpus` list.
+/// The machine's online CPUs, ascending; `None` if the file cannot be read or parsed.
+fn online_cpus() -> Option<Vec<usize>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    runstat::cpus::parse_list(&text, CpuSet::MAX_CPU).ok()
+}
+
+/// A parsed `--cpus` (or `--reclaim-cpus`) list.
 #[derive(Debug, Clone)]
 pub struct Cpus {
+    cpus: Vec<usize>,
     set: CpuSet,
     text: String,
+    flag: &'static str,
 }
 
 impl Cpus {
-    /// Parses `text` (taskset's list syntax).
+    /// Parses `text` (taskset's list syntax) given to `--cpus`.
     ///
     /// # Errors
     /// One line naming what is wrong: an empty list, a bad number, a reversed range, or a
     /// CPU beyond what the kernel's affinity mask can name.
     pub fn parse(text: &str) -> Result<Cpus> {
+        Cpus::parse_flag("--cpus", text)
+    }
+
+    /// Parses `text` given to `flag`, as [`Cpus::parse`].
+    ///
+    /// # Errors
+    /// As [`Cpus::parse`], naming `flag`.
+    pub fn parse_flag(flag: &'static str, text: &str) -> Result<Cpus> {
+        let shown = if text.trim().is_empty() { "\"\"" } else { text.trim() };
+        let cpus = runstat::cpus::parse_list(text, CpuSet::MAX_CPU)
+            .map_err(|e| anyhow::anyhow!("{flag} {shown}: {e}"))?;
         let mut set = CpuSet::new();
-        let number = |part: &str| -> Result<usize> {
-            let cpu: usize = part
-                .trim()
-                .parse()
-                .with_context(|| format!("--cpus {text}: {part:?} is not a CPU number"))?;
-            if cpu >= CpuSet::MAX_CPU {
-                bail!("--cpus {text}: CPU {cpu} is beyond the largest, {}", CpuSet::MAX_CPU - 1);
-            }
-            Ok(cpu)
-        };
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (first, last) = match part.split_once('-') {
-                Some((a, b)) => (number(a)?, number(b)?),
-                None => (number(part)?, number(part)?),
-            };
-            if first > last {
-                bail!("--cpus {text}: range {part} runs backwards");
-            }
-            (first..=last).for_each(|cpu| set.set(cpu));
+        cpus.iter().for_each(|&cpu| set.set(cpu));
+        Ok(Cpus { cpus, set, text: text.trim().to_string(), flag })
+    }
+
+    /// The CPUs, ascending.
+    pub fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
+
+    /// Checks that every CPU of the list is online (where the machine says).
+    ///
+    /// # Errors
+    /// Names the first CPU that is not, and the online ones.
+    pub fn check_online(&self) -> Result<()> {
+        let Some(online) = online_cpus() else { return Ok(()) };
+        if let Some(cpu) = self.cpus.iter().find(|cpu| !online.contains(cpu)) {
+            bail!(
+                "{} {}: CPU {cpu} is not online (online: {})",
+                self.flag,
+                self.text,
+                runstat::cpus::format_list(&online)
+            );
         }
-        if set.count() == 0 {
-            bail!("--cpus {text:?}: name at least one CPU, e.g. 0 or 0-1");
-        }
-        Ok(Cpus { set, text: text.trim().to_string() })
+        Ok(())
+    }
+
+    /// The CPUs this process may use now that are not in the list: where `uswap run`
+    /// puts the engine's reclaimer when the program is confined to the list (`None` if
+    /// there are none, or the affinity cannot be read).
+    pub fn others_allowed(&self) -> Option<Vec<usize>> {
+        let allowed = sched_getaffinity(None).ok()?;
+        let others: Vec<usize> = (0..CpuSet::MAX_CPU)
+            .filter(|&cpu| allowed.is_set(cpu) && !self.set.is_set(cpu))
+            .collect();
+        (!others.is_empty()).then_some(others)
     }
 
     /// Restricts this process (and so everything it starts from now on) to the set.
@@ -69,35 +100,23 @@ impl Cpus {
     /// When none of the CPUs may be used here: names the ones that may.
     pub fn apply(&self) -> Result<()> {
         let allowed = sched_getaffinity(None).context("read this process's CPU affinity")?;
-        if !(0..CpuSet::MAX_CPU).any(|cpu| self.set.is_set(cpu) && allowed.is_set(cpu)) {
+        if !self.cpus.iter().any(|&cpu| allowed.is_set(cpu)) {
             bail!(
-                "--cpus {}: none of these CPUs is available here (allowed: {})",
+                "{} {}: none of these CPUs is available here (allowed: {})",
+                self.flag,
                 self.text,
                 list(&allowed)
             );
         }
         sched_setaffinity(None, &self.set)
-            .with_context(|| format!("--cpus {}: set the CPU affinity", self.text))
+            .with_context(|| format!("{} {}: set the CPU affinity", self.flag, self.text))
     }
 }
 
 /// `set` in list syntax (`0-1,4`).
 fn list(set: &CpuSet) -> String {
-    let mut parts = Vec::new();
-    let mut cpu = 0;
-    while cpu < CpuSet::MAX_CPU {
-        if !set.is_set(cpu) {
-            cpu += 1;
-            continue;
-        }
-        let first = cpu;
-        while cpu + 1 < CpuSet::MAX_CPU && set.is_set(cpu + 1) {
-            cpu += 1;
-        }
-        parts.push(if first == cpu { first.to_string() } else { format!("{first}-{cpu}") });
-        cpu += 1;
-    }
-    parts.join(",")
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).collect();
+    runstat::cpus::format_list(&cpus)
 }
 
 /// The CPUs this process may use now, in list syntax (for reports).
@@ -119,25 +138,14 @@ mod tests {
     }
 
     #[test]
-    fn lists_parse_and_print_back() {
+    fn lists_print_back_and_errors_name_the_flag() {
         for (text, printed) in [("0", "0"), ("0-3", "0-3"), ("0, 2-3,5", "0,2-3,5"), ("1-1", "1")] {
             let cpus = Cpus::parse(text).unwrap();
             assert_eq!(list(&cpus.set), printed, "{text}");
         }
-    }
-
-    #[test]
-    fn bad_lists_say_what_is_wrong() {
-        for (text, expect) in [
-            ("", "name at least one CPU"),
-            (",", "name at least one CPU"),
-            ("x", "not a CPU number"),
-            ("3-1", "runs backwards"),
-            ("0-", "not a CPU number"),
-            ("99999", "beyond the largest"),
-        ] {
-            let error = Cpus::parse(text).unwrap_err().to_string();
-            assert!(error.contains(expect), "{text:?}: {error}");
-        }
+        let error = Cpus::parse_flag("--reclaim-cpus", "3-1").unwrap_err().to_string();
+        assert!(error.starts_with("--reclaim-cpus 3-1: range 3-1 runs backwards"), "{error}");
+        let error = Cpus::parse("99999").unwrap_err().to_string();
+        assert!(error.contains("beyond the largest"), "{error}");
     }
 }

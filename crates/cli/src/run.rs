@@ -105,12 +105,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE", default_value = "handler",
           value_parser = ["handler", "sigbus"])]
     delivery: String,
-    /// Run the program (and uswap's threads inside it) on these CPUs only, as taskset does:
-    /// 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on one
-    /// CPU spares uswap the cross-CPU wake-ups and TLB-flush interrupts that dominate its
-    /// faults in a virtual machine (docs/RUN.md).
+    /// Run the program (and uswap's fault handler inside it) on these CPUs only, as taskset
+    /// does: 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on
+    /// one CPU spares uswap the cross-CPU wake-ups that dominate its faults in a virtual
+    /// machine: the handler serves a fault on the faulting thread's CPU. uswap's reclaimer
+    /// runs on the CPUs this process may use outside the list, if any (see --reclaim-cpus;
+    /// docs/RUN.md, "CPUs").
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
+    /// The CPUs uswap's reclaimer thread (which compresses pages out of the program in the
+    /// background, the kernel's kswapd) runs on. Default: with --cpus, the CPUs this process
+    /// may use outside that list, as the kernel's kswapd is not confined with the programs
+    /// it reclaims from (none left: the program's); without --cpus, the program's.
+    #[arg(long, value_name = "LIST")]
+    reclaim_cpus: Option<String>,
     /// Keep the program's idle CPUs polling through bursts of faults, so that waking a
     /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
     /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
@@ -259,6 +267,14 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         );
     }
     let cpus = args.cpus.as_deref().map(crate::cpus::Cpus::parse).transpose()?;
+    let reclaim_cpus = match &args.reclaim_cpus {
+        Some(text) => {
+            let cpus = crate::cpus::Cpus::parse_flag("--reclaim-cpus", text)?;
+            cpus.check_online()?;
+            Some(cpus.cpus().to_vec())
+        }
+        None => cpus.as_ref().and_then(crate::cpus::Cpus::others_allowed),
+    };
     let idle_poll: IdlePolling = args.idle_poll.parse().map_err(|e| anyhow!("--idle-poll {e}"))?;
     let program = find_program(name)?;
     check_dynamic(&program)?;
@@ -298,6 +314,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         zero_pages,
         delivery: args.delivery.clone(),
         idle_page: None,
+        reclaim_cpus: reclaim_cpus.map(|cpus| runstat::cpus::format_list(&cpus)),
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
 }

@@ -104,6 +104,8 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--cpus", "3-1", "--"], "--cpus 3-1: range 3-1 runs backwards"),
         (vec!["run", "--cpus", "one", "--"], "is not a CPU number"),
         (vec!["run", "--cpus", "1023", "--"], "none of these CPUs is available here"),
+        (vec!["run", "--reclaim-cpus", "3-1", "--"], "--reclaim-cpus 3-1: range 3-1 runs"),
+        (vec!["run", "--reclaim-cpus", "1023", "--"], "CPU 1023 is not online"),
         (vec!["run", "--idle-poll", "sometimes", "--"], "--idle-poll sometimes: use auto"),
         (vec!["run", "--idle-poll", "on:0", "--"], "use a window of 1..=100000 microseconds"),
         (vec!["run", "--swap-file-cache", "sometimes", "--"], "use keep or drop"),
@@ -186,19 +188,39 @@ fn a_swap_file_larger_than_the_disk_keeps_the_data() {
 }
 
 #[test]
-fn cpus_confine_the_program_and_the_engine_threads_inside_it() {
+fn cpus_confine_the_program_and_its_handler_and_the_reclaimer_runs_beside() {
     if !can_run() {
         return;
     }
     // The shim's threads (the fault handler, the reclaimer) live in the program's process:
-    // every task of it must be confined, not only the main thread.
-    let script = "for t in /proc/$$/task/*; do grep Cpus_allowed_list $t/status; done";
-    let out = uswap(&["run", "--budget", "64M", "--cpus", "0", "--", "/bin/sh", "-c", script]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lists: Vec<&str> = stdout.lines().map(|l| l.rsplit('\t').next().unwrap().trim()).collect();
-    assert!(!lists.is_empty(), "no task listed: {stdout}");
-    assert!(lists.iter().all(|l| *l == "0"), "{stdout}");
+    // every task of it is confined with the program but the reclaimer, which runs on the
+    // CPUs left outside the list (on a machine of one CPU, with the program).
+    let script = "for t in /proc/$$/task/*; do echo \"$(cat $t/comm) \
+                  $(grep Cpus_allowed_list $t/status | cut -f2)\"; done";
+    let tasks = |extra: &[&str]| -> Vec<(String, String)> {
+        let mut args = vec!["run", "--budget", "64M", "--cpus", "0"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+        let out = uswap(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let tasks: Vec<(String, String)> = (stdout.lines())
+            .filter_map(|l| l.rsplit_once(' ').map(|(c, l)| (c.to_string(), l.to_string())))
+            .collect();
+        assert!(tasks.iter().any(|(comm, _)| comm == "uswap-kswapd"), "{stdout}");
+        tasks
+    };
+    let allowed = uffd::sys::process::allowed_cpus().unwrap();
+    let others: Vec<usize> = allowed.iter().copied().filter(|&c| c != 0).collect();
+    for (comm, cpus) in tasks(&[]) {
+        let expect = match comm.as_str() {
+            "uswap-kswapd" if !others.is_empty() => runstat::cpus::format_list(&others),
+            _ => "0".to_string(),
+        };
+        assert_eq!(cpus, expect, "{comm}");
+    }
+    // Asked for, the reclaimer stays with the program.
+    assert!(tasks(&["--reclaim-cpus", "0"]).iter().all(|(_, cpus)| cpus == "0"));
 }
 
 #[test]

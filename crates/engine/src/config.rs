@@ -166,6 +166,10 @@ pub struct EngineConfig {
     /// only on the fault path and when asked ([`crate::Engine::reclaim`]), which is what the
     /// deterministic simulator wants.
     pub background_reclaim: bool,
+    /// The CPUs the background reclaimer runs on; empty: wherever the process may run. An
+    /// embedder that confines the program to some CPUs may put the reclaimer on others, as
+    /// the kernel's kswapd is not confined with the programs it reclaims from.
+    pub reclaimer_cpus: Vec<usize>,
     /// Pages one reclaim pass isolates at most (the kernel's SWAP_CLUSTER_MAX is 32).
     pub reclaim_batch_pages: u64,
 }
@@ -183,6 +187,7 @@ impl Default for EngineConfig {
             zswap: Some(ZswapSettings::default()),
             zswap_faults: zswap::FaultHooks::default(),
             background_reclaim: true,
+            reclaimer_cpus: Vec::new(),
             reclaim_batch_pages: 32,
         }
     }

@@ -228,7 +228,10 @@ impl Engine {
             let core = core.clone();
             let handle = std::thread::Builder::new()
                 .name("uswap-kswapd".into())
-                .spawn(move || core.kswapd())
+                .spawn(move || {
+                    core.place_reclaimer();
+                    core.kswapd();
+                })
                 .map_err(|e| Error::Config(format!("cannot start the reclaimer thread: {e}")))?;
             Some(handle)
         } else {

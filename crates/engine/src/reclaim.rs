@@ -165,6 +165,23 @@ impl Core {
 
     /// The background reclaimer's loop: sleep until woken, then reclaim to the high
     /// watermark.
+    /// Moves the calling thread (the reclaimer) to [`EngineConfig::reclaimer_cpus`], if
+    /// any; counts a refusal (`reclaimer_cpus_failed`: CPUs outside the process's cpuset)
+    /// and runs on where it was.
+    ///
+    /// [`EngineConfig::reclaimer_cpus`]: crate::EngineConfig::reclaimer_cpus
+    pub(crate) fn place_reclaimer(&self) {
+        let cpus = &self.config.reclaimer_cpus;
+        if cpus.is_empty() {
+            return;
+        }
+        let mut set = rustix::thread::CpuSet::new();
+        cpus.iter().filter(|&&cpu| cpu < rustix::thread::CpuSet::MAX_CPU).for_each(|&c| set.set(c));
+        if rustix::thread::sched_setaffinity(None, &set).is_err() {
+            Stats::add(&self.stats.counters.reclaimer_cpus_failed, 1);
+        }
+    }
+
     pub(crate) fn kswapd(&self) {
         loop {
             {

@@ -102,6 +102,9 @@ counters! {
     allocstall,
     /// Times the background reclaimer was woken.
     kswapd_wake,
+    /// The background reclaimer could not move to `EngineConfig::reclaimer_cpus` (CPUs
+    /// outside the process's cpuset): it runs where the process may.
+    reclaimer_cpus_failed,
     /// Reclaim passes that could not free anything (device full, nothing evictable).
     reclaim_fail,
     /// Of those, the ones stopped because every slot of the swap device was in use: the

@@ -203,6 +203,11 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .require_kernel_faults(!config.sigbus_delivery())
         .protect_zero_pages(config.zero_pages == "protected")
         .handler_options(options);
+    if let Some(text) = &config.reclaim_cpus {
+        let cpus = runstat::cpus::parse_list(text, libc::CPU_SETSIZE as usize)
+            .map_err(|e| format!("{}: {e}", env::RECLAIM_CPUS))?;
+        builder = builder.reclaimer_cpus(cpus);
+    }
     builder = match &config.swap_file {
         Some(path) => builder.swap_file(path, config.swap_size_bytes),
         None => builder.swap_dir(&config.run_dir),

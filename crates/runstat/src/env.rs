@@ -52,9 +52,12 @@ pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
 pub const ZERO_PAGES: &str = "USWAP_ZERO_PAGES";
 /// `handler` or `sigbus`: who resolves a fault (`uswap run --delivery`).
 pub const DELIVERY: &str = "USWAP_DELIVERY";
+/// The CPUs the engine's reclaimer runs on, in taskset's list syntax (`uswap run
+/// --reclaim-cpus`, or the CPUs left outside `--cpus`); unset: the program's.
+pub const RECLAIM_CPUS: &str = "USWAP_RECLAIM_CPUS";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -72,6 +75,7 @@ pub const ALL: [&str; 17] = [
     SWAP_FILE_CACHE,
     ZERO_PAGES,
     DELIVERY,
+    RECLAIM_CPUS,
 ];
 
 /// What the shim needs to manage a program.
@@ -111,6 +115,8 @@ pub struct RunConfig {
     pub delivery: String,
     /// The idle pollers' page, if they run.
     pub idle_page: Option<String>,
+    /// The CPUs for the engine's reclaimer (taskset's list syntax), if not the program's.
+    pub reclaim_cpus: Option<String>,
 }
 
 impl RunConfig {
@@ -148,6 +154,9 @@ impl RunConfig {
         if let Some(path) = &self.idle_page {
             vars.push((IDLE_PAGE, path.clone()));
         }
+        if let Some(cpus) = &self.reclaim_cpus {
+            vars.push((RECLAIM_CPUS, cpus.clone()));
+        }
         vars
     }
 
@@ -178,6 +187,7 @@ impl RunConfig {
             zero_pages: need(ZERO_PAGES)?,
             delivery: need(DELIVERY)?,
             idle_page: get(IDLE_PAGE),
+            reclaim_cpus: get(RECLAIM_CPUS),
         })
     }
 }
@@ -215,6 +225,7 @@ mod tests {
             zero_pages: "charged".into(),
             delivery: "sigbus".into(),
             idle_page: Some("/tmp/uswap-x/idle".into()),
+            reclaim_cpus: Some("1-3".into()),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

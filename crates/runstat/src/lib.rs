@@ -14,12 +14,14 @@
 //! program, on its own allocator) and nothing makes system calls: the crate is plain data
 //! and text, shared so both sides agree on names and formats.
 //!
-//! Modules: [`env`] (the environment protocol), [`size`] (sizes as users write them),
-//! [`hist`] (the fault-latency histogram), [`stats`] (the stats file, its parser and the
-//! summary figures), [`trace`] (the simulator's trace format, written by `--record`).
+//! Modules: [`cpus`] (CPU lists), [`env`] (the environment protocol), [`size`] (sizes as
+//! users write them), [`hist`] (the fault-latency histogram), [`stats`] (the stats file,
+//! its parser and the summary figures), [`trace`] (the simulator's trace format, written by
+//! `--record`).
 
 #![deny(unsafe_code)]
 
+pub mod cpus;
 pub mod env;
 pub mod hist;
 pub mod size;

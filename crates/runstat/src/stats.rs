@@ -151,6 +151,9 @@ pub struct Summary {
     pub idle_poll_ns: u64,
     /// Pollers that could not pin themselves or take `SCHED_IDLE`, and stopped.
     pub idle_poll_setup_errors: u64,
+    /// Reclaimer threads that could not move to `--reclaim-cpus` (CPUs outside the
+    /// process's cpuset) and ran on the program's CPUs.
+    pub reclaimer_cpus_failed: u64,
     /// Reclaim passes stopped because every swap slot was in use.
     pub swap_full: u64,
     /// Pages whose writes to the swap file failed (a disk low on space, an I/O error).
@@ -201,6 +204,7 @@ impl Summary {
             idle_pollers: file.get("idle_pollers"),
             idle_poll_ns: file.get("idle_poll_ns"),
             idle_poll_setup_errors: file.get("idle_poll_setup_errors"),
+            reclaimer_cpus_failed: file.get("reclaimer_cpus_failed"),
             swap_full: file.get("swap_full"),
             write_errors: file.get("swpout_error"),
             no_space: file.get("swap_no_space"),
@@ -307,6 +311,12 @@ impl Summary {
                 self.idle_poll_setup_errors
             ));
         }
+        if self.reclaimer_cpus_failed > 0 {
+            lines.push(format!(
+                "{prefix}the reclaimer could not move to its CPUs (--reclaim-cpus, or those \
+                 outside --cpus: not in this process's cpuset) and ran on the program's"
+            ));
+        }
         lines
     }
 }
@@ -370,6 +380,9 @@ mod tests {
         polled.set("idle_poll_setup_errors", 1);
         let lines = Summary::of(&polled).to_lines("uswap: ");
         assert!(lines.last().unwrap().contains("1 of the pollers could not pin"), "{lines:?}");
+        polled.set("reclaimer_cpus_failed", 1);
+        let lines = Summary::of(&polled).to_lines("uswap: ");
+        assert!(lines.last().unwrap().contains("the reclaimer could not move"), "{lines:?}");
         assert!(!lines.iter().any(|l| l.contains("swap file") || l.contains("swap device")));
         let mut troubled = file.clone();
         troubled.set("swap_full", 3);

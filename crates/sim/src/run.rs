@@ -197,6 +197,7 @@ pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>, world: &Arc<World
         }),
         zswap_faults: pool_fault_hooks(world),
         background_reclaim: false,
+        reclaimer_cpus: Vec::new(),
         reclaim_batch_pages: o.reclaim_batch_pages,
     }
 }

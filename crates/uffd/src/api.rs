@@ -86,6 +86,7 @@ pub struct Builder {
     swap_file_keep_free: Option<u64>,
     checksums: bool,
     readahead_max_pages: Option<u32>,
+    reclaimer_cpus: Vec<usize>,
     require_kernel_faults: Option<bool>,
     exclude_from_fork: bool,
     /// The compressed pool, `None` for none.
@@ -110,6 +111,7 @@ impl Default for Builder {
             swap_file_keep_free: None,
             checksums: false,
             readahead_max_pages: None,
+            reclaimer_cpus: Vec::new(),
             require_kernel_faults: None,
             exclude_from_fork: false,
             pool: Some(ZswapSettings::default()),
@@ -200,6 +202,14 @@ impl Builder {
     /// engine's).
     pub fn readahead_max_pages(mut self, pages: u32) -> Self {
         self.readahead_max_pages = Some(pages);
+        self
+    }
+
+    /// The CPUs the engine's reclaimer thread runs on (default: wherever the process may).
+    /// Where the program is confined to some CPUs, the reclaimer on others compresses while
+    /// the program runs, and the handler shares the program's CPU (docs/RUN.md, `--cpus`).
+    pub fn reclaimer_cpus(mut self, cpus: Vec<usize>) -> Self {
+        self.reclaimer_cpus = cpus;
         self
     }
 
@@ -311,6 +321,7 @@ impl Builder {
                 ..SwapConfig::default()
             },
             zswap: self.pool.clone(),
+            reclaimer_cpus: self.reclaimer_cpus.clone(),
             ..EngineConfig::default()
         };
         if let Some(pages) = self.readahead_max_pages {

@@ -94,9 +94,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "POLICY")]
     pub large_folios: Option<String>,
     /// Run both sides' programs on these CPUs only (taskset's list syntax: 0, 0-1): the
-    /// harness pins itself, so the uswap side (program and engine threads) and the kernel
-    /// side's program inherit the same set; the kernel's own reclaim threads are not
-    /// confined. Default: every CPU this process may use.
+    /// harness pins itself, so the uswap side (program and fault handler) and the kernel
+    /// side's program inherit the same set. Reclaim is confined on neither side: the
+    /// kernel's own threads run anywhere, and uswap's reclaimer runs on the CPUs left
+    /// outside the list (`uswap run --reclaim-cpus`). Default: every CPU this process may
+    /// use.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
     /// The uswap side's idle polling (`uswap run --idle-poll`: auto, on, off, auto:US,
@@ -181,8 +183,11 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
     } else {
         "zram-lzo-rle,zram-lz4,zswap-lz4,zswap-lzo-rle"
     }))?;
+    let mut uswap_reclaim_cpus = None;
     if let Some(text) = &args.cpus {
-        crate::cpus::Cpus::parse(text)?.apply()?;
+        let cpus = crate::cpus::Cpus::parse(text)?;
+        uswap_reclaim_cpus = cpus.others_allowed().map(|c| runstat::cpus::format_list(&c));
+        cpus.apply()?;
     }
     sys::install_interrupt_handler().context("install the SIGINT handler")?;
     let scratch = Scratch(std::env::temp_dir().join(format!("uswap-bench-{}", std::process::id())));
@@ -203,6 +208,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_delivery: args.delivery.clone(),
         uswap_pool_bytes: (args.uswap_pool == "beside")
             .then(|| kernel_side::swap_bytes(size_bytes)),
+        uswap_reclaim_cpus,
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     let repeat = args.repeat as usize;

@@ -6,6 +6,7 @@
 //!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
 //!                            --large-folios P] [--idle-poll MODE] [--swap-file-cache M]
 //!                            [--zero-pages M] [--delivery M] [--pool-size B]
+//!                            [--reclaim-cpus LIST]
 //!                            -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
@@ -103,6 +104,9 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     }
     if let Some(bytes) = ctx.uswap_pool_bytes {
         flags.extend(["--pool-size".into(), bytes.to_string()]);
+    }
+    if let Some(cpus) = &ctx.uswap_reclaim_cpus {
+        flags.extend(["--reclaim-cpus".into(), cpus.clone()]);
     }
     flags
 }

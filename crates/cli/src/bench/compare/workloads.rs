@@ -97,6 +97,9 @@ pub struct RunContext {
     /// The uswap side's `--pool-size` (a pool beside the budget); `None`: run's default, a
     /// share of the budget.
     pub uswap_pool_bytes: Option<u64>,
+    /// The uswap side's `--reclaim-cpus`: with `--cpus`, the CPUs left outside it (the
+    /// harness confines itself, so `uswap run` cannot see them); `None`: run's default.
+    pub uswap_reclaim_cpus: Option<String>,
 }
 
 #[cfg(test)]
@@ -118,6 +121,7 @@ impl RunContext {
             uswap_zero_pages: None,
             uswap_delivery: None,
             uswap_pool_bytes: None,
+            uswap_reclaim_cpus: None,
         }
     }
 }
