@@ -163,8 +163,6 @@ impl Core {
         self.storage.device.backend().out_of_space()
     }
 
-    /// The background reclaimer's loop: sleep until woken, then reclaim to the high
-    /// watermark.
     /// Moves the calling thread (the reclaimer) to [`EngineConfig::reclaimer_cpus`], if
     /// any; counts a refusal (`reclaimer_cpus_failed`: CPUs outside the process's cpuset)
     /// and runs on where it was.
@@ -182,6 +180,8 @@ impl Core {
         }
     }
 
+    /// The background reclaimer's loop: sleep until woken, then reclaim to the high
+    /// watermark.
     pub(crate) fn kswapd(&self) {
         loop {
             {
