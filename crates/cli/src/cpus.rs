@@ -33,7 +33,6 @@ fn online_cpus() -> Option<Vec<usize>> {
 #[derive(Debug, Clone)]
 pub struct Cpus {
     cpus: Vec<usize>,
-    set: CpuSet,
     text: String,
     flag: &'static str,
 }
@@ -56,9 +55,7 @@ impl Cpus {
         let shown = if text.trim().is_empty() { "\"\"" } else { text.trim() };
         let cpus = runstat::cpus::parse_list(text, CpuSet::MAX_CPU)
             .map_err(|e| anyhow::anyhow!("{flag} {shown}: {e}"))?;
-        let mut set = CpuSet::new();
-        cpus.iter().for_each(|&cpu| set.set(cpu));
-        Ok(Cpus { cpus, set, text: text.trim().to_string(), flag })
+        Ok(Cpus { cpus, text: text.trim().to_string(), flag })
     }
 
     /// The CPUs, ascending.
@@ -89,7 +86,7 @@ impl Cpus {
     pub fn others_allowed(&self) -> Option<Vec<usize>> {
         let allowed = sched_getaffinity(None).ok()?;
         let others: Vec<usize> = (0..CpuSet::MAX_CPU)
-            .filter(|&cpu| allowed.is_set(cpu) && !self.set.is_set(cpu))
+            .filter(|&cpu| allowed.is_set(cpu) && !self.cpus.contains(&cpu))
             .collect();
         (!others.is_empty()).then_some(others)
     }
@@ -108,7 +105,9 @@ impl Cpus {
                 list(&allowed)
             );
         }
-        sched_setaffinity(None, &self.set)
+        let mut set = CpuSet::new();
+        self.cpus.iter().for_each(|&cpu| set.set(cpu));
+        sched_setaffinity(None, &set)
             .with_context(|| format!("{} {}: set the CPU affinity", self.flag, self.text))
     }
 }
@@ -134,14 +133,14 @@ mod tests {
         let allowed = sched_getaffinity(None).unwrap().count() as usize;
         assert!(online >= allowed, "{online} online, {allowed} allowed");
         // The file's text ends in a newline, which the list syntax must take.
-        assert_eq!(Cpus::parse("0-1\n").unwrap().set.count(), 2);
+        assert_eq!(Cpus::parse("0-1\n").unwrap().cpus(), [0, 1]);
     }
 
     #[test]
     fn lists_print_back_and_errors_name_the_flag() {
         for (text, printed) in [("0", "0"), ("0-3", "0-3"), ("0, 2-3,5", "0,2-3,5"), ("1-1", "1")] {
             let cpus = Cpus::parse(text).unwrap();
-            assert_eq!(list(&cpus.set), printed, "{text}");
+            assert_eq!(runstat::cpus::format_list(cpus.cpus()), printed, "{text}");
         }
         let error = Cpus::parse_flag("--reclaim-cpus", "3-1").unwrap_err().to_string();
         assert!(error.starts_with("--reclaim-cpus 3-1: range 3-1 runs backwards"), "{error}");

@@ -933,3 +933,41 @@ fn page_out_runs_stop_at_a_seam() {
     assert_eq!(source.refused_across(), 0, "no run and no folio across the seams ({runs} runs)");
     engine.check_invariants();
 }
+
+/// The background reclaimer moves itself to `reclaimer_cpus` as it starts (read back from
+/// /proc, by its thread name); CPUs it may not use are counted, and it runs on.
+#[test]
+fn the_reclaimer_runs_on_the_cpus_it_is_given() {
+    let reclaimer_affinity = || -> Option<String> {
+        let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+        tasks.flatten().find_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim() == "uswap-kswapd").then_some(())?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
+            Some(line.split_whitespace().nth(1)?.to_string())
+        })
+    };
+    let start = |cpus: Vec<usize>| {
+        let config = EngineConfig { background_reclaim: true, reclaimer_cpus: cpus, ..config(64) };
+        let (engine, _source) = setup(config, 64);
+        // The thread places itself as it starts: wait for it (seconds at most).
+        for _ in 0..2000 {
+            let placed = engine.stats().counters.reclaimer_cpus_failed > 0
+                || reclaimer_affinity().is_some_and(|cpus| cpus == "0");
+            if placed {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        engine
+    };
+    let engine = start(vec![0]);
+    assert_eq!(reclaimer_affinity().as_deref(), Some("0"));
+    assert_eq!(engine.stats().counters.reclaimer_cpus_failed, 0);
+    drop(engine);
+    // CPU 1023 is no CPU here: refused, counted, and the thread goes on.
+    let engine = start(vec![1023]);
+    assert_eq!(engine.stats().counters.reclaimer_cpus_failed, 1);
+    assert!(reclaimer_affinity().is_some(), "the reclaimer runs on");
+}
