@@ -123,8 +123,9 @@ pub struct RunArgs {
     /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
     /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
     /// after the last fault the pollers spin (default 200 microseconds). The pollers run in
-    /// a process uswap run forks for them, pinned one per CPU at SCHED_IDLE and nice 19:
-    /// they use only CPU time nothing else wants, and the summary says how much.
+    /// a process uswap run forks for them, pinned one per CPU at nice 19 in a session of
+    /// their own at nice 19: about 1.5% of a CPU that anything else wants, and the summary
+    /// says how much they spun.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     idle_poll: String,
     /// The program and its arguments.
@@ -204,10 +205,11 @@ const IDLE_PAGE: &str = "idle";
 /// inherits), watching a page in `dir`; `None` when there are none to start.
 ///
 /// Where they run: in a process of their own, forked from this one, in a session of its
-/// own whose autogroup has nice 19. `SCHED_IDLE` orders threads only within their group
-/// (an autogroup, or a cgroup): as threads of `uswap run`, which shares the program's
-/// session, the pollers were idle against the program but took 6-9% of a CPU from a busy
-/// process of another session (docs/RUN.md, "Idle polling").
+/// own whose autogroup has nice 19. A thread's scheduling class and nice rank it only within
+/// its group (an autogroup, or a cgroup): as threads of `uswap run`, which shares the
+/// program's session, the pollers (then at `SCHED_IDLE`) were idle against the program but
+/// took 6-9% of a CPU from a busy process of another session (docs/RUN.md, "Idle
+/// polling"). The threads take nice 19 too, for a system without autogroups.
 ///
 /// # Errors
 /// The CPU set cannot be read, the page made, or the process forked.

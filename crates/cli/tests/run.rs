@@ -230,8 +230,8 @@ fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
     }
     let exe = compile("exec_check", &[]);
     let exe = exe.to_str().unwrap();
-    // SCHED_IDLE pollers spin only on CPUs nothing else wants: another test's program
-    // running on both CPUs kept them from spinning at all (seen under CI's parallel tests).
+    // Nice-19 pollers get little of a CPU others want: another test's program running on
+    // both CPUs kept them from spinning at all (seen under CI's parallel tests).
     let _alone = CPUS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let cpus = uffd::sys::process::allowed_cpus().unwrap();
     if cpus.len() >= 2 {

@@ -149,7 +149,7 @@ pub struct Summary {
     pub idle_pollers: u64,
     /// Their spinning time, summed, nanoseconds.
     pub idle_poll_ns: u64,
-    /// Pollers that could not pin themselves or take `SCHED_IDLE`, and stopped.
+    /// Pollers that could not pin themselves or take nice 19, and stopped.
     pub idle_poll_setup_errors: u64,
     /// Reclaimer threads that could not move to `--reclaim-cpus` (CPUs outside the
     /// process's cpuset) and ran on the program's CPUs.
@@ -307,7 +307,7 @@ impl Summary {
         if self.idle_poll_setup_errors > 0 {
             lines.push(format!(
                 "{prefix}idle polling: {} of the pollers could not pin themselves to their CPU \
-                 or take SCHED_IDLE, and stopped",
+                 or take nice 19, and stopped",
                 self.idle_poll_setup_errors
             ));
         }

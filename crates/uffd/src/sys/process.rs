@@ -138,12 +138,13 @@ pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
     check(libc::c_long::from(ret)).map(drop)
 }
 
-/// Puts this thread in `SCHED_IDLE` (`sched_setscheduler(2)`): it runs only where nothing
-/// else wants the CPU.
-pub fn set_idle_policy() -> Result<(), Errno> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a live sched_param; pid 0 is this thread.
-    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+/// Gives this thread nice 19 (`setpriority(2)` on its thread id): the least weight a
+/// normal thread has, about 1.5% of a CPU against a nice-0 thread that wants it.
+pub fn set_lowest_nice() -> Result<(), Errno> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: PRIO_PROCESS with a thread id sets that thread's nice value.
+    let ret = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) };
     check(libc::c_long::from(ret)).map(drop)
 }
 
