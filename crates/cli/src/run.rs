@@ -124,8 +124,9 @@ pub struct RunArgs {
     /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
     /// after the last fault the pollers spin (default 200 microseconds). The pollers run in
     /// a process uswap run forks for them, pinned one per CPU at nice 19 in a session of
-    /// their own at nice 19: about 1.5% of a CPU that anything else wants, and the summary
-    /// says how much they spun.
+    /// their own at nice 19 (the scheduler's weight 15 against 1,024 at nice 0: a busy
+    /// process of another session kept 97% of its CPU beside them), and the summary says
+    /// how much they spun.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     idle_poll: String,
     /// The program and its arguments.

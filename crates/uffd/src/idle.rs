@@ -5,8 +5,8 @@
 //!   thread (CPU 0)      handler (CPU 1)       poller 0 (CPU 0)     poller 1 (CPU 1)
 //!   fault: sleeps ───> read, resolve ─────>  page.epoch += 1      (nice 19, pinned, in
 //!   CPU 0 would halt;  wake the thread        spinning until no    an autogroup of nice
-//!   poller 0 runs      (an IPI to a running   fault for `window`,  19: ~1.5% of a CPU
-//!   instead            vCPU, not a VM exit)   then parked (futex)  anyone else wants)
+//!   poller 0 runs      (an IPI to a running   fault for `window`,  19: weight 15, where
+//!   instead            vCPU, not a VM exit)   then parked (futex)  nice 0 weighs 1,024)
 //! ```
 //!
 //! Why: a userfault is two cross-CPU wake-ups (the faulting thread wakes the handler, the
