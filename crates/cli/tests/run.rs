@@ -428,10 +428,10 @@ fn a_mapping_made_in_an_unmapped_tail_is_managed() {
 }
 
 /// Mappings that fill a region's holes and reach past its edges, into an unmanaged
-/// `PROT_NONE` reservation (`hole_overreach.c`): the parts in the holes fill them, the
-/// parts beyond become regions of their own, and the region itself, made with `MAP_FIXED`
-/// into the reservation, is managed too (under SIGBUS delivery it was taken for a thread's
-/// stack above its guard page: 102 MiB resident under 16 MiB, nothing paged out).
+/// `PROT_NONE` reservation (`hole_overreach.c`): the parts in the holes fill them, and the
+/// parts beyond become regions of their own (a page below each mapping is left free: under
+/// SIGBUS delivery a writable mapping right above an inaccessible one is taken for a
+/// thread's stack, docs/RUN.md).
 #[test]
 fn mappings_past_a_regions_edges_are_managed_whole() {
     let expect = "73728 pages checked, 0 bad";

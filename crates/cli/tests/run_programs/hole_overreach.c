@@ -3,7 +3,10 @@
  * region made inside an unmanaged PROT_NONE reservation; its first 16 MiB and its last 32
  * MiB unmapped; then 32 MiB mapped over [start - 16 MiB, start + 16 MiB) and 64 MiB over
  * [start + 64 MiB, start + 128 MiB), each half in the hole and half in the reservation
- * beyond the region (MAP_FIXED over PROT_NONE, which is not managed). Under a budget
+ * beyond the region (MAP_FIXED over PROT_NONE, which is not managed). A page below each
+ * mapping is left unmapped: under SIGBUS delivery a writable mapping right above an
+ * inaccessible one is taken for a thread's stack and left unmanaged (preload's maps.rs,
+ * `candidates`). Under a budget
  * smaller than what is written, every part must be managed: the hole's part by the old
  * region, the part beyond by a new one. Two rounds of writing the new mappings and
  * checking every page, the old region's live part too.
@@ -28,6 +31,12 @@ int main(void) {
     const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
     unsigned char *res = mmap(NULL, 192 * MIB, PROT_NONE, flags | MAP_NORESERVE, -1, 0);
     if (res == MAP_FAILED) { perror("mmap reservation"); return 2; }
+    /* The pages below the region and below the head mapping made later, left free (see
+     * above). */
+    if (munmap(res + 48 * MIB - PG, PG) || munmap(res + 32 * MIB - PG, PG)) {
+        perror("munmap gaps");
+        return 2;
+    }
     unsigned char *a = mmap(res + 48 * MIB, 96 * MIB, prot, flags | MAP_FIXED, -1, 0);
     if (a != res + 48 * MIB) { perror("mmap region"); return 2; }
     fill(a, 96 * MIB, 1);
