@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Mutex;
 
 /// The reservation: address space only (MAP_NORESERVE). 16 GiB covers the metadata of
@@ -39,7 +39,7 @@ const UNIT: usize = 1 << MIN_SHIFT;
 #[derive(Debug)]
 pub struct Arena {
     /// The reservation's address; 0 until the first allocation maps it.
-    base: AtomicU64,
+    base: AtomicUsize,
     /// The two bump offsets in units of [`UNIT`], changed together: the low half is where
     /// the bottom's blocks end, the high half where the top's begin (see [`Bumps`]).
     bumps: AtomicU64,
@@ -71,7 +71,7 @@ impl Arena {
     /// An empty arena (usable as a `static`).
     pub const fn new() -> Arena {
         Arena {
-            base: AtomicU64::new(0),
+            base: AtomicUsize::new(0),
             bumps: AtomicU64::new(Bumps { bottom: 0, top: ARENA_BYTES }.pack()),
             free: [const { Mutex::new(FreeList { head: 0, blocks: 0 }) }; CLASSES],
         }
@@ -89,13 +89,13 @@ impl Arena {
 
     /// The reservation `(start, end)`, if mapped.
     pub fn range(&self) -> Option<(usize, usize)> {
-        let base = self.base.load(SeqCst) as usize;
+        let base = self.base.load(SeqCst);
         (base != 0).then_some((base, base + ARENA_BYTES))
     }
 
     /// Maps the reservation if nobody has; the base, or 0 if mmap failed.
     fn base(&self) -> usize {
-        let base = self.base.load(SeqCst) as usize;
+        let base = self.base.load(SeqCst);
         if base != 0 {
             return base;
         }
@@ -103,12 +103,12 @@ impl Arena {
         if mapped == 0 {
             return 0;
         }
-        match self.base.compare_exchange(0, mapped as u64, SeqCst, SeqCst) {
+        match self.base.compare_exchange(0, mapped, SeqCst, SeqCst) {
             Ok(_) => mapped,
             Err(winner) => {
                 // SAFETY: `mapped` is our own fresh reservation, never handed out.
                 unsafe { libc::syscall(libc::SYS_munmap, mapped, ARENA_BYTES) };
-                winner as usize
+                winner
             }
         }
     }

@@ -84,10 +84,8 @@ impl Cpus {
     /// puts the engine's reclaimer when the program is confined to the list (`None` if
     /// there are none, or the affinity cannot be read).
     pub fn others_allowed(&self) -> Option<Vec<usize>> {
-        let allowed = sched_getaffinity(None).ok()?;
-        let others: Vec<usize> = (0..CpuSet::MAX_CPU)
-            .filter(|&cpu| allowed.is_set(cpu) && !self.cpus.contains(&cpu))
-            .collect();
+        let mut others = uffd::sys::process::allowed_cpus().ok()?;
+        others.retain(|cpu| !self.cpus.contains(cpu));
         (!others.is_empty()).then_some(others)
     }
 

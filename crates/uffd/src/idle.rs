@@ -24,8 +24,8 @@
 //! thread to the pollers' CPUs, apart from each other: every fault two wake-ups across
 //! CPUs. A poller at nice 19 keeps the CPU counted busy, the two stay together more often,
 //! and its share against others is the same, which its group's weight decides
-//! (docs/benchmarks.md, "Pollers that do not look idle": Zipf 1 GiB under 256 MiB about 7%
-//! faster, fault p50 18-20 against 29-30 us).
+//! (docs/benchmarks.md, "Pollers that do not look idle": Zipf 1 GiB under 256 MiB 10.5-10.8
+//! s against 11.2-11.7 s in four alternations, fault p50 18-20 against 29-30 us).
 //!
 //! Why in another process: a poller that is a thread of the managed program keeps the
 //! program's address space live on every CPU, and every page-out (a `UFFDIO_MOVE` out of
