@@ -3,8 +3,14 @@
 //! ```text
 //!   handles:  [slot 0: zspage 2 obj 5 size 700 gen 3][slot 1: free gen 8][slot 2: ...]
 //!   zspages:  [Some(zs0)][None][Some(zs2)] ...        free_zspage_ids: [1]
-//!   groups:   [0%: -][1-9%: 2][10-19%: -] .. [90-99%: 0][100%: 3 4]
+//!   groups:   [0%: -][1-9%: 2][10-19%: -] .. [90-99%: 0]      full, unlisted: 3 4
 //! ```
+//!
+//! A full zspage is in no list. Nothing looks for one (an allocation and compaction both
+//! want room), and a free from a listed zspage rewrites the position of the zspage moved
+//! into its place: for a full one that was another zspage's cache line, cold on a page-in
+//! (every raw page the pool keeps is a full zspage of one object). The kernel lists them
+//! (`ZS_INUSE_RATIO_100`).
 //!
 //! Every method here runs with the class mutex held (the caller owns `&mut ClassState`
 //! through the guard) and never allocates page memory: zspages come in already built and
@@ -14,8 +20,9 @@
 //! page limit.
 //!
 //! Invariants ([`ClassState::check_invariants`]):
-//! - every live zspage is in exactly the fullness group its in-use ratio gives, at the
-//!   position it records; no empty zspage is kept (it is freed at once);
+//! - every live zspage records the fullness group its in-use ratio gives and, unless it is
+//!   full, is listed there at the position it records; no empty zspage is kept (it is
+//!   freed at once);
 //! - every live handle slot points at a used object whose reverse map names that slot, and
 //!   every used object is pointed at by its owner; dead slots are on the free-slot list;
 //! - `objects` and `object_bytes` equal the sums over live slots.
@@ -29,8 +36,11 @@ use std::mem::size_of;
 
 /// `HandleSlot::zspage` of a free slot.
 const DEAD: u32 = u32::MAX;
-/// The full group; group 0 (empty) stays unused because empty zspages are freed.
+/// The full group, whose list stays empty (full zspages are not listed); group 0 (empty)
+/// stays unused because empty zspages are freed.
 const FULL_GROUP: usize = FULLNESS_GROUPS - 1;
+/// `ZsPage::group_pos` of a zspage in no list.
+const UNLISTED: u32 = u32::MAX;
 
 /// One handle-table entry: where the handle's object is now.
 #[derive(Debug, Clone, Copy)]
@@ -153,7 +163,10 @@ impl ClassState {
 
     /// zspages per fullness group.
     pub(crate) fn fullness(&self) -> [usize; FULLNESS_GROUPS] {
-        std::array::from_fn(|g| self.groups[g].len())
+        let listed: usize = self.groups.iter().map(Vec::len).sum();
+        let mut fullness: [usize; FULLNESS_GROUPS] = std::array::from_fn(|g| self.groups[g].len());
+        fullness[FULL_GROUP] = self.live_zspages - listed;
+        fullness
     }
 
     // ---- allocation ------------------------------------------------------------------
@@ -291,10 +304,8 @@ impl ClassState {
         zspage.unwrap_or_else(|| panic!("zspage {id} is not live"))
     }
 
-    fn insert_zspage(&mut self, mut zspage: Box<ZsPage>) -> u32 {
+    fn insert_zspage(&mut self, zspage: Box<ZsPage>) -> u32 {
         let group = fullness_group(zspage.inuse(), zspage.capacity());
-        zspage.group = group as u8;
-        zspage.group_pos = self.groups[group].len() as u32;
         let id = match self.free_zspage_ids.pop() {
             Some(id) => {
                 self.zspages[id as usize] = Some(zspage);
@@ -306,9 +317,22 @@ impl ClassState {
                 (self.zspages.len() - 1) as u32
             }
         };
-        self.groups[group].push(id);
+        self.list(id, group);
         self.live_zspages += 1;
         id
+    }
+
+    /// Records `group` as zspage `id`'s and lists it there, unless that is the full group.
+    fn list(&mut self, id: u32, group: usize) {
+        let pos = if group == FULL_GROUP {
+            UNLISTED
+        } else {
+            self.groups[group].push(id);
+            (self.groups[group].len() - 1) as u32
+        };
+        let zspage = self.zspage_mut(id);
+        zspage.group = group as u8;
+        zspage.group_pos = pos;
     }
 
     /// Takes zspage `id` out of its group and the table.
@@ -327,6 +351,9 @@ impl ClassState {
             let zspage = self.zspage(id);
             (usize::from(zspage.group), zspage.group_pos as usize)
         };
+        if group == FULL_GROUP {
+            return;
+        }
         let removed = self.groups[group].swap_remove(pos);
         assert_eq!(removed, id, "group list out of step");
         if let Some(&moved) = self.groups[group].get(pos) {
@@ -344,11 +371,7 @@ impl ClassState {
         }
         if group != usize::from(zspage.group) {
             self.unlist(id);
-            let pos = self.groups[group].len() as u32;
-            self.groups[group].push(id);
-            let zspage = self.zspage_mut(id);
-            zspage.group = group as u8;
-            zspage.group_pos = pos;
+            self.list(id, group);
         }
         None
     }
@@ -422,8 +445,12 @@ impl ClassState {
             let group = fullness_group(zspage.inuse(), zspage.capacity());
             assert!(group != 0, "empty zspage {id} kept");
             assert_eq!(usize::from(zspage.group), group, "zspage {id} in the wrong group");
-            let listed = self.groups[group].get(zspage.group_pos as usize);
-            assert_eq!(listed, Some(&(id as u32)), "zspage {id} not at its group position");
+            if group == FULL_GROUP {
+                assert_eq!(zspage.group_pos, UNLISTED, "full zspage {id} listed");
+            } else {
+                let listed = self.groups[group].get(zspage.group_pos as usize);
+                assert_eq!(listed, Some(&(id as u32)), "zspage {id} not at its group position");
+            }
             for obj in zspage.used_objs() {
                 let owner = zspage.owner(obj).unwrap_or(DEAD) as usize;
                 let entry = self.handles[owner];
@@ -431,9 +458,11 @@ impl ClassState {
             }
         }
         assert_eq!(live, self.live_zspages, "live zspage count");
+        let full = self.zspages.iter().flatten().filter(|z| z.inuse() == z.capacity()).count();
         let listed: usize = self.groups.iter().map(Vec::len).sum();
-        assert_eq!(listed, live, "zspages listed in groups");
+        assert_eq!(listed + full, live, "zspages listed in groups");
         assert!(self.groups[0].is_empty(), "empty group in use");
+        assert!(self.groups[FULL_GROUP].is_empty(), "full zspages listed");
         let free_ids = self.zspages.iter().filter(|z| z.is_none()).count();
         assert_eq!(free_ids, self.free_zspage_ids.len(), "free zspage ids");
         self.check_handles();

@@ -223,6 +223,49 @@ fn accounting_counts_pages_and_metadata() {
 }
 
 #[test]
+fn full_zspages_are_counted_unlisted_and_freed_from() {
+    // Full zspages sit in no list: stats still count them, a free from one lists it again,
+    // an allocation never lands in one, and a whole page is a full zspage from its store.
+    let pool = pool();
+    let size = 1000;
+    let class = pool.classes().class_of_size(size).expect("class");
+    let per = pool.classes().geometry(class).objs_per_zspage;
+    let fullness = |pool: &ZsPool| {
+        let stats = pool.stats();
+        stats.classes.iter().find(|c| c.index == class).expect("class").fullness
+    };
+    let mut handles: Vec<_> = (0..3 * per + 1).map(|i| store(&pool, size, i as u8)).collect();
+    let groups = fullness(&pool);
+    assert_eq!(groups[groups.len() - 1], 3, "three full zspages: {groups:?}");
+    assert_eq!(groups.iter().sum::<usize>(), 4, "and the one begun: {groups:?}");
+    // Free from the first (full) zspage: it is listed again, below full.
+    let freed = handles.remove(0);
+    pool.free(freed);
+    pool.check_invariants();
+    let groups = fullness(&pool);
+    assert_eq!(groups[groups.len() - 1], 2, "{groups:?}");
+    assert_eq!(groups.iter().sum::<usize>(), 4, "{groups:?}");
+    // The next allocation fills the fullest zspage with room: the one freed from.
+    let before = pool.pages_held();
+    handles.push(store(&pool, size, 200));
+    assert_eq!(pool.pages_held(), before, "a zspage with room was used");
+    let groups = fullness(&pool);
+    assert_eq!(groups[groups.len() - 1], 3, "full again: {groups:?}");
+    let page = store(&pool, PAGE_SIZE, 7);
+    let huge = pool.stats().classes.into_iter().find(|c| c.geometry.is_huge() && c.objects == 1);
+    let huge = huge.expect("the page's class");
+    assert_eq!(huge.fullness[huge.fullness.len() - 1], 1, "a stored page is a full zspage");
+    pool.free(page);
+    for (i, handle) in handles.into_iter().enumerate() {
+        if i > 0 {
+            pool.free(handle);
+        }
+    }
+    pool.check_invariants();
+    assert_eq!(fullness(&pool).iter().sum::<usize>(), 1, "one object left, one zspage");
+}
+
+#[test]
 fn compaction_frees_sparse_zspages_and_keeps_data() {
     let pool = pool();
     let size = 500;
