@@ -5,12 +5,26 @@
 //!   run_kernel:
 //!     preflight          no swap active, zram0 free / zswap off
 //!     KernelSwap::enter  zram or zswap + swap file           (guard 1)
+//!                        /proc/vmallocinfo read before and after: the swap tables
+//!                        it allocated (see below)
 //!     MemCgroup::create  limit = budget                       (guard 2)
 //!     execute            workload joins the cgroup before exec; sampled every 50 ms
-//!     peaks              cgroup peak + zram mem_used_max (+ compressed/original peaks)
+//!     peaks              cgroup peak + zram mem_used_max + swap tables
+//!                        (+ compressed/original peaks)
 //!     drop guard 2, then guard 1                              (teardown, always)
 //! ```
-
+//!
+//! The swap tables: what setting up the swap device allocated outside every cgroup, in
+//! `vmalloc` space, where `/proc/vmallocinfo` names each area's caller and its pages. On
+//! 6.18 with a 1.6 GiB device: zram's table (`disksize_store`, 16 bytes a slot: 1,600
+//! pages), `swapon`'s count map (`__do_sys_swapon`, a byte a slot: 100 pages) and the
+//! memory cgroup's swap owner map (`swap_cgroup_swapon`, two bytes a slot: 200 pages). The
+//! uswap side pays its own such tables inside its resident set, so the kernel's count in
+//! its peak too. Only areas that appeared during the setup and whose caller names swap or
+//! zram are counted; what the kernel allocates from slabs as it stores pages (zsmalloc's
+//! handles and zspages, zswap's entries, the swap cache's tables) is not: those caches
+//! are shared with other users, and the figure would be noise. `None` where vmallocinfo
+//! cannot be read.
 use super::cgroup::{self, CgroupParent, CgroupVersion, MemCgroup};
 use super::kernel::{preflight, KernelConfig, KernelSwap};
 use super::machine::{Machine, Roots};
@@ -78,6 +92,26 @@ fn parse_mm_stat(text: &str) -> Option<[u64; 5]> {
     Some(out)
 }
 
+/// Bytes of the `vmalloc` areas in `after` (a `/proc/vmallocinfo`) that are not in `before`
+/// and that a swap or zram function allocated (module documentation): each area's
+/// `pages=N`, 4 KiB a page.
+fn swap_tables_bytes(before: &str, after: &str) -> u64 {
+    let existing: std::collections::HashSet<&str> =
+        before.lines().filter_map(|line| line.split_whitespace().next()).collect();
+    let pages = after.lines().filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        let range = fields.next()?;
+        let _size = fields.next()?;
+        let caller = fields.next()?.split('+').next()?;
+        let swap = caller.contains("swap") || caller.contains("zram") || caller == "disksize_store";
+        if !swap || existing.contains(range) {
+            return None;
+        }
+        fields.find_map(|f| f.strip_prefix("pages=")?.parse::<u64>().ok())
+    });
+    pages.sum::<u64>() * backend::PAGE_SIZE as u64
+}
+
 /// A `/proc/meminfo` (or `/proc/PID/status`) line's value in bytes (`Zswap:  1234 kB`).
 pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
     meminfo.lines().find_map(|line| {
@@ -132,7 +166,13 @@ pub fn run_kernel(
     preflight(machine, &env.roots, config)?;
     let swap_bytes = swap_bytes(ctx.size_bytes);
     let swap_file = PathBuf::from(format!("/var/tmp/uswap-bench-{}.swap", std::process::id()));
+    let vmalloc_before = machine.read(&env.roots.proc_file("vmallocinfo"));
     let swap = KernelSwap::enter(machine, &env.roots, config, swap_bytes, &swap_file)?;
+    let vmalloc_after = machine.read(&env.roots.proc_file("vmallocinfo"));
+    let tables_bytes = match (vmalloc_before, vmalloc_after) {
+        (Ok(before), Ok(after)) => Some(swap_tables_bytes(&before, &after)),
+        _ => None,
+    };
     let name = format!("uswap-bench-{}-{run_index}", std::process::id());
     let group = MemCgroup::create(machine, &env.parent, &name, ctx.budget_bytes)?;
     let probe = KernelProbe { env, group: &group, config };
@@ -166,7 +206,8 @@ pub fn run_kernel(
     let outcome = RunOutcome {
         charged_peak_bytes,
         store_peak_bytes,
-        peak_bytes: charged_peak_bytes + store_peak_bytes,
+        tables_bytes,
+        peak_bytes: charged_peak_bytes + store_peak_bytes + tables_bytes.unwrap_or(0),
         compressed_peak_bytes,
         original_peak_bytes,
         kmem_peak_bytes: group.kmem_peak_bytes(),
@@ -187,6 +228,27 @@ mod tests {
         let text = "  4096  1024  8192  0  16384  3  0  1  0";
         assert_eq!(parse_mm_stat(text), Some([4096, 1024, 8192, 0, 16384]));
         assert_eq!(parse_mm_stat("1 2"), None);
+    }
+
+    #[test]
+    fn swap_tables_are_the_new_areas_of_swap_callers() {
+        let before = "\
+0x0000000011111111-0x0000000022222222 8192 bpf_prog_alloc_no_stats+0x39/0x230 pages=1 vmalloc
+0x0000000033333333-0x0000000044444444 413696 __do_sys_swapon+0x794/0x1230 pages=100 vmalloc\n";
+        let after = "\
+0x0000000011111111-0x0000000022222222 8192 bpf_prog_alloc_no_stats+0x39/0x230 pages=1 vmalloc
+0x0000000033333333-0x0000000044444444 413696 __do_sys_swapon+0x794/0x1230 pages=100 vmalloc
+0x0000000055555555-0x0000000066666666 6557696 disksize_store+0x71/0x150 pages=1600 vmalloc N0=1600
+0x0000000066666666-0x0000000077777777 413696 __do_sys_swapon+0x794/0x1230 pages=100 vmalloc N0=100
+0x0000000077777777-0x0000000088888888 823296 swap_cgroup_swapon+0x1c/0x70 pages=200 vmalloc N0=200
+0x0000000088888888-0x0000000099999999 20480 kernel_clone+0x94/0x3e0 pages=4 vmalloc N0=4
+0x0000000099999999-0x00000000aaaaaaaa 6557696 unpurged vm_area
+0x00000000aaaaaaaa-0x00000000bbbbbbbb 12288 zcomp_cpu_up_prepare+0x81/0xd0 pages=2 vmalloc\n";
+        // The zram table, the new swap_map and the swap cgroup map; not the swap_map that was
+        // there before (another device's), a thread's stack, an unpurged area, or zcomp's
+        // buffers (per CPU, a few pages).
+        assert_eq!(swap_tables_bytes(before, after), (1600 + 100 + 200) * 4096);
+        assert_eq!(swap_tables_bytes(after, after), 0, "nothing new, nothing counted");
     }
 
     #[test]

@@ -404,7 +404,9 @@ fn describe(
     report.note(
         "peak = cgroup peak (memory.max_usage_in_bytes / memory.peak) + the compressed store \
          outside the charge: zram mem_used_max; zswap's pool (Zswap in /proc/meminfo, \
-         sampled) on cgroup v1, which does not charge it (v2 does: store 0 there)",
+         sampled) on cgroup v1, which does not charge it (v2 does: store 0 there) + the swap \
+         tables the setup allocated outside the cgroup (zram's table, swapon's maps: \
+         /proc/vmallocinfo); uswap's peak: its process tree's VmRSS + VmPTE, sampled",
     );
     report.note("this machine is shared with other builds: timings are noisy, compare ratios");
 }

@@ -31,7 +31,12 @@ pub struct RunOutcome {
     /// Peak memory of the compressed store kept outside the charge (zram `mem_used_max`;
     /// 0 for zswap, whose pool is charged to the cgroup).
     pub store_peak_bytes: u64,
-    /// `charged_peak_bytes + store_peak_bytes`: what the run cost the machine at most.
+    /// Kernel only: the swap tables its setup allocated outside every cgroup (zram's table,
+    /// `swapon`'s maps: kernel_side's documentation), if `/proc/vmallocinfo` could tell.
+    /// The uswap side's are in its resident set.
+    pub tables_bytes: Option<u64>,
+    /// `charged_peak_bytes + store_peak_bytes + tables_bytes`: what the run cost the
+    /// machine at most.
     pub peak_bytes: u64,
     /// Highest compressed bytes stored (zram `compr_data_size`, /proc/meminfo `Zswap`).
     pub compressed_peak_bytes: u64,

@@ -6,6 +6,7 @@
 //! plus the store kept outside it (zram), one line per configuration.
 
 use super::outcome::Side;
+use super::runner::Sample;
 use super::svg::{LineChart, Series};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ pub fn charts(results: &WorkloadResults<'_>) -> (LineChart, LineChart) {
         series: Vec::new(),
     };
     let mut memory = LineChart {
-        title: format!("{}: memory charged + store outside the charge", results.name),
+        title: format!("{}: memory charged + store + swap tables", results.name),
         x_label: "time (s)".into(),
         y_label: "MiB".into(),
         x_log: false,
@@ -39,11 +40,14 @@ pub fn charts(results: &WorkloadResults<'_>) -> (LineChart, LineChart) {
             let points = cdf.iter().map(|&(q, ns)| (ns.max(1) as f64, q)).collect();
             latency.series.push(Series { name: (*side).to_string(), points });
         }
+        // The kernel's swap tables are set up before the run and constant through it.
+        let tables = outcome.tables_bytes.unwrap_or(0);
+        let bytes = |s: &Sample| (s.charged_bytes + s.outside_bytes + tables) as f64;
         let points = outcome
             .measured
             .samples
             .iter()
-            .map(|s| (s.t_s, (s.charged_bytes + s.outside_bytes) as f64 / f64::from(1 << 20)))
+            .map(|s| (s.t_s, bytes(s) / f64::from(1 << 20)))
             .collect();
         memory.series.push(Series { name: (*side).to_string(), points });
     }

@@ -4,14 +4,16 @@
 //! JSON, per workload: `name`; the headline pairs against zram with lz4 (`uswap_s`,
 //! `kernel_zram_lz4_s`, `ratio_vs_zram_lz4` = uswap_s / kernel_zram_lz4_s, below 1 when
 //! uswap is faster; `uswap_peak_rss_bytes`, `kernel_peak_bytes`; `uswap_fault_p50_ns`,
-//! `kernel_fault_p50_ns`); the uswap side's `uswap_peak_bytes` (its RSS peak plus
+//! `kernel_fault_p50_ns`); the uswap side's `uswap_peak_bytes` (its RSS and page tables'
+//! peak plus
 //! `uswap_file_cache_peak_bytes`, the most its swap file held in the page cache: the figure
-//! to set beside `kernel_peak_bytes`, which counts zram's pool), `uswap_stored_bytes` (the
+//! to set beside `kernel_peak_bytes`, which counts zram's pool and the swap tables the
+//! kernel's setup allocated outside the cgroup), `uswap_stored_bytes` (the
 //! most compressed data its pools held, sampled from their stats files every second) and
 //! `uswap_compression_ratio`; then every configuration's
 //! own figures under
 //! `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
-//! `_store_peak_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
+//! `_store_peak_bytes`, `_tables_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
 //! `_stored_bytes`, `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that
 //! was not measured is null, never zero. With `--repeat N` each workload's object is its
 //! median round's (by the ratio against zram lz4), and `rounds` lists every round's ratio
@@ -53,6 +55,7 @@ fn side_cells(outcome: &RunOutcome) -> Vec<String> {
         mib(outcome.peak_bytes),
         mib(outcome.charged_peak_bytes),
         mib(outcome.store_peak_bytes),
+        outcome.tables_bytes.map_or("-".into(), mib),
         mib(outcome.compressed_peak_bytes),
         outcome.compression_ratio().map_or("-".into(), |r| format!("{r:.2}")),
         m.verify_errors.to_string(),
@@ -72,11 +75,13 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
         "peak MiB",
         "charged MiB",
         "store MiB",
+        "tables MiB",
         "compr MiB",
         "ratio",
         "verify err",
     ];
-    let table = report.table("Per side (peak = charged + store outside the charge)", &header);
+    let title = "Per side (peak = charged + store outside the charge + the kernel's swap tables)";
+    let table = report.table(title, &header);
     for row in rows {
         let sides = std::iter::once(("uswap", &row.uswap))
             .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
@@ -260,6 +265,7 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         object.insert(key("peak_bytes"), json!(o.map(|o| o.peak_bytes)));
         object.insert(key("charged_peak_bytes"), json!(o.map(|o| o.charged_peak_bytes)));
         object.insert(key("store_peak_bytes"), json!(o.map(|o| o.store_peak_bytes)));
+        object.insert(key("tables_bytes"), json!(o.and_then(|o| o.tables_bytes)));
         object.insert(key("major_faults"), json!(o.map(|o| o.measured.major_faults)));
         object.insert(key("fault_p50_ns"), json!(o.and_then(|o| o.measured.fault_p50_ns)));
         object.insert(key("fault_p99_ns"), json!(o.and_then(|o| o.measured.fault_p99_ns)));

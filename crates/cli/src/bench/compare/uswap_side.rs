@@ -9,9 +9,11 @@
 //!                            [--reclaim-cpus LIST]
 //!                            -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
-//!   probe, every 50 ms   VmRSS of the run's process tree (`uswap run` and its descendants,
-//!                        from /proc/<pid>/task/*/children): the engine, its pool and its
-//!                        threads live inside the program, so this is everything it costs
+//!   probe, every 50 ms   VmRSS and VmPTE of the run's process tree (`uswap run` and its
+//!                        descendants, from /proc/<pid>/task/*/children): the engine, its
+//!                        pool and its threads live inside the program, so this is
+//!                        everything it costs (the page tables too: the kernel side's
+//!                        cgroup charges its program's)
 //!                        and the page cache's pages of each `uswap run`'s swap file
 //!                        (`cachestat(2)`; the harness names the files: `--swap-file`);
 //!                        what the pool stores, compressed and not, from each managed
@@ -149,6 +151,7 @@ fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOut
     Ok(RunOutcome {
         charged_peak_bytes,
         store_peak_bytes,
+        tables_bytes: None,
         peak_bytes: charged_peak_bytes + store_peak_bytes,
         compressed_peak_bytes,
         original_peak_bytes,
@@ -217,7 +220,7 @@ impl MemoryProbe for TreeProbe {
         let pids = tree_pids(proc_root, pid);
         let (compressed_bytes, original_bytes) = self.stored_bytes(&pids);
         Sample {
-            charged_bytes: pids.iter().map(|&pid| rss_bytes(proc_root, pid)).sum(),
+            charged_bytes: pids.iter().map(|&pid| footprint_bytes(proc_root, pid)).sum(),
             outside_bytes: self.file_cache_bytes(proc_root, &pids),
             compressed_bytes,
             original_bytes,
@@ -290,10 +293,12 @@ fn tree_pids(proc_root: &Path, pid: u32) -> Vec<u32> {
     pids
 }
 
-/// VmRSS of `pid` in bytes; 0 for a process gone.
-fn rss_bytes(proc_root: &Path, pid: u32) -> u64 {
+/// VmRSS plus VmPTE (its page tables) of `pid` in bytes; 0 for a process gone.
+fn footprint_bytes(proc_root: &Path, pid: u32) -> u64 {
     let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status")));
-    status.ok().and_then(|s| meminfo_bytes(&s, "VmRSS")).unwrap_or(0)
+    let Ok(status) = status else { return 0 };
+    let figure = |key| meminfo_bytes(&status, key).unwrap_or(0);
+    figure("VmRSS") + figure("VmPTE")
 }
 
 #[cfg(test)]
@@ -306,14 +311,15 @@ mod tests {
         for (pid, rss, children) in [(10, 100, "11 12"), (11, 20, ""), (12, 3, "13"), (13, 1, "")] {
             let task = root.join(format!("{pid}/task/{pid}"));
             std::fs::create_dir_all(&task).unwrap();
-            let status = format!("Name:\tx\nVmRSS:\t  {rss} kB\nThreads:\t1\n");
+            let status = format!("Name:\tx\nVmRSS:\t  {rss} kB\nVmPTE:\t  2 kB\nThreads:\t1\n");
             std::fs::write(root.join(format!("{pid}/status")), status).unwrap();
             std::fs::write(task.join("children"), children).unwrap();
         }
-        let tree_rss_bytes =
-            |pid| -> u64 { tree_pids(&root, pid).iter().map(|&pid| rss_bytes(&root, pid)).sum() };
-        assert_eq!(tree_rss_bytes(10), 124 * 1024);
-        assert_eq!(tree_rss_bytes(12), 4 * 1024);
+        let tree_rss_bytes = |pid| -> u64 {
+            tree_pids(&root, pid).iter().map(|&pid| footprint_bytes(&root, pid)).sum()
+        };
+        assert_eq!(tree_rss_bytes(10), (124 + 4 * 2) * 1024, "resident sets and page tables");
+        assert_eq!(tree_rss_bytes(12), (4 + 2 * 2) * 1024);
         assert_eq!(tree_rss_bytes(99), 0, "a process gone counts 0");
         std::fs::remove_dir_all(&root).unwrap();
     }
