@@ -119,6 +119,15 @@ pub struct RunArgs {
     /// it reclaims from (none left: the program's); without --cpus, the program's.
     #[arg(long, value_name = "LIST")]
     reclaim_cpus: Option<String>,
+    /// Where uswap's fault handler thread runs, under `--delivery handler`: `follow` (on the
+    /// CPU of the program thread whose faults it serves, when one thread makes most of
+    /// them, with the reclaimer on the other CPUs: a fault's two wake-ups stay on one CPU;
+    /// the program's own threads are never moved) or `free` (wherever the scheduler puts
+    /// it). Does nothing with one CPU, under --delivery sigbus, or where the reclaimer has
+    /// CPUs of its own (--reclaim-cpus, or --cpus with CPUs left outside it). docs/RUN.md,
+    /// "CPUs".
+    #[arg(long, value_name = "MODE", default_value = "follow", value_parser = ["follow", "free"])]
+    handler_placement: String,
     /// Keep the program's idle CPUs polling through bursts of faults, so that waking a
     /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
     /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
@@ -318,6 +327,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         delivery: args.delivery.clone(),
         idle_page: None,
         reclaim_cpus: reclaim_cpus.map(|cpus| runstat::cpus::format_list(&cpus)),
+        handler_placement: args.handler_placement.clone(),
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
 }

@@ -224,6 +224,47 @@ fn cpus_confine_the_program_and_its_handler_and_the_reclaimer_runs_beside() {
 }
 
 #[test]
+fn the_handler_follows_the_faulting_thread_and_the_reclaimer_stays_off_its_cpu() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("follow_check", &[]);
+    let exe = exe.to_str().unwrap();
+    // The program looks where uswap's threads may run every 20 ms while it faults: "placed
+    // K of N" counts the looks that found the handler on its CPU alone and the reclaimer
+    // off it. The follower moves them every 10 ms, so a look may land between a migration
+    // of the program and the next move: most looks, not all.
+    let placed = |args: &[&str]| -> (u32, u32, String) {
+        let mut all = vec!["run", "--budget", "8M"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", exe]);
+        let out = uswap(&all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let words: Vec<&str> = stdout.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&"placed"), "{stdout}");
+        let (k, n) = (words[1].parse().unwrap(), words[3].parse().unwrap());
+        assert!(n >= 20, "too few looks: {stdout}");
+        (k, n, stderr(&out))
+    };
+    let cpus = uffd::sys::process::allowed_cpus().unwrap();
+    let (k, n, err) = placed(&[]);
+    if cpus.len() >= 2 {
+        assert!(k * 2 > n, "placed {k} of {n} by default");
+        assert!(err.contains("handler placement: moved"), "{err}");
+    } else {
+        assert_eq!(k, 0, "one CPU: nothing to place");
+    }
+    // Asked not to, or under SIGBUS delivery (the faulting thread serves itself): never
+    // placed, and the summary says nothing of it.
+    for args in [&["--handler-placement", "free"][..], &["--delivery", "sigbus"]] {
+        let (k, _, err) = placed(args);
+        assert_eq!(k, 0, "{args:?}");
+        assert!(!err.contains("handler placement"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
     if !can_run() {
         return;

@@ -88,6 +88,8 @@ pub(crate) struct Core {
     /// Held by the background reclaimer for each pass, and by `check_invariants` so it
     /// checks a quiescent engine. Taken before any other engine lock.
     pub(crate) kswapd_running: Mutex<()>,
+    /// The background reclaimer's thread id, once it runs (0 before, or without one).
+    pub(crate) kswapd_tid: std::sync::atomic::AtomicI32,
     pub(crate) shutdown: AtomicBool,
     /// Told of every page-out once set ([`Engine::set_page_out_hook`]). Set once; read
     /// without a lock.
@@ -220,6 +222,7 @@ impl Engine {
             kswapd_pending: Mutex::new(false),
             kswapd_wake: Condvar::new(),
             kswapd_running: Mutex::new(()),
+            kswapd_tid: std::sync::atomic::AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
             page_out_hook: std::sync::OnceLock::new(),
             config,
@@ -229,6 +232,8 @@ impl Engine {
             let handle = std::thread::Builder::new()
                 .name("uswap-kswapd".into())
                 .spawn(move || {
+                    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+                    core.kswapd_tid.store(tid, std::sync::atomic::Ordering::Release);
                     core.place_reclaimer();
                     core.kswapd();
                 })
@@ -516,6 +521,18 @@ impl Engine {
         let reclaimed = self.core.reclaim_to(Pressure::None, false);
         self.core.shrink_pool();
         reclaimed
+    }
+
+    /// Moves the background reclaimer to `cpus`, from any thread: the uffd handler keeps it
+    /// off the CPU of the thread whose faults it serves (`uffd::HandlerOptions::follow`).
+    /// False where there is no reclaimer (yet) or the kernel refused; the caller counts
+    /// that (`reclaimer_cpus_failed` is for `EngineConfig::reclaimer_cpus` alone).
+    ///
+    /// Context: one system call; no lock.
+    pub fn place_reclaimer_on(&self, cpus: &[usize]) -> bool {
+        let tid = self.core.kswapd_tid.load(std::sync::atomic::Ordering::Acquire);
+        let Some(tid) = rustix::thread::Pid::from_raw(tid) else { return false };
+        crate::reclaim::move_reclaimer(Some(tid), cpus)
     }
 
     /// Sets the hook told of every page-out from now on (hooks.rs essay). Once per engine.

@@ -186,6 +186,8 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         trim: false,
         resync: true,
         hooks: Some(hooks.clone()),
+        // The builder turns it off under SIGBUS delivery and with reclaimer CPUs given.
+        follow: config.handler_follows(),
         ..HandlerOptions::default()
     };
     // The budget is the program's, the whole process's resident set: what is not the

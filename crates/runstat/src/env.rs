@@ -55,9 +55,12 @@ pub const DELIVERY: &str = "USWAP_DELIVERY";
 /// The CPUs the engine's reclaimer runs on, in taskset's list syntax (`uswap run
 /// --reclaim-cpus`, or the CPUs left outside `--cpus`); unset: the program's.
 pub const RECLAIM_CPUS: &str = "USWAP_RECLAIM_CPUS";
+/// `follow` or `free`: whether the fault handler follows the thread it serves to its CPU
+/// (`uswap run --handler-placement`).
+pub const HANDLER_PLACEMENT: &str = "USWAP_HANDLER_PLACEMENT";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -76,6 +79,7 @@ pub const ALL: [&str; 18] = [
     ZERO_PAGES,
     DELIVERY,
     RECLAIM_CPUS,
+    HANDLER_PLACEMENT,
 ];
 
 /// What the shim needs to manage a program.
@@ -117,12 +121,20 @@ pub struct RunConfig {
     pub idle_page: Option<String>,
     /// The CPUs for the engine's reclaimer (taskset's list syntax), if not the program's.
     pub reclaim_cpus: Option<String>,
+    /// `follow` or `free`.
+    pub handler_placement: String,
 }
 
 impl RunConfig {
     /// Whether faults are delivered as SIGBUS to the faulting thread (`--delivery sigbus`).
     pub fn sigbus_delivery(&self) -> bool {
         self.delivery == "sigbus"
+    }
+
+    /// Whether the fault handler follows the thread it serves (`--handler-placement
+    /// follow`).
+    pub fn handler_follows(&self) -> bool {
+        self.handler_placement == "follow"
     }
 
     /// The variables to set.
@@ -141,6 +153,7 @@ impl RunConfig {
             (LARGE_FOLIOS, self.large_folios.clone()),
             (ZERO_PAGES, self.zero_pages.clone()),
             (DELIVERY, self.delivery.clone()),
+            (HANDLER_PLACEMENT, self.handler_placement.clone()),
         ];
         if let Some(bytes) = self.pool_bytes {
             vars.push((POOL_SIZE, bytes.to_string()));
@@ -188,6 +201,7 @@ impl RunConfig {
             delivery: need(DELIVERY)?,
             idle_page: get(IDLE_PAGE),
             reclaim_cpus: get(RECLAIM_CPUS),
+            handler_placement: need(HANDLER_PLACEMENT)?,
         })
     }
 }
@@ -226,6 +240,7 @@ mod tests {
             delivery: "sigbus".into(),
             idle_page: Some("/tmp/uswap-x/idle".into()),
             reclaim_cpus: Some("1-3".into()),
+            handler_placement: "free".into(),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

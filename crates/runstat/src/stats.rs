@@ -170,6 +170,12 @@ pub struct Summary {
     pub efault_failed: u64,
     /// Forked children's faults forwarded to the parent's handler (SIGBUS delivery).
     pub forwarded: u64,
+    /// The handler's moves to the CPU of the thread it serves (`--handler-placement`).
+    pub follow_moves: u64,
+    /// Its returns to every CPU (faults from many threads).
+    pub follow_releases: u64,
+    /// Placements refused, or a followed thread's CPU not found.
+    pub follow_failed: u64,
 }
 
 impl Summary {
@@ -213,6 +219,9 @@ impl Summary {
             efault_retries: file.get("shim_efault_retries"),
             efault_failed: file.get("shim_efault_failed"),
             forwarded: file.get("handler_faults_forwarded"),
+            follow_moves: file.get("handler_follow_moves"),
+            follow_releases: file.get("handler_follow_releases"),
+            follow_failed: file.get("handler_follow_failed"),
         }
     }
 
@@ -275,13 +284,6 @@ impl Summary {
                 self.forwarded
             ));
         }
-        if self.idle_pollers > 0 {
-            lines.push(format!(
-                "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",
-                self.idle_pollers,
-                self.idle_poll_ns as f64 / 1e9
-            ));
-        }
         if self.swap_full > 0 {
             lines.push(format!(
                 "{prefix}the swap device was full: reclaim stopped {} times with every slot in \
@@ -304,6 +306,21 @@ impl Summary {
                 self.write_errors
             ));
         }
+        lines.extend(self.cpu_lines(prefix));
+        lines
+    }
+
+    /// The lines about where uswap's threads ran: the idle pollers, the reclaimer's CPUs,
+    /// the handler's placement.
+    fn cpu_lines(&self, prefix: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.idle_pollers > 0 {
+            lines.push(format!(
+                "{prefix}idle polling: {} pollers spun {:.2} s of otherwise idle CPU time",
+                self.idle_pollers,
+                self.idle_poll_ns as f64 / 1e9
+            ));
+        }
         if self.idle_poll_setup_errors > 0 {
             lines.push(format!(
                 "{prefix}idle polling: {} of the pollers could not pin themselves to their CPU \
@@ -315,6 +332,17 @@ impl Summary {
             lines.push(format!(
                 "{prefix}the reclaimer could not move to its CPUs (--reclaim-cpus, or those \
                  outside --cpus: not in this process's cpuset) and ran on the program's"
+            ));
+        }
+        if self.follow_moves + self.follow_releases + self.follow_failed > 0 {
+            let failed = match self.follow_failed {
+                0 => String::new(),
+                n => format!(", {n} placements failed"),
+            };
+            lines.push(format!(
+                "{prefix}handler placement: moved {} times to the CPU of the thread it served, \
+                 the reclaimer off it; freed {} times (faults from many threads){failed}",
+                self.follow_moves, self.follow_releases
             ));
         }
         lines
@@ -383,6 +411,17 @@ mod tests {
         polled.set("reclaimer_cpus_failed", 1);
         let lines = Summary::of(&polled).to_lines("uswap: ");
         assert!(lines.last().unwrap().contains("the reclaimer could not move"), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("handler placement")), "never followed");
+        let mut followed = file.clone();
+        followed.set("handler_follow_moves", 12);
+        followed.set("handler_follow_releases", 1);
+        let lines = Summary::of(&followed).to_lines("uswap: ");
+        let line = lines.last().unwrap();
+        assert!(line.contains("moved 12 times") && line.contains("freed 1 times"), "{line}");
+        assert!(!line.contains("failed"), "{line}");
+        followed.set("handler_follow_failed", 2);
+        let lines = Summary::of(&followed).to_lines("uswap: ");
+        assert!(lines.last().unwrap().ends_with(", 2 placements failed"), "{lines:?}");
         assert!(!lines.iter().any(|l| l.contains("swap file") || l.contains("swap device")));
         let mut troubled = file.clone();
         troubled.set("swap_full", 3);

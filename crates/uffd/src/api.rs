@@ -305,7 +305,17 @@ impl Builder {
         if self.exclude_from_fork {
             features = features.difference(Features::EVENT_FORK);
         }
+        if self.follows() {
+            features |= Features::THREAD_ID;
+        }
         features
+    }
+
+    /// Whether the handler follows the faulting thread ([`HandlerOptions::follow`]): asked
+    /// for, under handler delivery (under SIGBUS delivery the faulting thread serves its own
+    /// fault), and with no CPUs given to the reclaimer (those are a placement already).
+    fn follows(&self) -> bool {
+        self.handler.follow && self.delivery == Delivery::Handler && self.reclaimer_cpus.is_empty()
     }
 
     /// The engine configuration these settings make.
@@ -359,8 +369,12 @@ impl Builder {
         let hooks = self.handler.hooks.clone();
         // Under SIGBUS delivery a forked child's faults are signals in the child, forwarded
         // to this handler (crate::forward).
-        let options =
-            HandlerOptions { forward_children: self.delivery == Delivery::Sigbus, ..self.handler };
+        let follow = self.follows();
+        let options = HandlerOptions {
+            forward_children: self.delivery == Delivery::Sigbus,
+            follow,
+            ..self.handler
+        };
         let handler = Handler::spawn_with(engine.clone(), uffd.clone(), source.clone(), options)?;
         let sigbus = match self.delivery {
             Delivery::Sigbus => {

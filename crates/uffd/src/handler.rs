@@ -131,6 +131,7 @@ struct Counters {
     faults_resynced: AtomicU64,
     faults_forwarded: AtomicU64,
     forward_slots_abandoned: AtomicU64,
+    follow: crate::follow::FollowCounters,
 }
 
 /// A snapshot of the handler's counters.
@@ -178,6 +179,13 @@ pub struct HandlerStats {
     pub faults_forwarded: u64,
     /// Board slots freed after their child died holding them (killed while it waited).
     pub forward_slots_abandoned: u64,
+    /// Times the handler moved to the CPU of the thread whose faults it serves, and the
+    /// reclaimer off it ([`HandlerOptions::follow`]).
+    pub follow_moves: u64,
+    /// Times the two went back to every CPU the process may use (faults from many threads).
+    pub follow_releases: u64,
+    /// Placements the kernel refused, or a followed thread whose CPU could not be read.
+    pub follow_failed: u64,
     /// Children served now.
     pub children_live: u64,
 }
@@ -382,6 +390,9 @@ impl Control {
             faults_resynced: get(&c.faults_resynced),
             faults_forwarded: get(&c.faults_forwarded),
             forward_slots_abandoned: get(&c.forward_slots_abandoned),
+            follow_moves: get(&c.follow.moves),
+            follow_releases: get(&c.follow.releases),
+            follow_failed: get(&c.follow.failed),
             children_live: get(&self.children_live),
         }
     }
@@ -497,11 +508,22 @@ pub struct HandlerOptions {
     /// Serve forked children's faults forwarded from their SIGBUS handlers (SIGBUS
     /// delivery: [`crate::forward`]). Default off.
     pub forward_children: bool,
+    /// Keep the handler on the CPU of the thread whose faults it serves, and the engine's
+    /// reclaimer on the process's other CPUs (the follower: `crate::follow`). Needs the
+    /// faults' thread ids (`UFFD_FEATURE_THREAD_ID`); without them, or on one CPU, it does
+    /// nothing. Default off.
+    pub follow: bool,
 }
 
 impl Default for HandlerOptions {
     fn default() -> Self {
-        HandlerOptions { trim: true, resync: true, hooks: None, forward_children: false }
+        HandlerOptions {
+            trim: true,
+            resync: true,
+            hooks: None,
+            forward_children: false,
+            follow: false,
+        }
     }
 }
 
@@ -564,6 +586,8 @@ struct Reader {
     forwarded_left: bool,
     /// Children not yet told their number (forwarding: [`Reader::introduce`]).
     unintroduced: Vec<MmId>,
+    /// Places this thread and the reclaimer by the faults served ([`HandlerOptions::follow`]).
+    follower: Option<crate::follow::Follower>,
 }
 
 /// The handler thread and its control block.
@@ -627,6 +651,7 @@ impl Handler {
             work_wait: None,
             forwarded_left: false,
             unintroduced: Vec::with_capacity(16),
+            follower: if options.follow { crate::follow::Follower::new() } else { None },
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source, fenced: false });
         reader.rebuild_pollfds();
@@ -690,6 +715,9 @@ impl Reader {
             self.read_all();
             self.process();
             self.forwarded_left = self.serve_forwarded() || !self.unintroduced.is_empty();
+            if let Some(follower) = &mut self.follower {
+                follower.tick(&self.engine, &self.control.counters.follow);
+            }
             if self.last_probe.elapsed() >= CHILD_PROBE_INTERVAL {
                 self.probe_children();
             }
@@ -843,8 +871,15 @@ impl Reader {
         }
         let mut faults = std::mem::take(&mut self.faults);
         for fault in faults.drain(..) {
-            if let Attempt::Retain = self.fault(fault) {
-                self.retain(Retained { rounds: fault.rounds + 1, ..fault });
+            match self.fault(fault) {
+                Attempt::Retain => self.retain(Retained { rounds: fault.rounds + 1, ..fault }),
+                // The program's own threads only: a forked child's are not in /proc/self.
+                Attempt::Done if fault.mm == MmId::DEFAULT => {
+                    if let Some(follower) = &mut self.follower {
+                        follower.note(fault.thread_id);
+                    }
+                }
+                Attempt::Done => {}
             }
         }
         self.faults = faults;

@@ -52,6 +52,7 @@ pub mod delivery;
 pub mod error;
 pub mod event;
 pub mod fence;
+mod follow;
 pub mod forward;
 pub mod handler;
 pub mod idle;

@@ -126,16 +126,54 @@ pub fn allowed_cpus() -> Result<Vec<usize>, Errno> {
 
 /// Pins this thread to `cpu` (`sched_setaffinity(2)`); EINVAL for a CPU beyond the set.
 pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
+    set_thread_cpus(&[cpu])
+}
+
+/// Lets this thread run on `cpus` only (`sched_setaffinity(2)`); EINVAL for a CPU beyond
+/// the set, or none at all.
+pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), Errno> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
-    if cpu >= 8 * core::mem::size_of_val(&set) {
+    if cpus.is_empty() || cpus.iter().any(|&cpu| cpu >= 8 * core::mem::size_of_val(&set)) {
         return Err(Errno(libc::EINVAL));
     }
-    // SAFETY: `cpu` is below the set's size in bits (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: `cpu` is below the set's size in bits (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: `set` is a live cpu_set_t of the size passed.
     let ret = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) };
     check(libc::c_long::from(ret)).map(drop)
+}
+
+/// The CPU thread `tid` of this process last ran on (field 39 of its
+/// `/proc/self/task/TID/stat`); `None` for a thread gone or not this process's. Reads into
+/// a stack buffer: no allocation, so it may run on a thread that must not take the
+/// program's malloc locks.
+pub fn thread_cpu(tid: u32) -> Option<usize> {
+    let mut path = [0u8; 48];
+    let mut cursor = std::io::Cursor::new(&mut path[..]);
+    std::io::Write::write_fmt(&mut cursor, format_args!("/proc/self/task/{tid}/stat\0")).ok()?;
+    // SAFETY: `path` holds a NUL-terminated string (written above, the rest zero).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 1024];
+    // SAFETY: `buf` is a live buffer of the length passed; `fd` is ours, closed right after.
+    let len = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: `fd` was opened above and is not used again.
+    unsafe { libc::close(fd) };
+    stat_cpu(buf.get(..usize::try_from(len).ok()?)?)
+}
+
+/// Field 39 (`processor`) of a `/proc/PID/stat` line. The second field, the command, is in
+/// parentheses and may hold spaces and parentheses: counting starts after the last `)`.
+fn stat_cpu(stat: &[u8]) -> Option<usize> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // After the command come fields 3, 4, ...: field 39 is the 37th.
+    rest.split_ascii_whitespace().nth(36)?.parse().ok()
 }
 
 /// Gives this thread nice 19 (`setpriority(2)` on its thread id): the least weight a
@@ -181,4 +219,25 @@ pub fn exists(pid: i32) -> bool {
 pub fn futex_wake_all(word: &core::sync::atomic::AtomicU32) {
     // SAFETY: `word` is a live, aligned u32; waking touches no memory.
     let _ = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+#[cfg(test)]
+mod stat_tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_is_field_39_counted_past_the_command() {
+        let line = b"4242 (a (b) c) S 1 4242 4242 0 -1 4194560 128 0 0 0 3 1 0 0 20 0 4 0 \
+1000 12345678 300 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(stat_cpu(line), Some(1));
+        assert_eq!(stat_cpu(b"4242 (x) S 1 2"), None, "too short");
+        assert_eq!(stat_cpu(b"no command"), None);
+    }
+
+    #[test]
+    fn this_thread_runs_on_a_cpu_it_may_use() {
+        let cpu = thread_cpu(gettid()).expect("this thread's stat");
+        assert!(allowed_cpus().expect("affinity").contains(&cpu), "cpu {cpu}");
+        assert_eq!(thread_cpu(u32::MAX), None, "no such thread");
+    }
 }
