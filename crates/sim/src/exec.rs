@@ -59,11 +59,14 @@ impl Ctx {
                 Ok(0)
             }
             Op::Map { addr, len } => match self.engine.add_region(addr, len) {
-                Ok(_) => Ok(0),
+                Ok(_) => {
+                    self.source.map_range(addr, len);
+                    Ok(0)
+                }
                 Err(e) => Err(FailureKind::Engine { op: format!("{op:?}"), error: e.to_string() }),
             },
             Op::Unmap { addr, len } => {
-                self.source.drop_range(addr, len);
+                self.source.unmap_range(addr, len);
                 self.engine.unmap(addr, len);
                 self.model.lock().drop_range(mm, addr, len);
                 Ok(0)
@@ -163,13 +166,20 @@ impl Ctx {
         let mut ranges = self.engine.region_ranges(MmId::DEFAULT);
         ranges.sort_unstable();
         let mut at = start;
+        let map = |from: u64, to: u64| {
+            let added = self.engine.add_region(from, to - from).is_ok();
+            if added {
+                self.source.map_range(from, to - from);
+            }
+            added
+        };
         for (s, e) in ranges.into_iter().filter(|&(s, e)| e > start && s < end) {
-            if s > at && self.engine.add_region(at, s - at).is_err() {
+            if s > at && !map(at, s) {
                 return false;
             }
             at = at.max(e);
         }
-        at >= end || self.engine.add_region(at, end - at).is_ok()
+        at >= end || map(at, end)
     }
 
     /// A replayed remap: the destination is mapped first ([`Ctx::map_gaps`]), and the

@@ -17,6 +17,12 @@
 //!
 //! Fault sites: `take_retry` and `map_retry` make a take or a map return
 //! [`SourceError::Retry`], as userfaultfd does with EAGAIN while the address space changes.
+//!
+//! Mappings: a range the program unmapped, or moved away with mremap, has no mapping until
+//! it is mapped again ([`SimSource::map_range`]): a map there fails with
+//! [`SourceError::Gone`], as userfaultfd's resolving ioctls fail with ENOENT where no VMA
+//! is. A fault that looked its region up before another thread moved or unmapped the range
+//! meets that refusal, as it would in a real process (the engine relies on it).
 
 use crate::buggify::Site;
 use crate::world::World;
@@ -78,13 +84,21 @@ pub struct SimSource {
     world: Arc<World>,
     /// Zero pages are mapped write-protected ([`PageSource::protects_zero`]).
     protect_zero: bool,
+    /// Ranges with no mapping (unmapped or moved away), `(start, end)`, sorted and apart.
+    /// A leaf lock, taken before `pages` when both are needed.
+    unmapped: Mutex<Vec<(u64, u64)>>,
 }
 
 impl SimSource {
     /// Empty memory: every access faults. `protect_zero`: zero pages are mapped
     /// write-protected.
     pub fn new(world: Arc<World>, protect_zero: bool) -> SimSource {
-        SimSource { pages: Mutex::new(BTreeMap::new()), world, protect_zero }
+        SimSource {
+            pages: Mutex::new(BTreeMap::new()),
+            world,
+            protect_zero,
+            unmapped: Mutex::new(Vec::new()),
+        }
     }
 
     /// Accesses the page at `addr` in address space `mm`, faulting into `engine` until it
@@ -146,14 +160,60 @@ impl SimSource {
     }
 
     /// The program moved `[from, from + len)` to `to` (mremap): present pages move, the
-    /// destination's old pages go, the source range is left empty.
+    /// destination's old pages go, the source range is left with no mapping.
     pub fn move_range(&self, from: u64, to: u64, len: u64) {
-        let mut pages = self.pages.lock();
-        let moved = take_range(&mut pages, from, len);
-        take_range(&mut pages, to, len);
-        for (addr, slot) in moved {
-            pages.insert(addr - from + to, slot);
+        {
+            let mut pages = self.pages.lock();
+            let moved = take_range(&mut pages, from, len);
+            take_range(&mut pages, to, len);
+            for (addr, slot) in moved {
+                pages.insert(addr - from + to, slot);
+            }
         }
+        self.map_range(to, len);
+        self.unmap_range(from, len);
+    }
+
+    /// The program unmapped `[addr, addr + len)`: its pages go, and so does the mapping.
+    pub fn unmap_range(&self, addr: u64, len: u64) {
+        self.drop_range(addr, len);
+        let mut unmapped = self.unmapped.lock();
+        let end = addr + len;
+        let (mut start, mut stop) = (addr, end);
+        unmapped.retain(|&(s, e)| {
+            let touches = s <= end && e >= addr;
+            if touches {
+                (start, stop) = (start.min(s), stop.max(e));
+            }
+            !touches
+        });
+        let at = unmapped.partition_point(|&(s, _)| s < start);
+        unmapped.insert(at, (start, stop));
+    }
+
+    /// The program mapped `[addr, addr + len)` (again): maps there succeed.
+    pub fn map_range(&self, addr: u64, len: u64) {
+        let end = addr + len;
+        let mut unmapped = self.unmapped.lock();
+        let mut kept = Vec::with_capacity(unmapped.len() + 1);
+        for &(s, e) in unmapped.iter() {
+            if e <= addr || s >= end {
+                kept.push((s, e));
+                continue;
+            }
+            if s < addr {
+                kept.push((s, addr));
+            }
+            if e > end {
+                kept.push((end, e));
+            }
+        }
+        *unmapped = kept;
+    }
+
+    /// Whether any of `[addr, addr + len)` has no mapping.
+    fn unmapped(&self, addr: u64, len: u64) -> bool {
+        self.unmapped.lock().iter().any(|&(s, e)| s < addr + len && e > addr)
     }
 
     /// A forked child's memory: present pages copied (copy-on-write, to the program), the
@@ -164,6 +224,7 @@ impl SimSource {
             pages: Mutex::new(self.pages.lock().clone()),
             world: self.world.clone(),
             protect_zero: self.protect_zero,
+            unmapped: Mutex::new(self.unmapped.lock().clone()),
         }
     }
 
@@ -172,16 +233,25 @@ impl SimSource {
         self.pages.lock().len() as u64
     }
 
-    /// Installs pages made by `make` over `[addr, addr + len)` unless one is present.
-    fn install(&self, addr: u64, len: u64, mut make: impl FnMut(usize) -> Page) -> Mapped {
+    /// Installs pages made by `make` over `[addr, addr + len)` unless one is present;
+    /// `Gone` where the range has no mapping.
+    fn install(
+        &self,
+        addr: u64,
+        len: u64,
+        mut make: impl FnMut(usize) -> Page,
+    ) -> Result<Mapped, SourceError> {
+        if self.unmapped(addr, len) {
+            return Err(SourceError::Gone);
+        }
         let mut pages = self.pages.lock();
         if pages.range(addr..addr + len).next().is_some() {
-            return Mapped::AlreadyPresent;
+            return Ok(Mapped::AlreadyPresent);
         }
         for i in 0..(len / PAGE) as usize {
             pages.insert(addr + i as u64 * PAGE, Slot::new(make(i)));
         }
-        Mapped::Done
+        Ok(Mapped::Done)
     }
 }
 
@@ -220,11 +290,11 @@ impl PageSource for SimSource {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
         }
-        Ok(self.install(addr, data.len() as u64, |i| {
+        self.install(addr, data.len() as u64, |i| {
             let mut page = Box::new([0u8; PAGE_SIZE]);
             page.copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
             Page::Data(page)
-        }))
+        })
     }
 
     fn fills_in_place(&self) -> bool {
@@ -239,6 +309,9 @@ impl PageSource for SimSource {
     ) -> Result<Option<Mapped>, SourceError> {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
+        }
+        if self.unmapped(addr, len) {
+            return Err(SourceError::Gone);
         }
         let mut pages = self.pages.lock();
         if pages.range(addr..addr + len).next().is_some() {
@@ -260,7 +333,7 @@ impl PageSource for SimSource {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
         }
-        Ok(self.install(addr, len, |_| Page::Zero))
+        self.install(addr, len, |_| Page::Zero)
     }
 
     fn protects_zero(&self) -> bool {
@@ -273,7 +346,7 @@ impl PageSource for SimSource {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
         }
-        let mapped = self.install(addr, len, |_| Page::Zero);
+        let mapped = self.install(addr, len, |_| Page::Zero)?;
         if mapped == Mapped::Done && !self.world.fires(Site::ProtectLost) {
             for (_, slot) in self.pages.lock().range_mut(addr..addr + len) {
                 slot.protected = true;
@@ -306,5 +379,43 @@ impl PageSource for SimSource {
             any |= std::mem::replace(&mut slot.referenced, false);
         }
         Some(any)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buggify::Faults;
+    use crate::world::Latency;
+
+    fn source() -> SimSource {
+        SimSource::new(Arc::new(World::new(1, Faults::none(), Latency::FAST)), false)
+    }
+
+    #[test]
+    fn a_range_moved_away_or_unmapped_refuses_maps_until_mapped_again() {
+        let s = source();
+        let (from, to) = (0x10_0000, 0x40_0000);
+        assert_eq!(s.map_zero(from, 2 * PAGE), Ok(Mapped::Done));
+        s.move_range(from, to, 4 * PAGE);
+        // The pages went with the move; the old range has no mapping (ENOENT in a real
+        // process), the new one takes maps.
+        assert_eq!(s.present_pages(), 2);
+        assert_eq!(s.map_zero(from + 2 * PAGE, PAGE), Err(SourceError::Gone));
+        assert_eq!(s.map(from + 3 * PAGE, &[7; PAGE_SIZE]), Err(SourceError::Gone));
+        let mut fill = |_: &mut [&mut [u8]]| true;
+        assert_eq!(s.map_with(from, PAGE, &mut fill), Err(SourceError::Gone));
+        assert_eq!(s.map_zero(to + 2 * PAGE, PAGE), Ok(Mapped::Done));
+        assert_eq!(s.map_zero(from + 4 * PAGE, PAGE), Ok(Mapped::Done), "past the moved range");
+        // Mapped again in part: that part takes maps, the rest still refuses.
+        s.map_range(from + PAGE, PAGE);
+        assert_eq!(s.map_zero(from + PAGE, PAGE), Ok(Mapped::Done));
+        assert_eq!(s.map_zero(from, 2 * PAGE), Err(SourceError::Gone), "a page of it unmapped");
+        s.unmap_range(to, 4 * PAGE);
+        assert_eq!(s.map_zero(to + 3 * PAGE, PAGE), Err(SourceError::Gone));
+        assert_eq!(s.present_pages(), 2, "the unmap took the destination's pages");
+        s.map_range(from, 0x100 * PAGE);
+        assert_eq!(s.map_zero(to, PAGE), Err(SourceError::Gone), "mapped elsewhere only");
+        assert_eq!(s.map_zero(from + 2 * PAGE, PAGE), Ok(Mapped::Done));
     }
 }
