@@ -673,6 +673,15 @@ fn a_recorded_remap_replays_as_a_move() {
     );
     let singles = records.iter().filter(|r| matches!(r.kind, RecordKind::RemapFrom)).count();
     assert_eq!(singles, pairs.len(), "every remap-from is followed by its remap-to");
+    // The program's faults are filed under its thread, the engine's doings under their own
+    // number (the faults carry their thread since the handler asks for THREAD_ID): a replay
+    // runs them side by side, as they ran.
+    let threads_of = |kinds: &[RecordKind]| -> std::collections::BTreeSet<u32> {
+        records.iter().filter(|r| kinds.contains(&r.kind)).map(|r| r.thread).collect()
+    };
+    let faulting = threads_of(&[RecordKind::FaultRead, RecordKind::FaultWrite]);
+    let engine = threads_of(&[RecordKind::Evict, RecordKind::RemapFrom, RecordKind::Unmap]);
+    assert!(!faulting.is_empty() && faulting.is_disjoint(&engine), "{faulting:?} {engine:?}");
     // Replayed up to 4000 records past the remap (the whole trace takes minutes per seed in
     // a debug build).
     let at = records.iter().position(|r| r.kind == RecordKind::RemapTo).unwrap();

@@ -296,17 +296,17 @@ impl Builder {
     /// The uffd features this configuration needs.
     fn features(&self) -> Features {
         let mut features = REQUIRED_FEATURES;
-        if self.delivery == Delivery::Sigbus {
-            features |= Features::SIGBUS;
-        }
+        // A fault's thread: for the follower, and for a recorded trace, which files each
+        // fault under its thread (under SIGBUS delivery the faulting thread is the caller).
+        features |= match self.delivery {
+            Delivery::Sigbus => Features::SIGBUS,
+            Delivery::Handler => Features::THREAD_ID,
+        };
         if self.protect_zero == Some(true) {
             features |= Features::PAGEFAULT_FLAG_WP;
         }
         if self.exclude_from_fork {
             features = features.difference(Features::EVENT_FORK);
-        }
-        if self.follows() {
-            features |= Features::THREAD_ID;
         }
         features
     }
