@@ -175,20 +175,12 @@ struct Layout {
 impl Layout {
     /// Adds hole `[first, end)`, merged with every hole it overlaps or touches.
     fn add_hole(&mut self, first: u64, end: u64) {
-        let from = self.holes.partition_point(|&(_, e)| e < first);
-        let to = self.holes.partition_point(|&(s, _)| s <= end);
-        let merged = match self.holes.get(from..to) {
-            Some([head, .., tail]) => (head.0.min(first), tail.1.max(end)),
-            Some([one]) => (one.0.min(first), one.1.max(end)),
-            _ => (first, end),
-        };
-        self.holes.splice(from..to, [merged]);
+        crate::ranges::insert(&mut self.holes, first, end);
     }
 
     /// Whether a hole overlaps `[first, first + nr)`.
     fn hole_overlaps(&self, first: u64, nr: u64) -> bool {
-        let at = self.holes.partition_point(|&(_, e)| e <= first);
-        self.holes.get(at).is_some_and(|&(s, _)| s < first + nr)
+        crate::ranges::overlaps(&self.holes, first, first + nr)
     }
 }
 
@@ -263,21 +255,7 @@ impl Region {
     pub(crate) fn fill_hole(&self, first: u64, end: u64) {
         let mut layout = self.layout.lock();
         let Layout { holes, seams } = &mut *layout;
-        // In order, so the holes stay sorted and apart.
-        let mut kept = Vec::with_capacity(holes.len() + 1);
-        for &(s, e) in holes.iter() {
-            if e <= first || s >= end {
-                kept.push((s, e));
-                continue;
-            }
-            if s < first {
-                kept.push((s, first));
-            }
-            if e > end {
-                kept.push((end, e));
-            }
-        }
-        *holes = kept;
+        crate::ranges::remove(holes, first, end);
         for edge in [first, end] {
             if edge > 0 && edge < self.nr_pages {
                 if let Err(at) = seams.binary_search(&edge) {

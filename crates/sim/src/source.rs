@@ -177,43 +177,17 @@ impl SimSource {
     /// The program unmapped `[addr, addr + len)`: its pages go, and so does the mapping.
     pub fn unmap_range(&self, addr: u64, len: u64) {
         self.drop_range(addr, len);
-        let mut unmapped = self.unmapped.lock();
-        let end = addr + len;
-        let (mut start, mut stop) = (addr, end);
-        unmapped.retain(|&(s, e)| {
-            let touches = s <= end && e >= addr;
-            if touches {
-                (start, stop) = (start.min(s), stop.max(e));
-            }
-            !touches
-        });
-        let at = unmapped.partition_point(|&(s, _)| s < start);
-        unmapped.insert(at, (start, stop));
+        engine::ranges::insert(&mut self.unmapped.lock(), addr, addr + len);
     }
 
     /// The program mapped `[addr, addr + len)` (again): maps there succeed.
     pub fn map_range(&self, addr: u64, len: u64) {
-        let end = addr + len;
-        let mut unmapped = self.unmapped.lock();
-        let mut kept = Vec::with_capacity(unmapped.len() + 1);
-        for &(s, e) in unmapped.iter() {
-            if e <= addr || s >= end {
-                kept.push((s, e));
-                continue;
-            }
-            if s < addr {
-                kept.push((s, addr));
-            }
-            if e > end {
-                kept.push((end, e));
-            }
-        }
-        *unmapped = kept;
+        engine::ranges::remove(&mut self.unmapped.lock(), addr, addr + len);
     }
 
     /// Whether any of `[addr, addr + len)` has no mapping.
     fn unmapped(&self, addr: u64, len: u64) -> bool {
-        self.unmapped.lock().iter().any(|&(s, e)| s < addr + len && e > addr)
+        engine::ranges::overlaps(&self.unmapped.lock(), addr, addr + len)
     }
 
     /// A forked child's memory: present pages copied (copy-on-write, to the program), the
