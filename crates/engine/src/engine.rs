@@ -839,6 +839,12 @@ impl Core {
         self.budget.used(self.pool_charge())
     }
 
+    /// XArray node memory of every region's page table (each region's lock taken in turn).
+    fn pagetable_bytes(&self) -> u64 {
+        let regions: Vec<Arc<Region>> = self.regions.read().by_id.values().cloned().collect();
+        regions.iter().map(|region| region.lock().memory_bytes() as u64).sum()
+    }
+
     /// Is the pool one of its own beside the budget?
     pub(crate) fn pool_is_beside(&self) -> bool {
         self.config.zswap.as_ref().is_some_and(|settings| settings.separate_bytes.is_some())
@@ -852,6 +858,8 @@ impl Core {
             swapcache_bytes: self.budget.swapcache_bytes(),
             nr_swapcached: self.nr_swapcached.load(Ordering::Relaxed),
             swapcache_node_bytes: self.swap_cache.memory_bytes() as u64,
+            pagetable_node_bytes: self.pagetable_bytes(),
+            lru_bytes: self.lru.memory_bytes() as u64,
             pool_bytes,
             pool_stored_pages: self.storage.zswap.as_ref().map_or(0, |z| z.stored_pages()),
             swap_inuse_pages: self.storage.device.inuse_pages(),

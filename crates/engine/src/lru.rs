@@ -462,6 +462,11 @@ impl Lru {
         Self::balance_locked(&mut inner)
     }
 
+    /// Bytes of the record table (one record per resident folio, by its high-water mark).
+    pub fn memory_bytes(&self) -> usize {
+        self.inner.lock().records.capacity() * std::mem::size_of::<Record>()
+    }
+
     /// The list sizes.
     pub fn counts(&self) -> LruCounts {
         let inner = self.inner.lock();

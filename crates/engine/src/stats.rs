@@ -210,6 +210,10 @@ pub struct Gauges {
     pub nr_swapcached: u64,
     /// XArray node memory of the swap cache (folio and shadow entries), in bytes.
     pub swapcache_node_bytes: u64,
+    /// XArray node memory of the regions' page tables, in bytes.
+    pub pagetable_node_bytes: u64,
+    /// Bytes of the LRU's record table.
+    pub lru_bytes: u64,
     /// Bytes the compressed pool holds and the budget charges: zswap's pool_total_size,
     /// with the free pages its allocator keeps resident.
     pub pool_bytes: u64,
@@ -329,6 +333,8 @@ impl Gauges {
             ("swapcache_bytes", self.swapcache_bytes),
             ("nr_swapcached", self.nr_swapcached),
             ("swapcache_node_bytes", self.swapcache_node_bytes),
+            ("pagetable_node_bytes", self.pagetable_node_bytes),
+            ("lru_bytes", self.lru_bytes),
             ("pool_total_size", self.pool_bytes),
             ("stored_pages", self.pool_stored_pages),
             ("swap_inuse_pages", self.swap_inuse_pages),
