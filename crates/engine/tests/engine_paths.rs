@@ -32,6 +32,12 @@ fn pages_beyond_the_budget_come_back() {
     let stats = engine.stats();
     assert!(stats.counters.pswpout > 900, "pages went out: {}", stats.counters.pswpout);
     assert!(stats.gauges.used_bytes <= 64 * PAGE as u64, "used {}", stats.gauges.used_bytes);
+    // The bookkeeping gauges: a page table for 1024 pages (16 leaves of 64 at least), and
+    // an LRU record for each resident folio at least.
+    let node = stats.gauges.pagetable_node_bytes;
+    assert!(node >= 16 * 64 * 8 && node < 1024 * 64, "page table {node} bytes");
+    let lru = stats.gauges.lru_bytes;
+    assert!(lru >= stats.gauges.resident_pages * 8 && lru < 1 << 20, "lru {lru} bytes");
     let mut buf = vec![0u8; PAGE];
     for page in 0..1024 {
         source.read(&engine, addr(page), &mut buf).unwrap();
