@@ -35,9 +35,9 @@ fn pages_beyond_the_budget_come_back() {
     // The bookkeeping gauges: a page table for 1024 pages (16 leaves of 64 at least), and
     // an LRU record for each resident folio at least.
     let node = stats.gauges.pagetable_node_bytes;
-    assert!(node >= 16 * 64 * 8 && node < 1024 * 64, "page table {node} bytes");
+    assert!((16 * 64 * 8..1024 * 64).contains(&node), "page table {node} bytes");
     let lru = stats.gauges.lru_bytes;
-    assert!(lru >= stats.gauges.resident_pages * 8 && lru < 1 << 20, "lru {lru} bytes");
+    assert!((stats.gauges.resident_pages * 8..1 << 20).contains(&lru), "lru {lru} bytes");
     let mut buf = vec![0u8; PAGE];
     for page in 0..1024 {
         source.read(&engine, addr(page), &mut buf).unwrap();
