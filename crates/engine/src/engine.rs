@@ -523,16 +523,12 @@ impl Engine {
         reclaimed
     }
 
-    /// Moves the background reclaimer to `cpus`, from any thread: the uffd handler keeps it
-    /// off the CPU of the thread whose faults it serves (`uffd::HandlerOptions::follow`).
-    /// False where there is no reclaimer (yet) or the kernel refused; the caller counts
-    /// that (`reclaimer_cpus_failed` is for `EngineConfig::reclaimer_cpus` alone).
-    ///
-    /// Context: one system call; no lock.
-    pub fn place_reclaimer_on(&self, cpus: &[usize]) -> bool {
+    /// The background reclaimer's thread id, once it runs (`None` before, or without one):
+    /// the uffd handler keeps it off the CPU of the thread whose faults it serves
+    /// (`uffd::HandlerOptions::follow`).
+    pub fn reclaimer_tid(&self) -> Option<u32> {
         let tid = self.core.kswapd_tid.load(std::sync::atomic::Ordering::Acquire);
-        let Some(tid) = rustix::thread::Pid::from_raw(tid) else { return false };
-        crate::reclaim::move_reclaimer(Some(tid), cpus)
+        u32::try_from(tid).ok().filter(|&tid| tid != 0)
     }
 
     /// Sets the hook told of every page-out from now on (hooks.rs essay). Once per engine.

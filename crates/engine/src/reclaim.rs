@@ -170,7 +170,12 @@ impl Core {
     /// [`EngineConfig::reclaimer_cpus`]: crate::EngineConfig::reclaimer_cpus
     pub(crate) fn place_reclaimer(&self) {
         let cpus = &self.config.reclaimer_cpus;
-        if !cpus.is_empty() && !move_reclaimer(None, cpus) {
+        if cpus.is_empty() {
+            return;
+        }
+        let mut set = rustix::thread::CpuSet::new();
+        cpus.iter().filter(|&&cpu| cpu < rustix::thread::CpuSet::MAX_CPU).for_each(|&c| set.set(c));
+        if rustix::thread::sched_setaffinity(None, &set).is_err() {
             Stats::add(&self.stats.counters.reclaimer_cpus_failed, 1);
         }
     }
@@ -703,12 +708,4 @@ fn run_len(victims: &[Victim]) -> usize {
             && !(uneven && region.splits_mapping(first.index, *k as u64 + 1))
     };
     victims.iter().enumerate().take(RUN_PAGES_MAX).take_while(next_of_run).count().max(1)
-}
-
-/// Sets the CPUs of the reclaimer thread `tid` (`None`: the calling thread, which is it).
-/// Returns whether the kernel took them.
-pub(crate) fn move_reclaimer(tid: Option<rustix::thread::Pid>, cpus: &[usize]) -> bool {
-    let mut set = rustix::thread::CpuSet::new();
-    cpus.iter().filter(|&&cpu| cpu < rustix::thread::CpuSet::MAX_CPU).for_each(|&c| set.set(c));
-    rustix::thread::sched_setaffinity(tid, &set).is_ok()
 }

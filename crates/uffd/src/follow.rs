@@ -120,8 +120,8 @@ impl Follower {
             },
             Decision::Release if self.held.is_some() => {
                 self.held = None;
-                let handler = process::set_thread_cpus(&self.allowed).is_ok();
-                let reclaimer = engine.place_reclaimer_on(&self.allowed);
+                let handler = process::set_thread_cpus(0, &self.allowed).is_ok();
+                let reclaimer = place_reclaimer(engine, &self.allowed);
                 let counter =
                     if handler && reclaimer { &counters.releases } else { &counters.failed };
                 counter.fetch_add(1, Relaxed);
@@ -132,7 +132,7 @@ impl Follower {
 
     /// Holds the handler on `cpu` and the reclaimer on the other allowed CPUs.
     fn hold(&mut self, cpu: usize, engine: &Engine, counters: &FollowCounters) {
-        if process::set_thread_cpus(&[cpu]).is_err() {
+        if process::set_thread_cpus(0, &[cpu]).is_err() {
             counters.failed.fetch_add(1, Relaxed);
             return;
         }
@@ -140,7 +140,7 @@ impl Follower {
         self.others.clear();
         self.others.extend(self.allowed.iter().copied().filter(|&other| other != cpu));
         // A reclaimer not started yet, or refused: it stays where it was, counted.
-        let moved = engine.place_reclaimer_on(&self.others);
+        let moved = place_reclaimer(engine, &self.others);
         let counter = if moved { &counters.moves } else { &counters.failed };
         counter.fetch_add(1, Relaxed);
     }
@@ -159,6 +159,12 @@ impl Follower {
             Decision::Release
         }
     }
+}
+
+/// Moves the engine's reclaimer to `cpus`; false where it has not started or the kernel
+/// refused.
+fn place_reclaimer(engine: &Engine, cpus: &[usize]) -> bool {
+    engine.reclaimer_tid().is_some_and(|tid| process::set_thread_cpus(tid, cpus).is_ok())
 }
 
 /// A period's verdict.

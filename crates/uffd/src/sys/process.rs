@@ -126,12 +126,12 @@ pub fn allowed_cpus() -> Result<Vec<usize>, Errno> {
 
 /// Pins this thread to `cpu` (`sched_setaffinity(2)`); EINVAL for a CPU beyond the set.
 pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
-    set_thread_cpus(&[cpu])
+    set_thread_cpus(0, &[cpu])
 }
 
-/// Lets this thread run on `cpus` only (`sched_setaffinity(2)`); EINVAL for a CPU beyond
-/// the set, or none at all.
-pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), Errno> {
+/// Lets thread `tid` of this process (0: the calling thread) run on `cpus` only
+/// (`sched_setaffinity(2)`); EINVAL for a CPU beyond the set, or none at all.
+pub fn set_thread_cpus(tid: u32, cpus: &[usize]) -> Result<(), Errno> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
     if cpus.is_empty() || cpus.iter().any(|&cpu| cpu >= 8 * core::mem::size_of_val(&set)) {
@@ -141,8 +141,9 @@ pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), Errno> {
         // SAFETY: `cpu` is below the set's size in bits (checked above).
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
+    let tid = libc::pid_t::try_from(tid).map_err(|_| Errno(libc::ESRCH))?;
     // SAFETY: `set` is a live cpu_set_t of the size passed.
-    let ret = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) };
+    let ret = unsafe { libc::sched_setaffinity(tid, core::mem::size_of_val(&set), &set) };
     check(libc::c_long::from(ret)).map(drop)
 }
 
