@@ -81,6 +81,8 @@ pub struct MemorySource {
     boundaries: crate::sync::Mutex<Vec<u64>>,
     /// Calls refused for spanning a boundary.
     across: AtomicU64,
+    /// The address of every page mapped with data, in order ([`MemorySource::take_map_log`]).
+    map_log: crate::sync::Mutex<Vec<u64>>,
 }
 
 /// What sets a page's referenced bit, and whether reclaim may read it.
@@ -108,6 +110,12 @@ impl AccessBits {
 }
 
 impl MemorySource {
+    /// The addresses of the pages mapped with data since the last call, in the order they
+    /// were mapped (a page's data arriving is what wakes a thread faulting on it).
+    pub fn take_map_log(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.map_log.lock())
+    }
+
     /// A source of `nr_pages` missing pages from `base` (page aligned).
     pub fn new(base: u64, nr_pages: u64) -> Self {
         assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
@@ -121,6 +129,7 @@ impl MemorySource {
             protect_zero: false,
             boundaries: crate::sync::Mutex::new(Vec::new()),
             across: AtomicU64::new(0),
+            map_log: crate::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -370,6 +379,8 @@ impl MemorySource {
         }
         if data.is_some() {
             self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
+            let mut log = self.map_log.lock();
+            log.extend((0..pages.len() as u64).map(|i| addr + i * PAGE_SIZE as u64));
         }
         Ok(Mapped::Done)
     }

@@ -72,6 +72,44 @@ fn readahead_runs_under_a_full_budget() {
     assert!(faults <= 1024, "{faults} faults for 2048 pages");
 }
 
+/// A walk through swapped memory with every fourth page resident (as random access
+/// leaves it): readahead passes over the mapped pages instead of ending its window at
+/// them, and maps its window before the faulting page, whose map is what wakes the
+/// faulting thread (woken first, it ran into the window while it was being read).
+#[test]
+fn readahead_passes_over_mapped_pages_and_maps_the_faulting_page_last() {
+    let (engine, source) = setup(config(2048), 1024);
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    engine.pageout(addr(0), 1024 * PAGE as u64).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    // Every fourth page back, from the top down: no walk, so no readahead.
+    for page in (0..256).rev().map(|i| 4 * i) {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+    }
+    source.take_map_log();
+    let before = engine.stats().counters;
+    let mut faults_ahead = 0;
+    for page in 1..1024 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+        let log = source.take_map_log();
+        if let Some((&last, ahead)) = log.split_last() {
+            assert_eq!(last, addr(page), "the faulting page is mapped last: {log:x?}");
+            assert!(ahead.iter().all(|&a| a > addr(page)), "ahead of the fault: {log:x?}");
+            faults_ahead += usize::from(!ahead.is_empty());
+        }
+    }
+    engine.check_invariants();
+    let after = engine.stats().counters;
+    let (faults, ahead) = (after.pgfault - before.pgfault, after.swap_ra - before.swap_ra);
+    eprintln!("{faults} faults ({faults_ahead} reading ahead), {ahead} pages read ahead");
+    // 768 swapped pages in the walk; a full window of 8 pages holds 6 of them.
+    assert!(faults <= 768 / 5, "{faults} faults for 768 swapped pages");
+    assert_eq!(faults + ahead, 768, "every swapped page read once");
+}
+
 #[test]
 fn zero_pages_are_stored_as_bits_and_read_as_the_zero_page() {
     let (engine, source) = setup(config(64), 512);
