@@ -121,7 +121,7 @@ impl Core {
             let found = region.lock_span(index).lookup(index);
             let step = match found {
                 None => self.first_touch(&region, index, write)?,
-                Some(Found { pte: Pte::Resident(_) | Pte::ZeroMapped, .. }) => {
+                Some(found) if found.pte.is_mapped() => {
                     Stats::add(&self.stats.counters.pgfault_spurious, 1);
                     region.source().wake(region.addr_of(index), PAGE);
                     Step::Done(FaultOutcome::Spurious)
@@ -774,8 +774,7 @@ impl Core {
     /// Whether page `index` is mapped (resident, or the zero page): a fault will not come
     /// there.
     fn is_mapped(&self, region: &Region, index: u64) -> bool {
-        let found = region.lock_span(index).lookup(index);
-        matches!(found, Some(Found { pte: Pte::Resident(_) | Pte::ZeroMapped, .. }))
+        region.lock_span(index).lookup(index).is_some_and(|found| found.pte.is_mapped())
     }
 
     /// Swaps in one page for readahead if it is swapped, order 0, nobody is on it, and the
@@ -788,9 +787,8 @@ impl Core {
         let found = region.lock_span(index).lookup(index);
         let (first, entry) = match found {
             Some(Found { order: 0, pte: Pte::Swap(entry), first }) => (first, entry),
-            None | Some(Found { pte: Pte::Resident(_) | Pte::ZeroMapped, .. }) => {
-                return Ahead::Passed;
-            }
+            None => return Ahead::Passed,
+            Some(found) if found.pte.is_mapped() => return Ahead::Passed,
             // A large swapped folio: its own fault takes it whole.
             Some(_) => return Ahead::Stop,
         };

@@ -81,8 +81,10 @@ pub struct MemorySource {
     boundaries: crate::sync::Mutex<Vec<u64>>,
     /// Calls refused for spanning a boundary.
     across: AtomicU64,
-    /// The address of every page mapped with data, in order ([`MemorySource::take_map_log`]).
-    map_log: crate::sync::Mutex<Vec<u64>>,
+    /// The address of every page mapped with data, in order, when a test asked for it
+    /// ([`MemorySource::with_map_log`]); `None` keeps the map path free of it (`uswap
+    /// bench engine` times that path).
+    map_log: Option<crate::sync::Mutex<Vec<u64>>>,
 }
 
 /// What sets a page's referenced bit, and whether reclaim may read it.
@@ -110,12 +112,6 @@ impl AccessBits {
 }
 
 impl MemorySource {
-    /// The addresses of the pages mapped with data since the last call, in the order they
-    /// were mapped (a page's data arriving is what wakes a thread faulting on it).
-    pub fn take_map_log(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.map_log.lock())
-    }
-
     /// A source of `nr_pages` missing pages from `base` (page aligned).
     pub fn new(base: u64, nr_pages: u64) -> Self {
         assert_eq!(base % PAGE_SIZE as u64, 0, "base not page aligned");
@@ -129,7 +125,7 @@ impl MemorySource {
             protect_zero: false,
             boundaries: crate::sync::Mutex::new(Vec::new()),
             across: AtomicU64::new(0),
-            map_log: crate::sync::Mutex::new(Vec::new()),
+            map_log: None,
         }
     }
 
@@ -181,6 +177,23 @@ impl MemorySource {
     pub fn with_write_bits_only(mut self, fault_references: bool) -> Self {
         self.access_bits = AccessBits::Writes { fault_references };
         self
+    }
+
+    /// The same source, logging the address of every page mapped with data
+    /// ([`MemorySource::take_map_log`]).
+    pub fn with_map_log(mut self) -> Self {
+        self.map_log = Some(crate::sync::Mutex::new(Vec::new()));
+        self
+    }
+
+    /// The addresses of the pages mapped with data since the last call, in the order they
+    /// were mapped (a page's data arriving is what wakes a thread faulting on it).
+    ///
+    /// # Panics
+    /// If the source was not made [`MemorySource::with_map_log`].
+    pub fn take_map_log(&self) -> Vec<u64> {
+        let log = self.map_log.as_ref().expect("a source made with_map_log");
+        std::mem::take(&mut *log.lock())
     }
 
     /// The first address.
@@ -379,8 +392,10 @@ impl MemorySource {
         }
         if data.is_some() {
             self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
-            let mut log = self.map_log.lock();
-            log.extend((0..pages.len() as u64).map(|i| addr + i * PAGE_SIZE as u64));
+            if let Some(log) = &self.map_log {
+                let pages = 0..pages.len() as u64;
+                log.lock().extend(pages.map(|i| addr + i * PAGE_SIZE as u64));
+            }
         }
         Ok(Mapped::Done)
     }

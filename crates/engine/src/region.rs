@@ -77,6 +77,11 @@ const OFFSET_BITS: u32 = 56;
 const _: () = assert!(slots::MAX_SLOTS <= 1 << OFFSET_BITS);
 
 impl Pte {
+    /// Whether the page is mapped (resident, or the zero page): an access does not fault.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, Pte::Resident(_) | Pte::ZeroMapped)
+    }
+
     /// The value-entry encoding (see the module documentation).
     pub fn to_value(self) -> u64 {
         match self {

@@ -78,7 +78,8 @@ fn readahead_runs_under_a_full_budget() {
 /// faulting thread (woken first, it ran into the window while it was being read).
 #[test]
 fn readahead_passes_over_mapped_pages_and_maps_the_faulting_page_last() {
-    let (engine, source) = setup(config(2048), 1024);
+    let source = MemorySource::new(common::BASE, 1024).with_map_log();
+    let (engine, source) = setup_with(source, config(2048), 1024);
     for page in 0..1024 {
         source.write(&engine, addr(page), &content(page, 1)).unwrap();
     }
