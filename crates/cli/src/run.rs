@@ -513,7 +513,7 @@ fn check_userfaultfd(sigbus: bool) -> Result<()> {
 
 /// The shim: $USWAP_PRELOAD, or libuswap_preload.so beside this program (or its parent
 /// directory: test binaries live in target/<profile>/deps).
-fn find_shim() -> Result<PathBuf> {
+pub(crate) fn find_shim() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("USWAP_PRELOAD") {
         let path = PathBuf::from(path);
         return if path.is_file() {

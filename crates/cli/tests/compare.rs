@@ -108,8 +108,19 @@ fn check_the_uswap_side(json: &Value, pool: &str) -> bool {
             assert_eq!(row["uswap_verify_errors"], 0, "{row}");
             assert!(row["uswap_peak_rss_bytes"].as_u64().unwrap() > 0, "{row}");
             let cached = row["uswap_file_cache_peak_bytes"].as_u64().unwrap();
-            let rss = row["uswap_peak_rss_bytes"].as_u64().unwrap();
-            assert_eq!(row["uswap_peak_bytes"].as_u64().unwrap(), rss + cached, "{row}");
+            let charged = row["uswap_peak_rss_bytes"].as_u64().unwrap();
+            let peak = row["uswap_peak_bytes"].as_u64().unwrap();
+            assert!(row["uswap_tree_rss_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+            match row["uswap_meter"].as_str().unwrap() {
+                // Measured like the kernel side, in a memory cgroup (this test runs as
+                // root): the swap file's page cache is in the charge.
+                "cgroup" => {
+                    assert_eq!(peak, charged, "{row}");
+                    assert!(row["uswap_cache_charged_bytes"].is_u64(), "{row}");
+                }
+                "tree_rss" => assert_eq!(peak, charged + cached, "{row}"),
+                other => panic!("unknown meter {other}: {row}"),
+            }
             if pool == "beside" {
                 // 64 MiB under 16 MiB, the pool as large as the zram device (64 MiB of
                 // data + half + 64 MiB of slack): it holds every page, the file none.
@@ -145,6 +156,15 @@ fn check_the_kernel_side(row: &Value) -> bool {
             assert!(row["kernel_zram_lz4_s"].as_f64().unwrap() > 0.0, "{row}");
             assert_eq!(row["kernel_zram_lz4_verify_errors"], 0, "{row}");
             assert!(row["kernel_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+            // The peak is its parts: the cgroup's, zram's store, the swap tables and the
+            // swap's slab objects (measured where /sys/kernel/slab shows zram's caches).
+            let part = |key: &str| row[format!("kernel_zram_lz4_{key}")].as_u64().unwrap_or(0);
+            let parts = ["charged_peak_bytes", "store_peak_bytes", "tables_bytes", "slab_bytes"];
+            let sum: u64 = parts.iter().map(|key| part(key)).sum();
+            assert_eq!(row["kernel_peak_bytes"].as_u64().unwrap(), sum, "{row}");
+            if std::path::Path::new("/sys/kernel/slab/zs_handle-zram0/objects").exists() {
+                assert!(row["kernel_zram_lz4_slab_bytes"].as_u64().unwrap() > 0, "{row}");
+            }
             assert!(row["kernel_zram_lz4_major_faults"].as_u64().unwrap() > 0, "{row}");
             true
         }

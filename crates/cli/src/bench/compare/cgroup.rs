@@ -1,4 +1,9 @@
-//! The memory cgroup a kernel-side run is confined to: limit = the budget.
+//! The memory cgroups of a comparison: the one a kernel-side run is confined to (limit =
+//! the budget), and the one a uswap-side run is measured in (no limit: `uswap run` keeps
+//! the budget itself, and the group is the same instrument as the kernel side's, so both
+//! peaks count the same things: anonymous memory, kernel memory such as page tables, and
+//! page cache the run brought in, but not the pages of files it maps that were cached
+//! before it started).
 //!
 //! ```text
 //!   v1 (this machine): /sys/fs/cgroup/memory/<our cgroup>/uswap-bench-PID-N/
@@ -47,6 +52,20 @@ impl CgroupVersion {
             CgroupVersion::V2 => "memory.peak",
         }
     }
+    /// What the limit file takes for "no limit".
+    fn unlimited(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "-1",
+            CgroupVersion::V2 => "max",
+        }
+    }
+    /// The memory.stat line of the page cache charged to the group.
+    fn cache_stat(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "cache",
+            CgroupVersion::V2 => "file",
+        }
+    }
 }
 
 /// Where new memory cgroups are made, and with which interface.
@@ -88,7 +107,7 @@ fn own_v1_memory_path(proc_self_cgroup: &str) -> Option<String> {
     })
 }
 
-/// A memory cgroup limited to the budget; emptied and removed on drop.
+/// A memory cgroup, limited to the budget or not limited; emptied and removed on drop.
 pub struct MemCgroup<'m> {
     machine: &'m dyn Machine,
     version: CgroupVersion,
@@ -96,7 +115,8 @@ pub struct MemCgroup<'m> {
 }
 
 impl<'m> MemCgroup<'m> {
-    /// Creates `parent/name` with its memory limit set to `limit_bytes`.
+    /// Creates `parent/name` with its memory limit set to `limit_bytes` (`None`: no limit,
+    /// a group that only measures).
     ///
     /// # Errors
     /// mkdir or a limit write failed (a created directory is removed again).
@@ -104,12 +124,13 @@ impl<'m> MemCgroup<'m> {
         machine: &'m dyn Machine,
         parent: &CgroupParent,
         name: &str,
-        limit_bytes: u64,
+        limit_bytes: Option<u64>,
     ) -> Result<Self> {
         let dir = parent.dir.join(name);
         machine.create_dir(&dir)?;
         let group = MemCgroup { machine, version: parent.version, dir };
-        machine.write(&group.file(group.version.limit_file()), &limit_bytes.to_string())?;
+        let limit = limit_bytes.map_or_else(|| group.version.unlimited().into(), |b| b.to_string());
+        machine.write(&group.file(group.version.limit_file()), &limit)?;
         if group.version == CgroupVersion::V2 {
             // Swap is what is measured: never limit it.
             machine.write(&group.file("memory.swap.max"), "max")?;
@@ -138,6 +159,14 @@ impl<'m> MemCgroup<'m> {
     /// The highest charge since creation, bytes.
     pub fn peak_bytes(&self) -> u64 {
         self.read_number(self.version.peak_file())
+    }
+
+    /// Page cache charged to the group now (v1 memory.stat `cache`, v2 `file`), bytes:
+    /// files the run read or wrote first. `None` where memory.stat cannot be read.
+    pub fn cache_bytes(&self) -> Option<u64> {
+        let stat = self.machine.read(&self.file("memory.stat")).ok()?;
+        let key = self.version.cache_stat();
+        stat.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     /// Kernel memory charged at peak (v1 `memory.kmem.max_usage_in_bytes`; v2: the
@@ -220,7 +249,8 @@ mod tests {
         let parent = locate(&machine, &roots()).unwrap();
         assert_eq!(parent.version, CgroupVersion::V1);
         assert_eq!(parent.dir, Path::new("/sys/fs/cgroup/memory/api/x"));
-        let group = MemCgroup::create(&machine, &parent, "uswap-bench-1-0", 256 << 20).unwrap();
+        let group =
+            MemCgroup::create(&machine, &parent, "uswap-bench-1-0", Some(256 << 20)).unwrap();
         assert_eq!(
             group.procs_file(),
             Path::new("/sys/fs/cgroup/memory/api/x/uswap-bench-1-0/cgroup.procs")
@@ -247,7 +277,7 @@ mod tests {
             parent,
             CgroupParent { version: CgroupVersion::V2, dir: "/sys/fs/cgroup".into() }
         );
-        let group = MemCgroup::create(&machine, &parent, "g", 1 << 20).unwrap();
+        let group = MemCgroup::create(&machine, &parent, "g", Some(1 << 20)).unwrap();
         assert_eq!(
             machine.steps()[1..],
             [
@@ -261,6 +291,22 @@ mod tests {
         let events = "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\noom_group_kill 0";
         machine.files.borrow_mut().insert("/sys/fs/cgroup/g/memory.events".into(), events.into());
         assert_eq!(group.oom_kills(), Some(1));
+    }
+
+    #[test]
+    fn a_measuring_group_has_no_limit_and_reports_its_page_cache() {
+        for (version, dir, limit_file, unlimited, stat) in [
+            (CgroupVersion::V1, "/v1", "memory.limit_in_bytes", "-1", "cache 8192\nrss 4096"),
+            (CgroupVersion::V2, "/v2", "memory.max", "max", "anon 4096\nfile 8192\nkernel 1"),
+        ] {
+            let machine = FakeMachine::default();
+            let parent = CgroupParent { version, dir: dir.into() };
+            let group = MemCgroup::create(&machine, &parent, "u", None).unwrap();
+            assert_eq!(machine.steps()[1], format!("write {dir}/u/{limit_file} {unlimited}"));
+            assert_eq!(group.cache_bytes(), None, "no memory.stat yet");
+            machine.files.borrow_mut().insert(group.file("memory.stat"), stat.into());
+            assert_eq!(group.cache_bytes(), Some(8192), "{version:?}");
+        }
     }
 
     #[test]

@@ -490,6 +490,12 @@ mod tests {
         fn remove_file(&self, path: &Path) -> Result<()> {
             self.inner.remove_file(path)
         }
+        fn list_dir(&self, path: &Path) -> Vec<String> {
+            self.inner.list_dir(path)
+        }
+        fn resolve(&self, path: &Path) -> PathBuf {
+            self.inner.resolve(path)
+        }
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub trait Machine {
     /// Creates a file of `len` bytes with every block allocated (a swap file).
     fn create_allocated_file(&self, path: &Path, len: u64) -> Result<()>;
     fn remove_file(&self, path: &Path) -> Result<()>;
+    /// The names in a directory (empty if it cannot be read).
+    fn list_dir(&self, path: &Path) -> Vec<String>;
+    /// `path` with its symbolic links followed (itself if that fails): a merged slab
+    /// cache's aliases resolve to one directory.
+    fn resolve(&self, path: &Path) -> PathBuf;
 }
 
 /// The machine itself.
@@ -107,6 +112,15 @@ impl Machine for RealMachine {
     fn remove_file(&self, path: &Path) -> Result<()> {
         std::fs::remove_file(path).with_context(|| format!("rm {path:?}"))
     }
+
+    fn list_dir(&self, path: &Path) -> Vec<String> {
+        let entries = std::fs::read_dir(path).into_iter().flatten().flatten();
+        entries.filter_map(|e| e.file_name().into_string().ok()).collect()
+    }
+
+    fn resolve(&self, path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +137,8 @@ pub mod fake {
         pub log: RefCell<Vec<String>>,
         /// Commands (program name) that fail when run.
         pub failing: RefCell<Vec<String>>,
+        /// Symbolic links: name -> target.
+        pub links: RefCell<BTreeMap<PathBuf, PathBuf>>,
     }
 
     impl FakeMachine {
@@ -179,6 +195,22 @@ pub mod fake {
         fn remove_file(&self, path: &Path) -> Result<()> {
             self.log.borrow_mut().push(format!("rm {}", path.display()));
             Ok(())
+        }
+        fn list_dir(&self, path: &Path) -> Vec<String> {
+            let files = self.files.borrow();
+            let links = self.links.borrow();
+            let mut names: Vec<String> = files
+                .keys()
+                .chain(links.keys())
+                .filter_map(|p| p.strip_prefix(path).ok()?.components().next())
+                .filter_map(|c| c.as_os_str().to_str().map(String::from))
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        }
+        fn resolve(&self, path: &Path) -> PathBuf {
+            self.links.borrow().get(path).cloned().unwrap_or_else(|| path.to_path_buf())
         }
     }
 }

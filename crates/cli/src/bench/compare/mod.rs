@@ -211,6 +211,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_reclaim_cpus,
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
+    warm_programs(&ctx);
     let repeat = args.repeat as usize;
     let progress = progress_bar(common.json, repeat * specs.len() * (configs.len() + 1));
     let mut rounds = Vec::with_capacity(repeat);
@@ -246,6 +247,28 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         bail!("pages read back wrong in: {} (data-safety failure)", bad.join(", "));
     }
     Ok(report)
+}
+
+/// Reads every program file the runs start (this binary, the shim, the workload programs)
+/// into the page cache, from the harness: a memory cgroup charges a page cache page to
+/// whoever reads it first, so without this the first run measured (the uswap side) would
+/// be charged for loading them and the runs after it not. A file that cannot be read is
+/// left to the run to report.
+///
+/// Context: reads up to a few tens of MiB through a 64 KiB buffer.
+fn warm_programs(ctx: &RunContext) {
+    let programs = [
+        std::env::current_exe().ok(),
+        crate::run::find_shim().ok(),
+        ctx.workload_bin.clone(),
+        ctx.python.clone(),
+        ctx.redis_server.clone(),
+    ];
+    for path in programs.into_iter().flatten() {
+        if let Ok(mut file) = std::fs::File::open(&path) {
+            let _ = std::io::copy(&mut file, &mut std::io::sink());
+        }
+    }
 }
 
 /// The uswap side's folio flags, checked here so a typo fails before minutes of runs.
@@ -306,7 +329,8 @@ fn run_all(
     let mut run_index = 0;
     for spec in specs {
         progress.set_message(format!("{} / uswap", spec.name));
-        let uswap = uswap_side::run(spec, ctx);
+        run_index += 1;
+        let uswap = uswap_side::run(spec, ctx, env.as_ref().ok(), run_index);
         progress.inc(1);
         let mut kernel = Vec::new();
         for &config in configs {
@@ -406,7 +430,10 @@ fn describe(
          outside the charge: zram mem_used_max; zswap's pool (Zswap in /proc/meminfo, \
          sampled) on cgroup v1, which does not charge it (v2 does: store 0 there) + the swap \
          tables the setup allocated outside the cgroup (zram's table, swapon's maps: \
-         /proc/vmallocinfo); uswap's peak: its process tree's VmRSS + VmPTE, sampled",
+         /proc/vmallocinfo) + the growth of the swap's own slab caches (zsmalloc's handles \
+         and zspages, zswap's entries: /sys/kernel/slab); uswap's peak: the peak of a memory \
+         cgroup without a limit that it runs in (the same instrument; where none can be made, \
+         its process tree's VmRSS + VmPTE, sampled, plus its swap file's page cache)",
     );
     report.note("this machine is shared with other builds: timings are noisy, compare ratios");
 }

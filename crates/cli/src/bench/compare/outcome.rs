@@ -22,12 +22,47 @@ impl Side {
     }
 }
 
+/// How a run's charged memory was measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Meter {
+    /// A memory cgroup's peak charge (`max_usage_in_bytes` / `memory.peak`): exact, and
+    /// the same instrument on both sides.
+    #[default]
+    Cgroup,
+    /// The uswap side where no memory cgroup can be made (not root, no controller): its
+    /// process tree's VmRSS + VmPTE, sampled, and its largest process's `ru_maxrss`. It
+    /// counts the file pages the run maps, which a cgroup charges only to whoever read them
+    /// first.
+    TreeRss,
+}
+
+impl Meter {
+    pub fn key(self) -> &'static str {
+        match self {
+            Meter::Cgroup => "cgroup",
+            Meter::TreeRss => "tree_rss",
+        }
+    }
+}
+
 /// A finished run with its memory figures.
 #[derive(Debug, Clone, Default)]
 pub struct RunOutcome {
     pub measured: Measured,
-    /// The highest charge of the run's memory (cgroup `max_usage_in_bytes` / `peak`).
+    /// How `charged_peak_bytes` was measured.
+    pub meter: Meter,
+    /// The highest charge of the run's memory (cgroup `max_usage_in_bytes` / `peak`; see
+    /// [`Meter`]).
     pub charged_peak_bytes: u64,
+    /// Page cache charged to the run's cgroup when it ended (v1 `cache`, v2 `file`): files
+    /// it read or wrote first. The harness reads the programs beforehand so a first run
+    /// is not charged for loading them; a large figure here says that did not cover
+    /// everything.
+    pub cache_charged_bytes: Option<u64>,
+    /// uswap only: its process tree's highest VmRSS + VmPTE, sampled (file pages
+    /// included): the figure `charged_peak_bytes` was before both sides were measured
+    /// alike.
+    pub tree_rss_peak_bytes: Option<u64>,
     /// Peak memory of the compressed store kept outside the charge (zram `mem_used_max`;
     /// 0 for zswap, whose pool is charged to the cgroup).
     pub store_peak_bytes: u64,
@@ -35,8 +70,13 @@ pub struct RunOutcome {
     /// `swapon`'s maps: kernel_side's documentation), if `/proc/vmallocinfo` could tell.
     /// The uswap side's are in its resident set.
     pub tables_bytes: Option<u64>,
-    /// `charged_peak_bytes + store_peak_bytes + tables_bytes`: what the run cost the
-    /// machine at most.
+    /// Kernel only: what the swap's own slab caches grew by at their peak (zsmalloc's
+    /// handles and zspage descriptors, zswap's entries; kernel_side's documentation),
+    /// outside every cgroup, if /sys/kernel/slab could tell. The uswap side's are in its
+    /// charge.
+    pub slab_bytes: Option<u64>,
+    /// `charged_peak_bytes + store_peak_bytes + tables_bytes + slab_bytes`: what the run
+    /// cost the machine at most.
     pub peak_bytes: u64,
     /// Highest compressed bytes stored (zram `compr_data_size`, /proc/meminfo `Zswap`).
     pub compressed_peak_bytes: u64,

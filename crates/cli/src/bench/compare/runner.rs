@@ -37,6 +37,8 @@ pub struct Sample {
     pub compressed_bytes: u64,
     /// Uncompressed bytes those stand for.
     pub original_bytes: u64,
+    /// Kernel side: bytes of the objects in the swap's own slab caches (kernel_side).
+    pub slab_bytes: u64,
 }
 
 /// Reads the memory of a running configuration.

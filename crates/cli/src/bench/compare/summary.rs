@@ -4,20 +4,25 @@
 //! JSON, per workload: `name`; the headline pairs against zram with lz4 (`uswap_s`,
 //! `kernel_zram_lz4_s`, `ratio_vs_zram_lz4` = uswap_s / kernel_zram_lz4_s, below 1 when
 //! uswap is faster; `uswap_peak_rss_bytes`, `kernel_peak_bytes`; `uswap_fault_p50_ns`,
-//! `kernel_fault_p50_ns`); the uswap side's `uswap_peak_bytes` (its RSS and page tables'
-//! peak plus
-//! `uswap_file_cache_peak_bytes`, the most its swap file held in the page cache: the figure
-//! to set beside `kernel_peak_bytes`, which counts zram's pool and the swap tables the
-//! kernel's setup allocated outside the cgroup), `uswap_stored_bytes` (the
-//! most compressed data its pools held, sampled from their stats files every second) and
-//! `uswap_compression_ratio`; then every configuration's
-//! own figures under
-//! `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
-//! `_store_peak_bytes`, `_tables_bytes`, `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`,
-//! `_stored_bytes`, `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that
-//! was not measured is null, never zero. With `--repeat N` each workload's object is its
-//! median round's (by the ratio against zram lz4), and `rounds` lists every round's ratio
-//! per workload with the median's index.
+//! `kernel_fault_p50_ns`). `uswap_peak_rss_bytes` is the uswap side's charged peak: its
+//! memory cgroup's, measured like the kernel side's (`uswap_meter` = `cgroup`), or, where
+//! no cgroup can be made, its process tree's VmRSS + VmPTE (`tree_rss`). The uswap side's
+//! `uswap_peak_bytes` is that plus its store outside the charge (the swap file's page
+//! cache, which a cgroup charges already: 0 then): the figure to set beside
+//! `kernel_peak_bytes`, which counts zram's pool, the swap tables the kernel's setup
+//! allocated outside the cgroup and the growth of the swap's slab caches. Then
+//! `uswap_tree_rss_peak_bytes` (the tree's resident set, file pages included, whatever the
+//! meter), `uswap_cache_charged_bytes`, `uswap_kmem_peak_bytes`,
+//! `uswap_file_cache_peak_bytes` (the most its swap file held in the page cache),
+//! `uswap_stored_bytes` (the most compressed data its pools held, sampled from their stats
+//! files every second) and `uswap_compression_ratio`; then every configuration's own
+//! figures under `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
+//! `_store_peak_bytes`, `_tables_bytes`, `_slab_bytes`, `_cache_charged_bytes`,
+//! `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`, `_stored_bytes`,
+//! `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that was not measured is
+//! null, never zero. With `--repeat N` each workload's object is its median round's (by
+//! the ratio against zram lz4), and `rounds` lists every round's ratio per workload with
+//! the median's index.
 
 use super::kernel::KernelConfig;
 use super::outcome::{RunOutcome, Side};
@@ -56,6 +61,7 @@ fn side_cells(outcome: &RunOutcome) -> Vec<String> {
         mib(outcome.charged_peak_bytes),
         mib(outcome.store_peak_bytes),
         outcome.tables_bytes.map_or("-".into(), mib),
+        outcome.slab_bytes.map_or("-".into(), |b| format!("{:.1}", b as f64 / f64::from(1 << 20))),
         mib(outcome.compressed_peak_bytes),
         outcome.compression_ratio().map_or("-".into(), |r| format!("{r:.2}")),
         m.verify_errors.to_string(),
@@ -76,11 +82,13 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
         "charged MiB",
         "store MiB",
         "tables MiB",
+        "slab MiB",
         "compr MiB",
         "ratio",
         "verify err",
     ];
-    let title = "Per side (peak = charged + store outside the charge + the kernel's swap tables)";
+    let title = "Per side (peak = charged + store outside the charge + the kernel's swap tables \
+                 and slab objects; charged: each side's memory cgroup)";
     let table = report.table(title, &header);
     for row in rows {
         let sides = std::iter::once(("uswap", &row.uswap))
@@ -154,10 +162,23 @@ fn skip_notes(rows: &[WorkloadRow]) -> Vec<String> {
         .collect()
 }
 
-/// The secondary figures: what each run did, its own peak RSS, the cgroup's kernel memory.
+/// The secondary figures: what each run did, its own peak RSS, the cgroup's kernel memory
+/// and page cache, the uswap tree's resident set.
 fn details(report: &mut Report, rows: &[WorkloadRow]) {
-    let header = ["workload / side", "minflt", "slow accesses", "max RSS MiB", "kmem MiB", "run"];
-    let table = report.table("Details (max RSS: the process's own ru_maxrss)", &header);
+    let header = [
+        "workload / side",
+        "minflt",
+        "slow accesses",
+        "max RSS MiB",
+        "tree RSS MiB",
+        "kmem MiB",
+        "cache MiB",
+        "run",
+    ];
+    let title = "Details (max RSS: the process's own ru_maxrss; tree RSS: uswap's process tree's \
+                 VmRSS + VmPTE, file pages included; cache: page cache charged to the cgroup \
+                 at the end)";
+    let table = report.table(title, &header);
     for row in rows {
         let sides = std::iter::once(("uswap", &row.uswap))
             .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
@@ -169,7 +190,9 @@ fn details(report: &mut Report, rows: &[WorkloadRow]) {
                 m.minor_faults.to_string(),
                 m.slow_accesses.map_or("-".into(), |n| n.to_string()),
                 mib(m.max_rss_bytes),
+                o.tree_rss_peak_bytes.map_or("-".into(), mib),
                 o.kmem_peak_bytes.map_or("-".into(), mib),
+                o.cache_charged_bytes.map_or("-".into(), mib),
                 m.detail.clone(),
             ]);
         }
@@ -244,8 +267,12 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         json!(zram_lz4.and_then(|o| o.measured.fault_p50_ns)),
     );
     object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
-    let uswap_figures: [(&str, Value); 9] = [
+    let uswap_figures: [(&str, Value); 13] = [
         ("uswap_peak_bytes", json!(uswap.map(|o| o.peak_bytes))),
+        ("uswap_meter", json!(uswap.map(|o| o.meter.key()))),
+        ("uswap_tree_rss_peak_bytes", json!(uswap.and_then(|o| o.tree_rss_peak_bytes))),
+        ("uswap_cache_charged_bytes", json!(uswap.and_then(|o| o.cache_charged_bytes))),
+        ("uswap_kmem_peak_bytes", json!(uswap.and_then(|o| o.kmem_peak_bytes))),
         ("uswap_stored_bytes", json!(uswap.map(|o| o.compressed_peak_bytes))),
         ("uswap_compression_ratio", json!(uswap.and_then(RunOutcome::compression_ratio))),
         ("uswap_file_cache_peak_bytes", json!(uswap.and_then(|o| o.file_cache_peak_bytes))),
@@ -266,6 +293,8 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         object.insert(key("charged_peak_bytes"), json!(o.map(|o| o.charged_peak_bytes)));
         object.insert(key("store_peak_bytes"), json!(o.map(|o| o.store_peak_bytes)));
         object.insert(key("tables_bytes"), json!(o.and_then(|o| o.tables_bytes)));
+        object.insert(key("slab_bytes"), json!(o.and_then(|o| o.slab_bytes)));
+        object.insert(key("cache_charged_bytes"), json!(o.and_then(|o| o.cache_charged_bytes)));
         object.insert(key("major_faults"), json!(o.map(|o| o.measured.major_faults)));
         object.insert(key("fault_p50_ns"), json!(o.and_then(|o| o.measured.fault_p50_ns)));
         object.insert(key("fault_p99_ns"), json!(o.and_then(|o| o.measured.fault_p99_ns)));
@@ -343,6 +372,42 @@ mod tests {
         assert_eq!(json["uswap_peak_rss_bytes"], 100 << 20);
         assert_eq!(json["uswap_file_cache_peak_bytes"], 40 << 20);
         assert_eq!(json["uswap_peak_bytes"], 140 << 20);
+    }
+
+    #[test]
+    fn the_json_says_how_each_peak_was_measured() {
+        let uswap = RunOutcome {
+            meter: super::super::outcome::Meter::Cgroup,
+            charged_peak_bytes: 600 << 20,
+            tree_rss_peak_bytes: Some(610 << 20),
+            cache_charged_bytes: Some(1 << 20),
+            peak_bytes: 600 << 20,
+            ..RunOutcome::default()
+        };
+        let kernel = RunOutcome {
+            charged_peak_bytes: 256 << 20,
+            store_peak_bytes: 300 << 20,
+            tables_bytes: Some(7 << 20),
+            slab_bytes: Some(3 << 20),
+            peak_bytes: 566 << 20,
+            ..RunOutcome::default()
+        };
+        let row = WorkloadRow {
+            name: "zipf".into(),
+            uswap: Side::Ran(Box::new(uswap)),
+            kernel: vec![(KernelConfig::ZramLz4, Side::Ran(Box::new(kernel)))],
+        };
+        let json = workload_json(&row);
+        assert_eq!(json["uswap_meter"], "cgroup");
+        assert_eq!(json["uswap_peak_rss_bytes"], 600 << 20);
+        assert_eq!(json["uswap_tree_rss_peak_bytes"], 610 << 20);
+        assert_eq!(json["uswap_cache_charged_bytes"], 1 << 20);
+        assert_eq!(json["kernel_zram_lz4_slab_bytes"], 3 << 20);
+        assert_eq!(json["kernel_peak_bytes"], 566 << 20);
+        let mut report = Report::new("compare");
+        fill(&mut report, &[row]);
+        let text = report.to_text();
+        assert!(text.contains("slab MiB") && text.contains("tree RSS MiB"), "{text}");
     }
 
     #[test]

@@ -18,24 +18,38 @@
 //!                        (`cachestat(2)`; the harness names the files: `--swap-file`);
 //!                        what the pool stores, compressed and not, from each managed
 //!                        process's live stats file (rewritten every second)
-//!   peak                 charged: max(sampled tree RSS, wait4's ru_maxrss of the tree);
-//!                        store: the most the swap files had in the page cache;
+//!   peak                 where the kernel side can run (root, a memory controller):
+//!                          charged: the peak of a memory cgroup with no limit that
+//!                          `uswap run` joins before exec (its whole tree is in it);
+//!                          store: 0 (the swap file's page cache is charged there);
+//!                        else:
+//!                          charged: max(sampled tree RSS, wait4's ru_maxrss);
+//!                          store: the most the swap files had in the page cache;
 //!                        peak = charged + store, as the kernel side's cgroup + zram
 //! ```
 //!
-//! The kernel side reports a memory cgroup's charge (which counts page cache and kernel
-//! memory too) plus zram's pool; the uswap side has no cgroup, so the process tree's
-//! resident set stands for the charge: the engine, its pool and its buffers are in it.
-//! What is not: the swap file's pages in the page cache. `uswap run` writes its swap file
-//! with buffered `pwrite`, so everything written back stays in memory until the kernel
-//! writes it to disk and reclaims it (the kernel's own swap bypasses the page cache). That
-//! is memory outside the budget, like zram's pool on the kernel side, so it is counted as
-//! the uswap side's store. The budget is the same number on both sides; how far each
-//! side's peak lands from it is the comparison (`uswap run` promises the budget plus its
-//! slack, docs/RUN.md).
+//! The kernel side reports a memory cgroup's charge plus zram's pool. The uswap side is
+//! measured by the same instrument where it can be: a memory cgroup, but one without a
+//! limit, since `uswap run` keeps the budget itself. Both charges then count the same
+//! things: anonymous memory (the program's pages; for uswap also the engine, its pool and
+//! its buffers, all inside the program), kernel memory (page tables, userfaultfd's
+//! contexts), and the page cache the run brought in: for uswap, its swap file, which
+//! `uswap run` writes with buffered `pwrite`, so everything written back stays in memory
+//! until the kernel writes it to disk and reclaims it (the kernel's own swap bypasses the
+//! page cache). Neither counts the pages of files a run maps that were in the page cache
+//! before it started (the programs and their libraries: a cgroup charges a page cache page
+//! to whoever read it first), which is why the harness reads the programs before the
+//! runs (`warm_programs`). The tree's resident set, the figure used before both sides were
+//! measured alike, counted those file pages (about 9 MiB of `uswap run`'s and the
+//! workload's at 1 GiB) on the uswap side only; it is still reported
+//! (`tree_rss_peak_bytes`), and is the charge where no cgroup can be made, with the swap
+//! file's page cache added as the store. The budget is the same number on both sides;
+//! how far each side's peak lands from it is the comparison (`uswap run` promises the
+//! budget plus its slack, docs/RUN.md).
 
-use super::kernel_side::meminfo_bytes;
-use super::outcome::{stored_peaks, RunOutcome, Side};
+use super::cgroup::{self, MemCgroup};
+use super::kernel_side::{meminfo_bytes, KernelEnv};
+use super::outcome::{stored_peaks, Meter, RunOutcome, Side};
 use super::runner::{MemoryProbe, Sample};
 use super::sys::cached_pages;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
@@ -51,11 +65,18 @@ use std::sync::Mutex;
 /// The most processes one probe sums (a workload is one or two).
 const TREE_MAX: usize = 64;
 
-/// Runs `spec` under `uswap run` with `ctx.budget_bytes` of budget.
+/// Runs `spec` under `uswap run` with `ctx.budget_bytes` of budget, measured in a memory
+/// cgroup of `meter`'s (the kernel side's machine and cgroup parent) when there is one;
+/// `run_index` names the group.
 ///
 /// Context: blocks for the whole run (minutes); polls the interrupt flag through the
 /// runner, like the kernel side.
-pub fn run(spec: &WorkloadSpec, ctx: &RunContext) -> Side {
+pub fn run(
+    spec: &WorkloadSpec,
+    ctx: &RunContext,
+    meter: Option<&KernelEnv>,
+    run_index: usize,
+) -> Side {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return Side::Failed(format!("where is this uswap binary: {e}")),
@@ -63,7 +84,7 @@ pub fn run(spec: &WorkloadSpec, ctx: &RunContext) -> Side {
     if !uswap_run_available(&exe) {
         return Side::Skipped(format!("{} has no `run` subcommand", exe.display()));
     }
-    match run_uswap(&exe, spec, ctx) {
+    match run_uswap(&exe, spec, ctx, meter, run_index) {
         Ok(outcome) => Side::Ran(Box::new(outcome)),
         Err(error) => Side::Failed(format!("{error:#}")),
     }
@@ -131,31 +152,55 @@ fn wrapped(exe: &Path, command: &Command, flags: &[String]) -> Command {
     wrapper
 }
 
-fn run_uswap(exe: &Path, spec: &WorkloadSpec, ctx: &RunContext) -> Result<RunOutcome> {
+fn run_uswap(
+    exe: &Path,
+    spec: &WorkloadSpec,
+    ctx: &RunContext,
+    meter: Option<&KernelEnv>,
+    run_index: usize,
+) -> Result<RunOutcome> {
     let exe: PathBuf = exe.to_path_buf();
+    let group = match meter {
+        Some(env) => {
+            let name = format!("uswap-bench-{}-u{run_index}", std::process::id());
+            Some(MemCgroup::create(env.machine.as_ref(), &env.parent, &name, None)?)
+        }
+        None => None,
+    };
     let probe = TreeProbe::new(ctx.scratch_dir.join(format!("{}-swap", spec.name)));
     let prepare = |command: &mut Command| -> Result<()> {
         let swap_file = probe.next_swap_file();
         *command = wrapped(&exe, command, &run_flags(ctx, &swap_file));
+        if let Some(group) = &group {
+            super::sys::join_cgroup_before_exec(command, cgroup::open_procs(&group.procs_file())?);
+        }
         Ok(())
     };
     let measured = spec
         .execute(ctx, &Placement { prepare: &prepare, probe: &probe })
         .context("under uswap run")?;
     let sampled = measured.samples.iter().map(|s| s.charged_bytes).max().unwrap_or(0);
-    let charged_peak_bytes = sampled.max(measured.max_rss_bytes);
+    let tree_rss_peak_bytes = sampled.max(measured.max_rss_bytes);
     let file_cache_peak_bytes = (!probe.cache_unknown.load(Ordering::Relaxed))
         .then(|| measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0));
-    let store_peak_bytes = file_cache_peak_bytes.unwrap_or(0);
+    let (meter, charged_peak_bytes, store_peak_bytes, cache_charged_bytes) = match &group {
+        // The swap file's page cache is in the group's charge: `uswap run` wrote it.
+        Some(group) => (Meter::Cgroup, group.peak_bytes(), 0, group.cache_bytes()),
+        None => (Meter::TreeRss, tree_rss_peak_bytes, file_cache_peak_bytes.unwrap_or(0), None),
+    };
     let (compressed_peak_bytes, original_peak_bytes) = stored_peaks(&measured.samples);
     Ok(RunOutcome {
+        meter,
         charged_peak_bytes,
+        cache_charged_bytes,
+        tree_rss_peak_bytes: Some(tree_rss_peak_bytes),
         store_peak_bytes,
         tables_bytes: None,
+        slab_bytes: None,
         peak_bytes: charged_peak_bytes + store_peak_bytes,
         compressed_peak_bytes,
         original_peak_bytes,
-        kmem_peak_bytes: None,
+        kmem_peak_bytes: group.as_ref().and_then(MemCgroup::kmem_peak_bytes),
         file_cache_peak_bytes,
         measured,
     })
