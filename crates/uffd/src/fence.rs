@@ -79,6 +79,12 @@ impl Fence {
     /// spins waited, if events are held (then at once: 0) or the read outlasted the wait
     /// (the take is retried later).
     pub fn enter(&self) -> Result<FencePass<'_>, u32> {
+        self.enter_observed(|_| ())
+    }
+
+    /// [`Fence::enter`], calling `on_spin` with the count before each spin (a test plays
+    /// the handler there, so that the read ends at a spin it chooses and not at a time).
+    fn enter_observed(&self, mut on_spin: impl FnMut(u32)) -> Result<FencePass<'_>, u32> {
         let mut spins = 0u32;
         loop {
             if let Some(pass) = self.try_enter() {
@@ -87,6 +93,7 @@ impl Fence {
             if self.state.load(SeqCst) != READING || spins >= ENTER_SPINS_MAX {
                 return Err(spins);
             }
+            on_spin(spins);
             spins += 1;
             if spins.is_multiple_of(64) {
                 process::sched_yield();
@@ -151,28 +158,56 @@ mod tests {
     }
 
     /// A take that meets a read waits it out and enters; one that meets held events is
-    /// refused.
+    /// refused. The read ends at a chosen spin, not after a sleep: a sleeping handler woke
+    /// after the taker's spins had run out when other tests loaded both CPUs (CI, a full
+    /// `cargo test --workspace`).
     #[test]
     fn a_take_waits_out_a_read_but_not_held_events() {
-        let fence = Arc::new(Fence::default());
-        let entered = Arc::new(AtomicBool::new(false));
+        let fence = Fence::default();
         fence.write();
-        let taker = {
-            let (fence, entered) = (fence.clone(), entered.clone());
-            std::thread::spawn(move || {
-                let pass = fence.enter();
-                entered.store(pass.is_ok(), SeqCst);
-            })
-        };
         // The read ends with faults only: released while the taker spins.
-        std::thread::sleep(std::time::Duration::from_micros(50));
-        fence.release();
-        taker.join().unwrap();
-        assert!(entered.load(SeqCst), "a take refused for a read that ended in time");
+        let mut spun = 0;
+        let pass = fence.enter_observed(|spins| {
+            spun = spins;
+            if spins == 1000 {
+                fence.release();
+            }
+        });
+        assert!(pass.is_ok(), "a take refused for a read that ended in time");
+        assert_eq!(spun, 1000, "entered before the read ended");
+        drop(pass);
 
         fence.write();
         fence.hold();
         assert_eq!(fence.enter().err(), Some(0), "a take entered past, or waited for, held events");
+    }
+
+    /// The same across threads: a handler thread ends the read once the taker is seen
+    /// waiting, so the taker's wait never depends on how soon a sleeper wakes.
+    #[test]
+    fn a_take_on_another_thread_waits_out_a_read() {
+        let fence = Arc::new(Fence::default());
+        let waiting = Arc::new(AtomicBool::new(false));
+        fence.write();
+        let taker = {
+            let (fence, waiting) = (fence.clone(), waiting.clone());
+            std::thread::spawn(move || {
+                let pass = fence.enter_observed(|spins| {
+                    waiting.store(true, SeqCst);
+                    // Past most of the budget, wait for the handler without spending it.
+                    while spins == ENTER_SPINS_MAX / 2 && fence.state.load(SeqCst) == READING {
+                        std::thread::yield_now();
+                    }
+                });
+                pass.is_ok()
+            })
+        };
+        // A taker that does not wait ends at once, and the test fails below, not hangs.
+        while !waiting.load(SeqCst) && !taker.is_finished() {
+            std::thread::yield_now();
+        }
+        fence.release();
+        assert!(taker.join().unwrap(), "a take refused for a read that ended in time");
     }
 
     /// Takers and a writer side by side: while the fence is written no taker is inside,
