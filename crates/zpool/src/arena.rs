@@ -634,19 +634,6 @@ fn first_resident_run(state: &ArenaState) -> Option<(usize, usize, usize)> {
     None
 }
 
-/// Starts loading the cache line at `addr` (any address: a prefetch never faults).
-pub(crate) fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetcht0` needs SSE, which every x86-64 CPU has; it reads nothing
-    // architecturally and never faults, whatever the address.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(addr as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
 /// Asks for or against huge pages over a chunk. Failure (no THP in this kernel) is
 /// harmless.
 fn advise(base: usize, advice: rustix::mm::Advice) {

@@ -78,7 +78,7 @@ pub use arena::{ArenaStats, CHUNK_BYTES, HUGE_FROM_PAGES};
 pub use class::{ClassGeometry, ClassIndex, ClassTable};
 pub use error::Error;
 pub use handle::Handle;
-pub use pool::{AllocAttempt, AllocFailHook, ObjHint, ObjLocation, PoolConfig, ZsPool};
+pub use pool::{AllocAttempt, AllocFailHook, ObjLocation, PoolConfig, ZsPool};
 pub use stats::{ClassStats, CompactStats, Counters, PoolStats};
 
 /// A base page: the unit zspages are made of and the largest object.

@@ -109,74 +109,6 @@ pub struct ObjLocation {
     pub last_in_zspage: bool,
 }
 
-/// Where an object's bytes and the two table entries a read walks through (its handle slot,
-/// its page pointer) were when it was written: [`ObjHint::prefetch`] starts all three
-/// cache fills at once, so a cold read waits for about one memory access instead of three
-/// in a row, and the line after the page pointer's too (the rest of the zspage's
-/// descriptor, which the free after a page-in reads). Only addresses, never dereferenced:
-/// after compaction moves the object or a table grows, a hint is stale and its prefetch a
-/// wasted cache fill, never a wrong read (reads always walk the handle).
-///
-/// Packed in 16 bytes (zswap keeps one per stored page): three cache-line numbers of 41
-/// bits each, enough for every user-space address below 2^47 (4-level paging); a line
-/// beyond that is left out (0: nothing to prefetch).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ObjHint([u64; 2]);
-
-const LINE_SHIFT: u32 = 6;
-const LINE_BITS: u32 = 41;
-const LINE_MASK: u128 = (1 << LINE_BITS) - 1;
-
-impl ObjHint {
-    pub(crate) fn new(handle_slot: usize, page_slot: usize, data: usize) -> Self {
-        let line = |addr: usize| {
-            let line = (addr >> LINE_SHIFT) as u128;
-            if line > LINE_MASK {
-                0
-            } else {
-                line
-            }
-        };
-        let packed =
-            line(handle_slot) | line(page_slot) << LINE_BITS | line(data) << (2 * LINE_BITS);
-        ObjHint([packed as u64, (packed >> 64) as u64])
-    }
-
-    /// The two words of the hint, to keep it in another structure (zswap's entry nodes).
-    pub fn to_raw(self) -> [u64; 2] {
-        self.0
-    }
-
-    /// A hint back from [`ObjHint::to_raw`]. Any two words make a hint: a wrong one only
-    /// prefetches lines nobody reads.
-    pub fn from_raw(raw: [u64; 2]) -> Self {
-        ObjHint(raw)
-    }
-
-    /// The three hinted addresses (line starts; 0 where none).
-    fn lines(self) -> [usize; 3] {
-        let packed = u128::from(self.0[0]) | u128::from(self.0[1]) << 64;
-        std::array::from_fn(|i| {
-            (((packed >> (i as u32 * LINE_BITS)) & LINE_MASK) as usize) << LINE_SHIFT
-        })
-    }
-
-    /// Asks the CPU to start loading the hinted lines, and the line after the page
-    /// pointer's, into its caches. Cheap (four instructions that never fault), and a no-op
-    /// off x86-64. The fourth line: a zspage's descriptor spans two, and a page-in frees
-    /// the object right after reading it; without it that free waited on a cache miss
-    /// (`ClassState::free`, 8% of an order-4 page-in; docs/benchmarks.md).
-    pub fn prefetch(self) {
-        let [handle_slot, page_slot, data] = self.lines();
-        let descriptor_rest = if page_slot == 0 { 0 } else { page_slot + 64 };
-        for line in [handle_slot, page_slot, descriptor_rest, data] {
-            if line != 0 {
-                crate::arena::prefetch(line);
-            }
-        }
-    }
-}
-
 /// One size class: its shape (immutable) and its state. Lock: `state`.
 struct SizeClass {
     state: Mutex<ClassState>,
@@ -419,15 +351,13 @@ impl ZsPool {
     }
 
     /// Copies `data` into the object; `data.len()` must be the size given to `malloc`.
-    /// Returns where the object and its bookkeeping lie now, for [`ObjHint::prefetch`]
-    /// before a later read.
     ///
     /// # Panics
     /// On a stale handle or a length mismatch (caller bugs).
     ///
     /// Context: takes the class lock for the copy; may block on it.
-    pub fn write(&self, handle: Handle, data: &[u8]) -> ObjHint {
-        self.class_of(handle).state.lock().write(handle, data)
+    pub fn write(&self, handle: Handle, data: &[u8]) {
+        self.class_of(handle).state.lock().write(handle, data);
     }
 
     /// Copies the object into `buf` and returns its size.
@@ -713,18 +643,5 @@ impl fmt::Debug for ZsPool {
             .field("pages_held", &self.pages_held())
             .field("total_bytes", &self.total_bytes())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod hint_tests {
-    use super::ObjHint;
-
-    #[test]
-    fn a_hint_keeps_three_line_addresses_and_drops_what_does_not_fit() {
-        let hint = ObjHint::new(0x7fff_1234_5678, 0x5555_0000_0040 + 17, 0x1000);
-        assert_eq!(hint.lines(), [0x7fff_1234_5640, 0x5555_0000_0040, 0x1000]);
-        let beyond = ObjHint::new(1 << 50, 0x2000, 0);
-        assert_eq!(beyond.lines(), [0, 0x2000, 0]);
     }
 }

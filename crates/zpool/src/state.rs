@@ -29,7 +29,6 @@
 
 use crate::class::{ClassGeometry, ClassIndex};
 use crate::handle::{next_generation, Handle};
-use crate::pool::ObjHint;
 use crate::zspage::ZsPage;
 use crate::{FULLNESS_GROUPS, PAGE_SIZE};
 use std::mem::size_of;
@@ -256,7 +255,7 @@ impl ClassState {
         usize::from(obj) * self.geometry.size_bytes
     }
 
-    pub(crate) fn write(&mut self, handle: Handle, data: &[u8]) -> ObjHint {
+    pub(crate) fn write(&mut self, handle: Handle, data: &[u8]) {
         let at = self.locate(handle);
         assert_eq!(
             data.len(),
@@ -267,9 +266,6 @@ impl ClassState {
         );
         let offset = self.offset_of(at.obj);
         self.zspage_mut(at.zspage).write(offset, data);
-        let (page_slot, data) = self.zspage(at.zspage).addresses_of(offset);
-        let handle_slot = std::ptr::from_ref(&self.handles[handle.slot() as usize]) as usize;
-        ObjHint::new(handle_slot, page_slot, data)
     }
 
     pub(crate) fn read(&self, handle: Handle, buf: &mut [u8]) -> usize {

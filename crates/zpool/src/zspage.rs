@@ -22,8 +22,7 @@
 //!
 //! The page pointers live inline in the `ZsPage` (not in a boxed slice beside it): a load
 //! reaches an object's bytes through the handle table and the `ZsPage`, two dependent
-//! memory reads, not three. On a cold load each is a likely cache miss, so a load first
-//! prefetches all of them at once from the addresses its writer noted (`ObjHint`).
+//! memory reads, not three (on a cold load each is a likely cache miss).
 //! [`ZsPage::with_object`] hands an object that lies in one page to its reader in place,
 //! with no copy.
 //!
@@ -128,8 +127,7 @@ impl ZsPage {
     #[cfg(test)]
     ///
     /// Boxed, so the class's zspage table holds one pointer per id, not the whole struct:
-    /// the table keeps its high-water length, and 8 bytes per id there is what that costs
-    /// (a load prefetches the box's page pointer with the object: `ObjHint`).
+    /// the table keeps its high-water length, and 8 bytes per id there is what that costs.
     pub(crate) fn alloc(
         arena: &crate::arena::PageArena,
         pages: usize,
@@ -196,14 +194,6 @@ impl ZsPage {
     /// Pages in the chain.
     pub(crate) fn page_count(&self) -> usize {
         usize::from(self.page_count)
-    }
-
-    /// Addresses to prefetch before reading the object at `offset`: the pointer to its
-    /// page in this `ZsPage`, and its first byte.
-    pub(crate) fn addresses_of(&self, offset: usize) -> (usize, usize) {
-        let index = offset / PAGE_SIZE;
-        let slot = std::ptr::from_ref(&self.pages[index]) as usize;
-        (slot, self.page(index).as_ptr() as usize + offset % PAGE_SIZE)
     }
 
     fn page(&self, index: usize) -> &[u8; PAGE_SIZE] {

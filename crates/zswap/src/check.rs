@@ -2,20 +2,19 @@
 //! pool allocator and the counters, checked with every lock held.
 //!
 //! - Each tree is a valid XArray whose recorded size matches its nodes; it holds only
-//!   order-0 value entries, node numbers, each at the key of its node's swap offset.
-//! - Every node a tree names is linked in the LRU and named once, and the LRU holds as
-//!   many entries as the trees do: the two are the same set (an injection plus equal
-//!   counts).
-//! - Every entry's object is live in the allocator with the entry's length; the allocator
+//!   order-0 value entries, pool handles.
+//! - The LRU links exactly the slots the trees hold entries for, each once.
+//! - Every entry's object is live in the allocator; it is in the huge class exactly when
+//!   it is a page stored raw (4096 bytes); the allocator
 //!   holds exactly one object per entry (checked when no store or erase is in flight,
 //!   which is always the case between the operations of a single-threaded test) and its
 //!   own invariants hold.
 //! - `stored_pages` and `stored_incompressible_pages` count the entries and the raw ones;
 //!   the metadata total equals the sum of its parts.
 
-use crate::lru::NodeId;
+use crate::lru::Slot;
 use crate::tree::TREE_SHIFT;
-use crate::zswap::Zswap;
+use crate::zswap::{into_handle_ref, Zswap};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Zswap {
@@ -30,8 +29,10 @@ impl Zswap {
     pub fn check_invariants(&self) {
         let trees = self.trees.lock_all();
         let list = self.lru.list.lock();
-        let mut unnamed = self.lru.check(&list);
-        let (mut entries, mut raw, mut tree_bytes) = (0u64, 0u64, 0u64);
+        let mut linked = self.lru.check(&list);
+        linked.sort_unstable();
+        let mut stored = Vec::with_capacity(linked.len());
+        let (mut raw, mut tree_bytes) = (0u64, 0u64);
         for (number, tree) in trees.iter().enumerate() {
             tree.xa.check_invariants();
             let bytes = tree.xa.memory_bytes() as u64;
@@ -39,21 +40,24 @@ impl Zswap {
             tree_bytes += bytes;
             for (key, order, entry) in tree.xa.iter() {
                 assert_eq!(order, 0, "tree {number} key {key}: multi-index entry");
-                let id = entry.value().unwrap_or_else(|| panic!("tree {number}: item entry"));
-                let id = NodeId::try_from(id).expect("a node number");
-                let named = unnamed.get_mut(id as usize).map(std::mem::take);
-                assert_eq!(named, Some(true), "tree {number} key {key}: node {id} not linked");
-                let entry = self.lru.node(id).data();
+                assert!(entry.value().is_some(), "tree {number}: item entry");
+                let handle = into_handle_ref(entry);
                 let offset = ((number as u64) << TREE_SHIFT) | key;
-                assert_eq!(entry.swpentry.offset(), offset, "entry filed under another offset");
                 assert!(offset < self.nr_slots(), "entry beyond the device");
-                let size = self.pool.object_size(entry.handle);
-                assert_eq!(size, entry.length as usize, "{:?}: object size", entry.swpentry);
-                assert!(entry.length > 0 && entry.length as usize <= crate::compress::PAGE_SIZE);
-                entries += 1;
-                raw += u64::from(entry.is_raw());
+                let size = self.pool.object_size(handle);
+                assert!(size > 0 && size <= crate::compress::PAGE_SIZE, "offset {offset}: size");
+                let is_raw = size == crate::compress::PAGE_SIZE;
+                assert_eq!(
+                    self.is_raw(handle),
+                    is_raw,
+                    "offset {offset}: raw, or in the huge class"
+                );
+                stored.push(Slot::try_from(offset).expect("offsets are below MAX_SLOTS"));
+                raw += u64::from(is_raw);
             }
         }
+        assert_eq!(stored, linked, "the LRU links exactly the slots the index holds");
+        let entries = stored.len() as u64;
         assert_eq!(list.len(), entries, "LRU and index hold different counts");
         assert_eq!(self.counters.stored_pages.load(Relaxed), entries, "stored_pages");
         let incompressible = self.counters.stored_incompressible_pages.load(Relaxed);

@@ -11,21 +11,22 @@
 //! - [`corpus`]: a seeded corpus of pages resembling real process memory, with the measured
 //!   ratio of each kind, for the tests and benchmarks of every layer.
 //! - [`Zswap`]: store / load / invalidate keyed by [`slots::SwapEntry`], on the `zpool`
-//!   allocator, indexed by one `xarray` tree per 64 MiB of swap space (`tree`), with an
-//!   LRU and second chance (`lru`, whose slab of nodes holds the entries: `entry`), a
-//!   pool limit with hysteresis ([`config`]), and writeback of cold entries to the swap
-//!   device through a [`WritebackTarget`] (`writeback`), by the kernel's protocol.
+//!   allocator, indexed by one `xarray` tree per 64 MiB of swap space (`tree`, whose
+//!   value entries are the objects' handles: `entry`), with an LRU and second chance
+//!   (`lru`, linking the slots in a table by slot), a pool limit with hysteresis
+//!   ([`config`]), and writeback of cold entries to the swap device through a
+//!   [`WritebackTarget`] (`writeback`), by the kernel's protocol.
 //! - [`ZswapStats`]: the kernel's debugfs counters by name, and one per rejection,
 //!   fallback and writeback outcome.
 //! - [`faults`]: hooks that make the compressor and the allocator fail on purpose.
 //!
 //! ```text
 //!   store(entry, page) ─► limit check ─► compress (thread scratch) ─► zpool malloc+write
-//!        ─► tree lock [ xa store ─► LRU lock [ link at head, unlink the replaced ] ]
-//!   load(entry, page)  ─► tree lock [ xa load ─► copy object out, referenced = 1 ]
-//!        ─► decompress
-//!   writeback(target)  ─► LRU lock [ tail: 2nd chance or candidate ] ─► pin ─►
-//!        tree lock [ same entry? copy ] ─► decompress ─► write ─► erase ─► unpin
+//!        ─► tree lock [ xa store ─► LRU lock [ unlink the replaced, link at head ]]
+//!   load(entry, page)  ─► tree lock [ xa load, referenced = 1 ] ─► class lock [ copy
+//!        or decompress the object ]
+//!   writeback(target)  ─► LRU lock [ tail: 2nd chance or candidate slot ] ─► pin ─►
+//!        tree lock [ an entry? copy ] ─► decompress ─► write ─► erase if same ─► unpin
 //! ```
 //!
 //! Lock order, everywhere: a tree lock → the LRU lock → a zpool class lock. No lock is

@@ -1,297 +1,273 @@
-//! The pool's entries and its LRU, in one slab: a doubly linked list of entries, newest at
-//! the head, coldest at the tail, with a referenced bit per entry for a second chance
-//! (reference/kernel-swap.md §4.4). Writeback takes entries from the tail.
+//! The pool's LRU: a doubly linked list of its entries, newest at the head, coldest at the
+//! tail, with a referenced bit per entry for a second chance (reference/kernel-swap.md
+//! §4.4). Writeback takes entries from the tail.
 //!
-//! The kernel links its `zswap_entry`s intrusively. Here each entry *is* a node of a slab
-//! (`entry::Node`: the entry's data and its links), named by a `u32` [`NodeId`], in
-//! chunks of [`LRU_CHUNK_NODES`]; the index stores node numbers:
+//! The kernel links its `zswap_entry`s intrusively. Here an entry is named by its swap
+//! slot, and the links live in a table indexed by slot: a slot holds at most one entry, so
+//! the slot is the entry's name, and the index (`tree`) holds the entry's pool handle and
+//! nothing else. The table comes in chunks of [`LRU_CHUNK_SLOTS`] slots, each allocated
+//! the first time a slot of its range is stored (with no lock held) and kept:
 //!
 //! ```text
-//!   chunks: [chunk 0: node 0 .. 1023][chunk 1: node 1024 .. 2047] ...   (never freed)
-//!   head ⇄ ... ⇄ tail          linked nodes: entries
-//!   free ─► n ─► n ─► NIL      free nodes (through `next`), handle 0
+//!   chunks: [slots 0 .. 1023][none][slots 2048 .. 3071] ...   (a chunk: links + bits)
+//!   links:  slot -> (prev slot, next slot)      head ⇄ ... ⇄ tail: the linked slots
+//!   bits:   slot -> referenced
 //! ```
 //!
-//! The chunk table is fixed at setup (one slot per 1024 device slots plus
-//! [`SPARE_CHUNKS`]), each slot set once, so a node is found without any lock: a holder of
-//! a tree lock reads the entry a tree names while the LRU lock is elsewhere. Links change
-//! only under the LRU lock.
+//! Cost: 8 bytes of links and one bit per slot of every chunk in use, 8,320 bytes a chunk.
+//! The slot allocator hands out slots by clusters, so the chunks in use are nearly full:
+//! about 8 bytes per stored page, where a node of its own per entry (the design before,
+//! with the handle, the length, the slot and a prefetch hint in it) cost 40, and a
+//! `zswap_entry` costs the kernel 56 in a 64-byte slab object.
 //!
-//! A store takes a node off the free list ([`LruList::alloc`]) and fills it before it
-//! publishes it in a tree; a chunk is allocated with no lock held when none is free, then
-//! added under the lock. Chunks are kept at their high-water mark (and counted in the
-//! pool's bytes): 40 bytes per entry the pool ever held at once, 2% of the pool limit for
-//! objects of ~2 KiB, and never more than one node per device slot plus the spare chunks.
+//! A slot is linked exactly while its tree holds an entry for it: both change together,
+//! under the tree lock and then the LRU lock (`zswap`). Links and the head, tail and
+//! length change only under the LRU lock; the chunk table is fixed at setup (one slot per
+//! 1024 device slots), each of its slots set once, so a chunk is found without any lock.
+//! The referenced bits are atomics: set by loads (under a tree lock), cleared by writeback
+//! (under the LRU lock); a hint, so neither waits for the other.
 //!
 //! Invariants (checked by [`LruList::check`]): the list from head to tail visits `len`
-//! linked nodes, each holding an entry; the free list holds `free_len` free nodes; the
-//! nodes taken by stores not yet linked (`taken`) make up the rest of the chunks.
+//! slots, each once, each slot's `prev` naming the one before it; the chunk bytes count
+//! the chunks allocated.
 
-use crate::entry::{EntryData, Node};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-/// A node of the slab.
-pub(crate) type NodeId = u32;
+/// A swap slot of the device, as the list names it (offsets are below 2^31).
+pub(crate) type Slot = u32;
 
-/// No node (end of a list).
-pub(crate) const NIL: NodeId = NodeId::MAX;
+/// No slot (end of the list).
+pub(crate) const NIL: Slot = Slot::MAX;
 
-/// Nodes per chunk: 1024 nodes of 40 bytes, 40 KiB a chunk.
-pub(crate) const LRU_CHUNK_NODES: usize = 1024;
+const _: () = assert!(slots::MAX_SLOTS < NIL as u64, "every offset is a slot, none is NIL");
 
-/// Chunks beyond one node per device slot: a store over a slot that already has an entry
-/// holds a second node for a moment, so up to `SPARE_CHUNKS * 1024` such stores may be
-/// in flight at once.
-pub(crate) const SPARE_CHUNKS: usize = 4;
+/// Slots per chunk.
+pub(crate) const LRU_CHUNK_SLOTS: usize = 1024;
 
-type Chunk = Box<[Node]>;
+/// One slot's links.
+#[derive(Debug)]
+struct Links {
+    prev: AtomicU32,
+    next: AtomicU32,
+}
+
+/// The links and referenced bits of [`LRU_CHUNK_SLOTS`] slots.
+#[derive(Debug)]
+struct Chunk {
+    links: [Links; LRU_CHUNK_SLOTS],
+    referenced: [AtomicU64; LRU_CHUNK_SLOTS / 64],
+}
+
+impl Chunk {
+    /// A chunk of unlinked slots, on the heap (too large to build on a thread's stack).
+    fn new() -> Box<Chunk> {
+        let links =
+            std::array::from_fn(|_| Links { prev: AtomicU32::new(NIL), next: AtomicU32::new(NIL) });
+        Box::new(Chunk { links, referenced: std::array::from_fn(|_| AtomicU64::new(0)) })
+    }
+}
 
 /// Bytes one chunk holds.
-pub(crate) const CHUNK_BYTES: usize = LRU_CHUNK_NODES * std::mem::size_of::<Node>();
+pub(crate) const CHUNK_BYTES: usize = std::mem::size_of::<Chunk>();
 
-/// The list's links and counts. Every field is guarded by the mutex in [`LruList`].
+const _: () = assert!(CHUNK_BYTES == LRU_CHUNK_SLOTS * 8 + LRU_CHUNK_SLOTS / 8);
+
+/// The list's ends and length. Every field is guarded by the mutex in [`LruList`].
 pub(crate) struct Lru {
-    /// Chunks added so far (a prefix of the table).
-    nr_chunks: usize,
-    free: NodeId,
-    free_len: u64,
     /// The newest entry.
-    head: NodeId,
+    head: Slot,
     /// The coldest entry.
-    tail: NodeId,
+    tail: Slot,
     len: u64,
 }
 
-/// The slab, the LRU lock and the counts.
+/// The link table, the LRU lock and the counts.
 pub(crate) struct LruList {
-    /// The chunk table: fixed length, each slot set once (under the LRU lock), read
-    /// without it.
-    chunks: Box<[OnceLock<Chunk>]>,
+    /// The chunk table: fixed length, each slot set once, read without a lock.
+    chunks: Box<[OnceLock<Box<Chunk>>]>,
     /// Lock order: after a tree lock, before a zpool class lock (crate essay).
     pub(crate) list: Mutex<Lru>,
-    /// Nodes taken off the free list and not yet linked (stores in flight).
-    taken: AtomicU64,
     /// Bytes of the chunks allocated (for the pool's accounting).
     pub(crate) chunk_bytes: AtomicU64,
 }
 
-/// Why a node could not be taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LruFull;
-
 impl LruList {
-    /// An empty list with a chunk table for `nr_slots` nodes plus the spare chunks.
-    /// Allocates only that table (16 bytes per 1024 slots).
+    /// An empty list for a device of `nr_slots` slots. Allocates only the chunk table (16
+    /// bytes per 1024 slots).
     pub(crate) fn new(nr_slots: u64) -> Self {
-        let chunks = (nr_slots as usize).div_ceil(LRU_CHUNK_NODES) + SPARE_CHUNKS;
+        let chunks = (nr_slots as usize).div_ceil(LRU_CHUNK_SLOTS);
         LruList {
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
-            list: Mutex::new(Lru {
-                nr_chunks: 0,
-                free: NIL,
-                free_len: 0,
-                head: NIL,
-                tail: NIL,
-                len: 0,
-            }),
-            taken: AtomicU64::new(0),
+            list: Mutex::new(Lru { head: NIL, tail: NIL, len: 0 }),
             chunk_bytes: AtomicU64::new(0),
         }
     }
 
     /// Bytes of the chunk table itself.
     pub(crate) fn table_bytes(&self) -> usize {
-        self.chunks.len() * std::mem::size_of::<OnceLock<Chunk>>()
+        self.chunks.len() * std::mem::size_of::<OnceLock<Box<Chunk>>>()
     }
 
-    /// Node `id`, found without a lock.
+    /// Makes sure `slot`'s chunk exists, for a store about to link it.
     ///
     /// # Panics
-    /// If `id` is beyond the chunks added (a caller bug).
-    pub(crate) fn node(&self, id: NodeId) -> &Node {
-        let chunk = self.chunks[id as usize / LRU_CHUNK_NODES].get();
-        let chunk = chunk.unwrap_or_else(|| panic!("LRU node {id} of a chunk never added"));
-        &chunk[id as usize % LRU_CHUNK_NODES]
-    }
-
-    /// Takes a free node, fills it with `data` and returns it, for a store to publish in
-    /// a tree and then link with [`LruList::push_head`] (or give back with
-    /// [`LruList::cancel`]).
+    /// If `slot` is beyond the device (a caller bug).
     ///
-    /// # Errors
-    /// [`LruFull`] if the chunk table is full (more stores in flight than
-    /// [`SPARE_CHUNKS`] allows: the store is refused).
-    ///
-    /// Context: takes the LRU lock; allocates a chunk (40 KiB) with no lock held when no
-    /// node is free. Must not be called with a tree lock held.
-    pub(crate) fn alloc(&self, data: &EntryData) -> Result<NodeId, LruFull> {
-        let id = match self.pop_free() {
-            Some(id) => id,
-            None => {
-                let chunk: Chunk = (0..LRU_CHUNK_NODES).map(|_| Node::free()).collect();
-                let mut list = self.list.lock();
-                if list.nr_chunks == self.chunks.len() {
-                    return Err(LruFull);
-                }
-                // Added even if another store added one meanwhile: its nodes stay free.
-                let number = list.nr_chunks;
-                if self.chunks[number].set(chunk).is_err() {
-                    unreachable!("chunk {number} set twice under the LRU lock");
-                }
-                list.nr_chunks += 1;
+    /// Context: allocates the chunk (8 KiB) the first time its range is stored; takes no
+    /// lock of this crate, so call it before taking a tree lock.
+    pub(crate) fn prepare(&self, slot: Slot) {
+        let cell = &self.chunks[slot as usize / LRU_CHUNK_SLOTS];
+        if cell.get().is_none() {
+            let mut made = false;
+            cell.get_or_init(|| {
+                made = true;
+                Chunk::new()
+            });
+            if made {
                 self.chunk_bytes.fetch_add(CHUNK_BYTES as u64, Relaxed);
-                let base = (number * LRU_CHUNK_NODES) as NodeId;
-                for id in (base..base + LRU_CHUNK_NODES as NodeId).rev() {
-                    self.push_free(&mut list, id);
-                }
-                self.take(&mut list)
             }
-        };
-        self.node(id).fill(data);
-        Ok(id)
+        }
     }
 
-    fn pop_free(&self) -> Option<NodeId> {
-        let mut list = self.list.lock();
-        (list.free != NIL).then(|| self.take(&mut list))
+    fn chunk(&self, slot: Slot) -> &Chunk {
+        let chunk = self.chunks[slot as usize / LRU_CHUNK_SLOTS].get();
+        chunk.unwrap_or_else(|| panic!("LRU slot {slot} of a chunk never prepared"))
     }
 
-    /// Takes the first free node (there is one).
-    fn take(&self, list: &mut Lru) -> NodeId {
-        let id = list.free;
-        list.free = self.node(id).next.load(Relaxed);
-        list.free_len -= 1;
-        self.taken.fetch_add(1, Relaxed);
-        id
+    fn links(&self, slot: Slot) -> &Links {
+        &self.chunk(slot).links[slot as usize % LRU_CHUNK_SLOTS]
     }
 
-    fn push_free(&self, list: &mut Lru, id: NodeId) {
-        let node = self.node(id);
-        node.clear();
-        node.prev.store(NIL, Relaxed);
-        node.next.store(list.free, Relaxed);
-        list.free = id;
-        list.free_len += 1;
+    /// `slot`'s referenced bit: its word and its mask.
+    fn bit(&self, slot: Slot) -> (&AtomicU64, u64) {
+        let at = slot as usize % LRU_CHUNK_SLOTS;
+        (&self.chunk(slot).referenced[at / 64], 1 << (at % 64))
     }
 
-    /// Gives back a node [`LruList::alloc`] returned that will not be linked.
-    ///
-    /// Context: takes the LRU lock.
-    pub(crate) fn cancel(&self, id: NodeId) {
-        let mut list = self.list.lock();
-        self.push_free(&mut list, id);
-        self.taken.fetch_sub(1, Relaxed);
-    }
-
-    /// Links taken node `id` at the head (newest end). `list` is this list's locked state.
-    pub(crate) fn push_head(&self, list: &mut Lru, id: NodeId) {
-        self.link_head(list, id);
-        list.len += 1;
-        self.taken.fetch_sub(1, Relaxed);
-    }
-
-    /// Unlinks node `id` and frees it. `list` is this list's locked state.
+    /// Links `slot` at the head (newest end); its referenced bit is left as it is (a store
+    /// sets it: [`LruList::mark_referenced`]). `list` is this list's locked state.
     ///
     /// # Panics
-    /// If the node holds no entry (a bug).
-    pub(crate) fn remove(&self, list: &mut Lru, id: NodeId) {
-        assert!(self.node(id).is_used(), "LRU node {id} is free");
-        self.unlink(list, id);
-        self.push_free(list, id);
-        list.len -= 1;
-    }
-
-    fn link_head(&self, list: &mut Lru, id: NodeId) {
+    /// If `slot` is linked already (a bug), or its chunk was never prepared.
+    pub(crate) fn push_head(&self, list: &mut Lru, slot: Slot) {
+        assert!(!self.is_linked(list, slot), "LRU slot {slot} linked twice");
         let old_head = list.head;
-        let node = self.node(id);
-        node.prev.store(NIL, Relaxed);
-        node.next.store(old_head, Relaxed);
+        let links = self.links(slot);
+        links.prev.store(NIL, Relaxed);
+        links.next.store(old_head, Relaxed);
         if old_head == NIL {
-            list.tail = id;
+            list.tail = slot;
         } else {
-            self.node(old_head).prev.store(id, Relaxed);
+            self.links(old_head).prev.store(slot, Relaxed);
         }
-        list.head = id;
+        list.head = slot;
+        list.len += 1;
     }
 
-    fn unlink(&self, list: &mut Lru, id: NodeId) {
-        let node = self.node(id);
-        let (prev, next) = (node.prev.load(Relaxed), node.next.load(Relaxed));
+    /// Unlinks `slot`. `list` is this list's locked state.
+    ///
+    /// # Panics
+    /// If `slot` is not linked (a bug).
+    pub(crate) fn remove(&self, list: &mut Lru, slot: Slot) {
+        assert!(self.is_linked(list, slot), "LRU slot {slot} is not linked");
+        let links = self.links(slot);
+        let (prev, next) = (links.prev.load(Relaxed), links.next.load(Relaxed));
         if prev == NIL {
             list.head = next;
         } else {
-            self.node(prev).next.store(next, Relaxed);
+            self.links(prev).next.store(next, Relaxed);
         }
         if next == NIL {
             list.tail = prev;
         } else {
-            self.node(next).prev.store(prev, Relaxed);
+            self.links(next).prev.store(prev, Relaxed);
         }
+        links.prev.store(NIL, Relaxed);
+        links.next.store(NIL, Relaxed);
+        list.len -= 1;
     }
 
-    /// The coldest entry's node, if any.
-    pub(crate) fn tail(&self, list: &Lru) -> Option<NodeId> {
+    /// Whether `slot` is in the list: it has a neighbour, or it is the only entry. A slot
+    /// whose chunk was never prepared never was.
+    fn is_linked(&self, list: &Lru, slot: Slot) -> bool {
+        if self.chunks[slot as usize / LRU_CHUNK_SLOTS].get().is_none() {
+            return false;
+        }
+        let links = self.links(slot);
+        links.prev.load(Relaxed) != NIL || links.next.load(Relaxed) != NIL || list.head == slot
+    }
+
+    /// The coldest entry's slot, if any.
+    pub(crate) fn tail(&self, list: &Lru) -> Option<Slot> {
         (list.tail != NIL).then_some(list.tail)
     }
 
     /// Moves the coldest entry to the head (a second chance, or a writeback candidate
-    /// rotated before the lock is dropped, as the kernel does).
+    /// rotated before the lock is dropped, as the kernel does). Its referenced bit is left
+    /// as it is.
     pub(crate) fn rotate_tail(&self, list: &mut Lru) {
-        let id = list.tail;
-        if id != NIL && id != list.head {
-            self.unlink(list, id);
-            self.link_head(list, id);
+        let slot = list.tail;
+        if slot != NIL && slot != list.head {
+            self.remove(list, slot);
+            self.push_head(list, slot);
         }
     }
 
-    /// The linked nodes from head (newest) to tail (coldest).
-    pub(crate) fn iter<'a>(&'a self, list: &'a Lru) -> impl Iterator<Item = NodeId> + 'a {
+    /// The linked slots from head (newest) to tail (coldest).
+    pub(crate) fn iter<'a>(&'a self, list: &'a Lru) -> impl Iterator<Item = Slot> + 'a {
         let mut at = list.head;
         std::iter::from_fn(move || {
             if at == NIL {
                 return None;
             }
-            let id = at;
-            at = self.node(id).next.load(Relaxed);
-            Some(id)
+            let slot = at;
+            at = self.links(slot).next.load(Relaxed);
+            Some(slot)
         })
     }
 
-    /// Asserts the list invariants (module essay) and returns the linked nodes, in a
-    /// table by node number. `list` is this list's locked state.
+    /// Sets `slot`'s referenced bit (a load used the entry).
+    pub(crate) fn mark_referenced(&self, slot: Slot) {
+        let (word, mask) = self.bit(slot);
+        if word.load(Relaxed) & mask == 0 {
+            word.fetch_or(mask, Relaxed);
+        }
+    }
+
+    pub(crate) fn is_referenced(&self, slot: Slot) -> bool {
+        let (word, mask) = self.bit(slot);
+        word.load(Relaxed) & mask != 0
+    }
+
+    /// Clears `slot`'s referenced bit; returns whether it was set.
+    pub(crate) fn test_and_clear_referenced(&self, slot: Slot) -> bool {
+        let (word, mask) = self.bit(slot);
+        word.fetch_and(!mask, Relaxed) & mask != 0
+    }
+
+    /// Asserts the list invariants (module essay) and returns the linked slots from head
+    /// to tail. `list` is this list's locked state.
     ///
     /// # Panics
     /// On a broken invariant.
-    pub(crate) fn check(&self, list: &Lru) -> Vec<bool> {
-        let capacity = (list.nr_chunks * LRU_CHUNK_NODES) as u64;
-        let mut linked = vec![false; capacity as usize];
-        let (mut count, mut prev, mut at) = (0u64, NIL, list.head);
+    pub(crate) fn check(&self, list: &Lru) -> Vec<Slot> {
+        let mut linked = Vec::with_capacity(list.len as usize);
+        let (mut prev, mut at) = (NIL, list.head);
         while at != NIL {
-            assert!(count < capacity, "LRU list has a cycle");
-            let node = self.node(at);
-            assert_eq!(node.prev.load(Relaxed), prev, "LRU node {at}: prev link");
-            assert!(node.is_used(), "linked node {at} free");
-            linked[at as usize] = true;
-            count += 1;
+            assert!((linked.len() as u64) < list.len + 1, "LRU list has a cycle");
+            let links = self.links(at);
+            assert_eq!(links.prev.load(Relaxed), prev, "LRU slot {at}: prev link");
+            linked.push(at);
             prev = at;
-            at = node.next.load(Relaxed);
+            at = links.next.load(Relaxed);
         }
         assert_eq!(prev, list.tail, "LRU tail");
-        assert_eq!(count, list.len, "LRU length");
-        let (mut free, mut at) = (0u64, list.free);
-        while at != NIL {
-            assert!(free < capacity, "LRU free list has a cycle");
-            assert!(!self.node(at).is_used(), "free LRU node {at} holds an entry");
-            free += 1;
-            at = self.node(at).next.load(Relaxed);
-        }
-        assert_eq!(free, list.free_len, "LRU free count");
-        let taken = self.taken.load(Relaxed);
-        assert_eq!(free + count + taken, capacity, "LRU nodes lost: {taken} taken");
-        let chunks = self.chunk_bytes.load(Relaxed);
-        assert_eq!(chunks, (list.nr_chunks * CHUNK_BYTES) as u64, "LRU chunk bytes");
+        assert_eq!(linked.len() as u64, list.len, "LRU length");
+        let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
+        let bytes = self.chunk_bytes.load(Relaxed);
+        assert_eq!(bytes, (chunks * CHUNK_BYTES) as u64, "LRU chunk bytes");
         linked
     }
 }
@@ -300,5 +276,58 @@ impl Lru {
     /// Entries linked.
     pub(crate) fn len(&self) -> u64 {
         self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(lru: &LruList) -> Vec<Slot> {
+        lru.check(&lru.list.lock())
+    }
+
+    #[test]
+    fn slots_link_at_the_head_and_leave_from_anywhere() {
+        let lru = LruList::new(4096);
+        for slot in [5, 2000, 7] {
+            lru.prepare(slot);
+            lru.push_head(&mut lru.list.lock(), slot);
+        }
+        assert_eq!(order(&lru), [7, 2000, 5]);
+        assert_eq!(lru.chunk_bytes.load(Relaxed), 2 * CHUNK_BYTES as u64, "two chunks");
+        lru.remove(&mut lru.list.lock(), 2000);
+        assert_eq!(order(&lru), [7, 5]);
+        lru.remove(&mut lru.list.lock(), 5);
+        lru.remove(&mut lru.list.lock(), 7);
+        assert_eq!(order(&lru), Vec::<Slot>::new());
+        lru.push_head(&mut lru.list.lock(), 5);
+        assert_eq!(order(&lru), [5], "a slot links again once unlinked");
+    }
+
+    #[test]
+    fn the_tail_rotates_keeping_its_bit() {
+        let lru = LruList::new(1024);
+        for slot in [1, 2, 3] {
+            lru.prepare(slot);
+            lru.push_head(&mut lru.list.lock(), slot);
+        }
+        lru.mark_referenced(2);
+        assert!(!lru.test_and_clear_referenced(1), "linking sets no bit");
+        lru.rotate_tail(&mut lru.list.lock());
+        assert_eq!(order(&lru), [1, 3, 2]);
+        assert!(!lru.is_referenced(1), "rotating does not give a second chance");
+        lru.rotate_tail(&mut lru.list.lock());
+        assert!(lru.is_referenced(2), "nor take one away");
+        assert_eq!(lru.tail(&lru.list.lock()), Some(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "linked twice")]
+    fn linking_a_linked_slot_is_a_bug() {
+        let lru = LruList::new(1024);
+        lru.prepare(9);
+        lru.push_head(&mut lru.list.lock(), 9);
+        lru.push_head(&mut lru.list.lock(), 9);
     }
 }

@@ -5,8 +5,8 @@
 //! ```text
 //!   swap offset:   [ tree number (offset >> 14) | index in the tree (offset & 16383) ]
 //!   trees:         [Mutex<Tree> 0][Mutex<Tree> 1] ... one per 16384 slots of the device
-//!   Tree:          XArray of node numbers (value entries: the entries live in the LRU's
-//!                  slab, `lru`) keyed by the index in the tree (3 levels)
+//!   Tree:          XArray of pool handles (value entries: `entry`) keyed by the index in
+//!                  the tree (3 levels)
 //! ```
 //!
 //! Keys are the offset within the tree, not the whole offset, so a tree is at most three

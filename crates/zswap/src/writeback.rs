@@ -2,14 +2,14 @@
 //! kernel's protocol (`zswap_writeback_entry`, reference/kernel-swap.md §4.4, §10 item 4).
 //!
 //! ```text
-//!   LRU lock:  tail entry ── referenced? ── yes: clear the bit, rotate to head (2nd chance)
-//!                                 └──────── no: copy its data, rotate to head, unlock
-//!   target.pin(swpentry) ── None: entry still stored? yes → a swap-in holds the slot:
-//!        │                                        stop (the warm end of the LRU)
-//!        │                                   no  → it was invalidated: skip it
+//!   LRU lock:  tail slot ── referenced? ── yes: clear the bit, rotate to head (2nd try)
+//!                                └──────── no: take its slot, rotate to head, unlock
+//!   target.pin(swpentry) ── None: slot still stored? yes → a swap-in holds the slot:
+//!        │                                       stop (the warm end of the LRU)
+//!        │                                  no  → it was invalidated: skip it
 //!        └─ Some(pin)
-//!   tree lock: the tree still holds the SAME entry (same object)? no → unpin, skip
-//!              copy the object out, unlock
+//!   tree lock: the slot still has an entry? no → unpin, skip
+//!              note its object (the handle), copy the object out, unlock
 //!   decompress (no lock) ── error → count, keep the entry, unpin(written = false)
 //!   target.write(pin, page) ── error → count, keep the entry, unpin(written = false)
 //!   tree lock: erase the entry if it is still the same one; LRU lock: unlink; unlock
@@ -20,10 +20,11 @@
 //! - The candidate is rotated before the LRU lock is dropped (as the kernel does), so a
 //!   concurrent writeback does not pick it again, and an entry that fails stays at the
 //!   warm end instead of blocking the tail.
-//! - Nothing of the entry is trusted between the LRU unlock and the pin: the slot may be
+//! - Nothing of the entry is read between the LRU unlock and the pin: the slot may be
 //!   invalidated, freed and reused meanwhile. The pin makes the slot stable (no store,
-//!   invalidate or load of it can run while the target holds it), and the identity check
-//!   under the tree lock after pinning proves the entry is still the slot's data.
+//!   invalidate or load of it can run while the target holds it), so the entry the tree
+//!   holds after pinning is the slot's data; its handle (with the handle's generation) is
+//!   the entry's identity from then on, checked again before the erase.
 //! - The entry is erased only after the device write succeeded: until then the pool holds
 //!   the only copy. `unpin(written = true)` comes after the erase, so a swap-in that waited
 //!   on the pin finds the data on the device and not in the pool.
@@ -34,8 +35,9 @@
 
 use crate::compress::PAGE_SIZE;
 use crate::entry::EntryData;
+use crate::lru::Slot;
 use crate::stats::bump;
-use crate::zswap::Zswap;
+use crate::zswap::{slot_of, Zswap};
 use slots::SwapEntry;
 
 /// An opaque token the target hands out with a pin and gets back with write and unpin
@@ -103,7 +105,7 @@ impl Zswap {
             let Some(candidate) = candidate else {
                 continue; // Spared: it had its referenced bit.
             };
-            match self.writeback_entry(target, &candidate, &mut buffers) {
+            match self.writeback_entry(target, candidate, &mut buffers) {
                 Outcome::Written => written += 1,
                 Outcome::Failed => {}
                 Outcome::WarmStop => break,
@@ -113,18 +115,18 @@ impl Zswap {
     }
 
     /// Takes the LRU tail: `None` if the LRU is empty, `Some(None)` if it was referenced
-    /// (bit cleared, rotated), `Some(Some(entry))` for a candidate (rotated too), a copy of
-    /// its data.
+    /// (bit cleared, rotated), `Some(Some(entry))` for a candidate (rotated too): its
+    /// slot's entry, of which nothing more is known until the slot is pinned.
     ///
     /// Context: takes the LRU lock alone.
-    fn writeback_candidate(&self) -> Option<Option<EntryData>> {
+    fn writeback_candidate(&self) -> Option<Option<SwapEntry>> {
         let mut list = self.lru.list.lock();
-        let tail = self.lru.node(self.lru.tail(&list)?);
-        let candidate = if tail.test_and_clear_referenced() {
+        let tail: Slot = self.lru.tail(&list)?;
+        let candidate = if self.lru.test_and_clear_referenced(tail) {
             bump(&self.counters.writeback_second_chance);
             None
         } else {
-            Some(tail.data())
+            Some(self.entry_of(tail))
         };
         self.lru.rotate_tail(&mut list);
         Some(candidate)
@@ -133,11 +135,11 @@ impl Zswap {
     fn writeback_entry(
         &self,
         target: &dyn WritebackTarget,
-        candidate: &EntryData,
+        candidate: SwapEntry,
         buffers: &mut Buffers,
     ) -> Outcome {
-        let Some(pin) = target.pin(candidate.swpentry) else {
-            if self.holds(candidate) {
+        let Some(pin) = target.pin(candidate) else {
+            if self.contains(candidate) {
                 bump(&self.counters.writeback_warm_stop);
                 return Outcome::WarmStop;
             }
@@ -153,14 +155,13 @@ impl Zswap {
         &self,
         target: &dyn WritebackTarget,
         pin: &WritebackPin,
-        candidate: &EntryData,
+        candidate: SwapEntry,
         buffers: &mut Buffers,
     ) -> Outcome {
-        if !self.copy_if_held(candidate, buffers) {
+        let Some((entry, length)) = self.copy_if_held(candidate, buffers) else {
             bump(&self.counters.writeback_raced);
             return Outcome::Failed;
-        }
-        let length = candidate.length as usize;
+        };
         if self.decode(length, &buffers.object, &mut buffers.page).is_err() {
             bump(&self.counters.writeback_decompress_fail);
             return Outcome::Failed;
@@ -169,7 +170,7 @@ impl Zswap {
             bump(&self.counters.writeback_write_fail);
             return Outcome::Failed;
         }
-        if !self.erase(candidate.swpentry, Some(candidate.handle)) {
+        if !self.erase(candidate, Some(entry.handle)) {
             // The pin should have kept the slot's entry; the device copy is then older
             // than what the pool holds, and loads find the pool's first.
             bump(&self.counters.writeback_raced);
@@ -179,26 +180,22 @@ impl Zswap {
         Outcome::Written
     }
 
-    /// Under the tree lock: if the tree still holds `candidate`, copies its object out
-    /// (a raw page straight into the page buffer) and returns true.
-    fn copy_if_held(&self, candidate: &EntryData, buffers: &mut Buffers) -> bool {
-        let (tree, key) = self.trees.lock(candidate.swpentry.offset());
-        let found = self.find(&tree, key, candidate.swpentry);
-        if found.is_none_or(|(_, node)| node.handle() != candidate.handle) {
-            return false;
-        }
-        if candidate.is_raw() {
-            self.pool.read(candidate.handle, &mut buffers.page[..]);
+    /// Under the tree lock: if the tree holds an entry for `candidate`'s slot, copies its
+    /// object out (a raw page straight into the page buffer) and returns the entry and the
+    /// object's length.
+    fn copy_if_held(
+        &self,
+        candidate: SwapEntry,
+        buffers: &mut Buffers,
+    ) -> Option<(EntryData, usize)> {
+        debug_assert_eq!(u64::from(slot_of(candidate)), candidate.offset());
+        let (tree, key) = self.trees.lock(candidate.offset());
+        let entry = self.find(&tree, key, candidate)?;
+        let length = if entry.raw {
+            self.pool.read(entry.handle, &mut buffers.page[..])
         } else {
-            self.pool.read(candidate.handle, &mut buffers.object);
-        }
-        true
-    }
-
-    /// Whether the tree still holds `candidate` (the same object). Takes the tree lock.
-    fn holds(&self, candidate: &EntryData) -> bool {
-        let (tree, key) = self.trees.lock(candidate.swpentry.offset());
-        let found = self.find(&tree, key, candidate.swpentry);
-        found.is_some_and(|(_, node)| node.handle() == candidate.handle)
+            self.pool.read(entry.handle, &mut buffers.object)
+        };
+        Some((entry, length))
     }
 }

@@ -5,15 +5,17 @@
 //! - **store(entry, page)**: check the limit (with hysteresis); compress into this
 //!   thread's scratch buffer (a page that does not compress below the huge-class size, or
 //!   that the compressor fails on, is stored raw or rejected); allocate the object and
-//!   copy it in; reserve an LRU node; build the entry; then under the tree lock store it in
-//!   the index and, under the LRU lock inside, link it at the head and unlink the entry it
-//!   replaced. The replaced entry's object is freed after unlocking. On any refusal, the
+//!   copy it in; make sure the slot's LRU links exist; then under the tree lock store the
+//!   handle in the index and, under the LRU lock inside, unlink the entry it replaced and
+//!   link the slot at the head, referenced. The replaced entry's object is freed after
+//!   unlocking. On any refusal, the
 //!   slot's older entry is invalidated (§10 item 3: a stale entry written back later would
 //!   overwrite newer data on the device).
-//! - **load(entry, page)**: under the tree lock, find the entry, copy its object out (a raw
-//!   page straight into the caller's page), set its referenced bit; decompress after
-//!   unlocking. A decompression failure is counted and returned; the entry stays.
-//!   Exclusive loads decompress under the tree lock and erase the entry in the same hold.
+//! - **load(entry, page)**: under the tree lock, find the entry's handle and set its
+//!   referenced bit; then read the object (a raw page straight into the caller's page, a
+//!   compressed one decompressed under the class lock). A decompression failure is
+//!   counted and returned; the entry stays. Exclusive loads decompress under the tree
+//!   lock and erase the entry in the same hold.
 //! - **invalidate(entry)**: under the tree lock erase the entry and unlink it from the LRU;
 //!   free the object after unlocking. Takes only zswap's own locks and never waits for
 //!   anything else, so the swap device may call it with a cluster lock held.
@@ -24,19 +26,19 @@
 
 use crate::compress::{Compressor, CompressorKind, PAGE_SIZE};
 use crate::config::{Incompressible, Limits, ZswapConfig};
-use crate::entry::{EntryData, Node};
+use crate::entry::EntryData;
 use crate::error::{Error, Reject};
 use crate::faults::FaultHooks;
-use crate::lru::{LruList, NodeId};
+use crate::lru::{LruList, Slot};
 use crate::stats::{bump, Counters, ZswapStats};
 use crate::tree::{Tree, Trees};
-use slots::SwapEntry;
+use slots::{SwapEntry, SwapType};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use xarray::{Entry, EntryRef, NoItems};
-use zpool::{Handle, PoolConfig, ZsPool};
+use zpool::{ClassIndex, Handle, PoolConfig, ZsPool};
 
 thread_local! {
     /// One compression buffer per thread (the kernel's per-CPU `acomp_ctx` buffer): the
@@ -65,6 +67,13 @@ pub struct Zswap {
     incompressible: Incompressible,
     exclusive_load: bool,
     nr_slots: u64,
+    /// The class raw pages go to, and only they (a compressed object smaller than its
+    /// size is stored compressed, anything larger raw): an entry is raw when its handle
+    /// names it.
+    huge_class: ClassIndex,
+    /// The swap type of the device this pool serves, set by the first store
+    /// ([`NO_TYPE`] before): entries carry no type of their own.
+    swap_type: AtomicU8,
     /// Set when the pool reaches its limit; cleared when it is back at or under the accept
     /// threshold (no lock: a flag, read and written whole).
     reached_full: AtomicBool,
@@ -82,6 +91,9 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Zswap>();
 };
+
+/// `Zswap::swap_type` before the first store.
+const NO_TYPE: u8 = u8::MAX;
 
 impl Zswap {
     /// A pool for a swap device of `nr_slots` slots, configured by `config`.
@@ -121,6 +133,7 @@ impl Zswap {
         let mut compressor = config.compressor;
         compressor.threshold_bytes = compressor.threshold_bytes.min(pool.huge_class_size());
         let compressor = Compressor::with_config(compressor)?;
+        let huge_class = pool.classes().class_of_size(PAGE_SIZE).expect("a page has a class");
         let trees = Trees::new(nr_slots);
         let lru = LruList::new(nr_slots);
         let fixed_bytes =
@@ -134,6 +147,8 @@ impl Zswap {
             incompressible: config.incompressible,
             exclusive_load: config.exclusive_load,
             nr_slots,
+            huge_class,
+            swap_type: AtomicU8::new(NO_TYPE),
             reached_full: AtomicBool::new(false),
             fixed_bytes,
             unowned: AtomicU64::new(0),
@@ -178,6 +193,10 @@ impl Zswap {
     /// Context: the caller owns the slot (no store or invalidate of it runs meanwhile).
     /// Takes the tree lock, the LRU lock inside it, and zpool class locks; may allocate a
     /// zspage or an LRU chunk with no lock held; calls the fault hooks with no lock held.
+    ///
+    /// # Panics
+    /// Also if `entry` is of another swap type than the pool's earlier stores (one pool
+    /// serves one device).
     pub fn store(&self, entry: SwapEntry, page: &[u8; PAGE_SIZE]) -> Result<(), Reject> {
         self.check_entry(entry);
         let result = self.try_store(entry, page);
@@ -195,15 +214,9 @@ impl Zswap {
             let mut scratch = scratch.borrow_mut();
             let object = self.compress(entry, page, &mut scratch)?;
             let handle = self.alloc_object(object.len())?;
-            let hint = self.pool.write(handle, object);
-            let data = EntryData { swpentry: entry, handle, length: object.len() as u32, hint };
-            let Ok(node) = self.lru.alloc(&data) else {
-                self.pool.free(handle);
-                self.move_unowned(-1);
-                bump(&self.counters.reject_alloc_fail);
-                return Err(Reject::AllocFail);
-            };
-            self.publish(node, &data)
+            self.pool.write(handle, object);
+            self.lru.prepare(slot_of(entry));
+            self.publish(&EntryData { swpentry: entry, handle, raw: self.is_raw(handle) })
         })
     }
 
@@ -263,50 +276,76 @@ impl Zswap {
         }
     }
 
-    /// Puts `node` (filled with `new` by the caller, not yet linked) in its tree and at
-    /// the head of the LRU, replacing (and then freeing) the slot's older entry.
-    fn publish(&self, node: NodeId, new: &EntryData) -> Result<(), Reject> {
+    /// Puts `new` (its object written, its slot's LRU links prepared) in its tree and its
+    /// slot at the head of the LRU, replacing (and then freeing) the slot's older entry.
+    fn publish(&self, new: &EntryData) -> Result<(), Reject> {
+        self.check_type(new.swpentry);
+        let slot = slot_of(new.swpentry);
         let (mut tree, key) = self.trees.lock(new.swpentry.offset());
-        let old = match tree.xa.store(key, Entry::Value(u64::from(node))) {
-            Ok(old) => old.map(|old| {
-                let old = into_node(old);
-                (old, self.lru.node(old).data())
-            }),
+        let old = match tree.xa.store(key, Entry::Value(new.handle.to_raw())) {
+            Ok(old) => old.map(|old| self.entry_data(new.swpentry, into_handle(old))),
             Err(_refused) => {
                 // A store over an empty key may need an XArray node and be refused;
                 // handled as an allocation failure.
                 drop(tree);
-                self.lru.cancel(node);
                 self.pool.free(new.handle);
                 self.move_unowned(-1);
                 bump(&self.counters.reject_alloc_fail);
                 return Err(Reject::AllocFail);
             }
         };
-        if let Some((_, old)) = &old {
-            assert_eq!(old.swpentry, new.swpentry, "slot holds another device's entry");
-        }
         self.trees.sync(&mut tree);
         self.count_stored(1, raw_share(new));
         self.move_unowned(-1);
         {
             let mut list = self.lru.list.lock();
-            self.lru.push_head(&mut list, node);
-            if let Some((old_node, _)) = old {
-                self.lru.remove(&mut list, old_node);
+            if old.is_some() {
+                self.lru.remove(&mut list, slot);
             }
+            self.lru.push_head(&mut list, slot);
+            // A new entry survives one pass of the LRU, as the kernel's does.
+            self.lru.mark_referenced(slot);
         }
-        if let Some((_, old)) = &old {
+        if let Some(old) = &old {
             self.count_gone(1, raw_share(old));
         }
         drop(tree);
-        if let Some((_, old)) = old {
+        if let Some(old) = old {
             self.pool.free(old.handle);
             self.move_unowned(-1);
             bump(&self.counters.replaced_entries);
         }
         bump(&self.counters.zswpout);
         Ok(())
+    }
+
+    /// Whether the object at `handle` is a page stored raw (it is in the huge class).
+    pub(crate) fn is_raw(&self, handle: Handle) -> bool {
+        handle.class() == self.huge_class
+    }
+
+    /// The data of `entry`'s entry, whose object is `handle`.
+    fn entry_data(&self, entry: SwapEntry, handle: Handle) -> EntryData {
+        EntryData { swpentry: entry, handle, raw: self.is_raw(handle) }
+    }
+
+    /// Records the pool's swap type at its first store, and checks every entry against it.
+    ///
+    /// # Panics
+    /// If `entry` is another device's (a caller bug).
+    fn check_type(&self, entry: SwapEntry) {
+        let ty = entry.swap_type().get();
+        let known = match self.swap_type.compare_exchange(NO_TYPE, ty, Relaxed, Relaxed) {
+            Ok(_) => ty,
+            Err(known) => known,
+        };
+        assert_eq!(known, ty, "{entry:?}: this pool serves swap type {known}");
+    }
+
+    /// The entry of `slot` (a slot the LRU names), with the pool's swap type.
+    pub(crate) fn entry_of(&self, slot: Slot) -> SwapEntry {
+        let ty = SwapType::new(self.swap_type.load(Relaxed)).expect("a stored swap type");
+        SwapEntry::new(ty, u64::from(slot))
     }
 
     /// Moves the count of unowned objects by `delta` and its change count by `|delta|`.
@@ -439,18 +478,16 @@ impl Zswap {
         }
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            let (handle, raw) = {
+            let found = {
                 let (tree, key) = self.trees.lock(entry.offset());
-                let Some((_, node)) = self.find(&tree, key, entry) else {
+                let Some(found) = self.find(&tree, key, entry) else {
                     bump(&self.counters.load_misses);
                     return Ok(false);
                 };
-                let found = node.data();
-                found.hint.prefetch();
-                node.mark_referenced();
-                (found.handle, found.is_raw())
+                self.lru.mark_referenced(slot_of(entry));
+                found
             };
-            self.read_into(handle, raw, page, &mut scratch)?;
+            self.read_into(found.handle, found.raw, page, &mut scratch)?;
             bump(&self.counters.zswpin);
             Ok(true)
         })
@@ -498,17 +535,16 @@ impl Zswap {
             // One walk down the index for the folio's slots, not one per slot.
             let mut found = tree.xa.iter_range(key..=key + nr as u64 - 1);
             for i in 0..nr as u64 {
-                let Some(node) = found.next().and_then(|(at, _, e)| {
-                    (at == key + i).then(|| self.node_of(into_node_ref(e), first.add(i)))
-                }) else {
+                let Some(handle) =
+                    found.next().and_then(|(at, _, e)| (at == key + i).then(|| into_handle_ref(e)))
+                else {
                     return Ok(false);
                 };
-                let data = node.data();
-                data.hint.prefetch();
-                node.mark_referenced();
-                handles.push(data.handle);
-                raw.push(data.is_raw());
+                self.lru.mark_referenced(slot_of(first.add(i)));
+                handles.push(handle);
+                raw.push(self.is_raw(handle));
             }
+            self.check_type(first);
         }
         SCRATCH
             .with(|scratch| {
@@ -531,14 +567,12 @@ impl Zswap {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             let (mut tree, key) = self.trees.lock(entry.offset());
-            let Some((_, node)) = self.find(&tree, key, entry) else {
+            let Some(found) = self.find(&tree, key, entry) else {
                 bump(&self.counters.load_misses);
                 return Ok(false);
             };
-            let found = node.data();
-            found.hint.prefetch();
-            self.read_into(found.handle, found.is_raw(), page, &mut scratch)?;
-            let erased = self.erase_locked(&mut tree, key);
+            self.read_into(found.handle, found.raw, page, &mut scratch)?;
+            let erased = self.erase_locked(&mut tree, key, entry);
             drop(tree);
             if let Some(erased) = erased {
                 self.release(&erased);
@@ -549,21 +583,15 @@ impl Zswap {
         })
     }
 
-    /// The node of the entry at `key` of a locked tree, checked to belong to `entry`. The
-    /// node's data stays the entry's while the caller holds the tree lock (entry.rs).
-    pub(crate) fn find(&self, tree: &Tree, key: u64, entry: SwapEntry) -> Option<(NodeId, &Node)> {
-        let id = into_node_ref(tree.xa.load(key)?);
-        Some((id, self.node_of(id, entry)))
-    }
-
-    /// The node `id` the index holds for `entry`.
+    /// The entry at `key` of a locked tree, `entry`'s slot. Its handle stays the entry's
+    /// while the caller holds the tree lock.
     ///
     /// # Panics
-    /// If the node is another slot's: the index and the LRU's slab disagree.
-    fn node_of(&self, id: NodeId, entry: SwapEntry) -> &Node {
-        let node = self.lru.node(id);
-        assert_eq!(node.swpentry(), entry, "slot holds another device's entry");
-        node
+    /// If `entry` is another device's than the pool's (a caller bug).
+    pub(crate) fn find(&self, tree: &Tree, key: u64, entry: SwapEntry) -> Option<EntryData> {
+        let handle = into_handle_ref(tree.xa.load(key)?);
+        self.check_type(entry);
+        Some(self.entry_data(entry, handle))
     }
 
     /// Fills `page` from the object at `handle`: a raw page (`raw`) is copied; a compressed
@@ -668,11 +696,10 @@ impl Zswap {
             let (mut list, mut nr_raw) = (None, 0);
             // One walk down the index for the folio's slots, not two per slot.
             tree.xa.erase_range(key..=key + nr - 1, |at, _, erased| {
-                let id = into_node(erased);
-                let entry = self.node_of(id, first.add(at - key)).data();
+                let entry = self.entry_data(first.add(at - key), into_handle(erased));
                 let list = list.get_or_insert_with(|| self.lru.list.lock());
                 nr_raw += raw_share(&entry);
-                self.lru.remove(list, id);
+                self.lru.remove(list, slot_of(entry.swpentry));
                 handles.push(entry.handle);
             });
             if handles.is_empty() {
@@ -694,24 +721,23 @@ impl Zswap {
     /// Context: takes the tree lock, then the LRU lock; frees the object after both.
     pub(crate) fn erase(&self, entry: SwapEntry, expected: Option<Handle>) -> bool {
         let (mut tree, key) = self.trees.lock(entry.offset());
-        let Some((_, node)) = self.find(&tree, key, entry) else {
+        let Some(found) = self.find(&tree, key, entry) else {
             return false;
         };
-        if expected.is_some_and(|expected| node.handle() != expected) {
+        if expected.is_some_and(|expected| found.handle != expected) {
             return false;
         }
-        let erased = self.erase_locked(&mut tree, key);
+        let erased = self.erase_locked(&mut tree, key, entry);
         drop(tree);
         erased.map(|erased| self.release(&erased)).is_some()
     }
 
-    /// Erases `key` from a locked tree and unlinks the entry from the LRU, freeing its
-    /// node. Returns the entry's data, for [`Zswap::release`] after unlocking.
-    fn erase_locked(&self, tree: &mut Tree, key: u64) -> Option<EntryData> {
-        let id = into_node(tree.xa.erase(key)?);
+    /// Erases `key`, `entry`'s, from a locked tree and unlinks its slot from the LRU.
+    /// Returns the entry's data, for [`Zswap::release`] after unlocking.
+    fn erase_locked(&self, tree: &mut Tree, key: u64, entry: SwapEntry) -> Option<EntryData> {
+        let erased = self.entry_data(entry, into_handle(tree.xa.erase(key)?));
         self.trees.sync(tree);
-        let erased = self.lru.node(id).data();
-        self.lru.remove(&mut self.lru.list.lock(), id);
+        self.lru.remove(&mut self.lru.list.lock(), slot_of(entry));
         self.count_gone(1, raw_share(&erased));
         Some(erased)
     }
@@ -760,11 +786,10 @@ impl Zswap {
     pub fn corrupt_object(&self, entry: SwapEntry, mutate: impl FnOnce(&mut [u8])) -> bool {
         self.check_entry(entry);
         let (tree, key) = self.trees.lock(entry.offset());
-        let Some((_, node)) = self.find(&tree, key, entry) else {
+        let Some(found) = self.find(&tree, key, entry) else {
             return false;
         };
-        let found = node.data();
-        let mut object = vec![0u8; found.length as usize];
+        let mut object = vec![0u8; self.pool.object_size(found.handle)];
         self.pool.read(found.handle, &mut object);
         mutate(&mut object);
         self.pool.write(found.handle, &object);
@@ -795,8 +820,8 @@ impl Zswap {
     /// hot path).
     pub fn lru_order(&self) -> Vec<(SwapEntry, bool)> {
         let list = self.lru.list.lock();
-        let node = |id| self.lru.node(id);
-        self.lru.iter(&list).map(|id| (node(id).swpentry(), node(id).is_referenced())).collect()
+        let entry = |slot| (self.entry_of(slot), self.lru.is_referenced(slot));
+        self.lru.iter(&list).map(entry).collect()
     }
 
     pub(crate) fn fixed_bytes(&self) -> u64 {
@@ -804,17 +829,29 @@ impl Zswap {
     }
 }
 
-/// The node number of an index entry.
-fn into_node(entry: Entry<NoItems>) -> NodeId {
+/// The handle an index entry holds.
+///
+/// # Panics
+/// If the value is no handle (the index holds nothing else: a bug).
+fn into_handle(entry: Entry<NoItems>) -> Handle {
     match entry {
-        Entry::Value(value) => value as NodeId,
+        Entry::Value(value) => handle_of(value),
         Entry::Item(never) => match never {},
     }
 }
 
-/// The node number of an index entry, borrowed.
-pub(crate) fn into_node_ref(entry: EntryRef<'_, xarray::NoItem>) -> NodeId {
-    entry.value().map(|value| value as NodeId).expect("the zswap index holds no items")
+/// The handle an index entry holds, borrowed.
+pub(crate) fn into_handle_ref(entry: EntryRef<'_, xarray::NoItem>) -> Handle {
+    handle_of(entry.value().expect("the zswap index holds no items"))
+}
+
+fn handle_of(value: u64) -> Handle {
+    Handle::from_raw(value).unwrap_or_else(|| panic!("index value {value:#x} is no handle"))
+}
+
+/// The LRU's name for `entry`'s slot.
+pub(crate) fn slot_of(entry: SwapEntry) -> Slot {
+    Slot::try_from(entry.offset()).expect("offsets are below MAX_SLOTS")
 }
 
 impl fmt::Debug for Zswap {
@@ -831,5 +868,5 @@ impl fmt::Debug for Zswap {
 
 /// 1 for an entry stored raw, else 0: its share of `stored_incompressible_pages`.
 fn raw_share(entry: &EntryData) -> i64 {
-    i64::from(entry.is_raw())
+    i64::from(entry.raw)
 }

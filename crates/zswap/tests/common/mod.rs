@@ -66,6 +66,9 @@ pub struct Device {
     pub on_pin: SlotHook,
     /// Called first thing in `pin`, with no lock held (tests that free a slot just then).
     pub before_pin: SlotHook,
+    /// Called first thing in `write`, with no lock held (tests that play a racer after
+    /// writeback copied the entry out).
+    pub on_write: SlotHook,
 }
 
 impl Device {
@@ -201,6 +204,9 @@ impl WritebackTarget for Device {
 
     fn write(&self, pin: &WritebackPin, page: &Page) -> Result<(), String> {
         let entry = *self.pins.lock().get(&pin.0).expect("pin");
+        if let Some(hook) = self.on_write.lock().as_ref() {
+            hook(entry);
+        }
         let n = self.writes.fetch_add(1, Relaxed) + 1;
         let one_in = self.fail_one_write_in.load(Relaxed);
         if self.fail_writes.load(Relaxed) || (one_in != 0 && n.is_multiple_of(one_in)) {
