@@ -333,12 +333,18 @@ impl Zswap {
     ///
     /// # Panics
     /// If `entry` is another device's (a caller bug).
+    ///
+    /// Context: lock-free; a plain load once the type is known (no locked instruction on
+    /// the load path).
     fn check_type(&self, entry: SwapEntry) {
         let ty = entry.swap_type().get();
-        let known = match self.swap_type.compare_exchange(NO_TYPE, ty, Relaxed, Relaxed) {
-            Ok(_) => ty,
-            Err(known) => known,
-        };
+        let mut known = self.swap_type.load(Relaxed);
+        if known == NO_TYPE {
+            known = match self.swap_type.compare_exchange(NO_TYPE, ty, Relaxed, Relaxed) {
+                Ok(_) => ty,
+                Err(known) => known,
+            };
+        }
         assert_eq!(known, ty, "{entry:?}: this pool serves swap type {known}");
     }
 

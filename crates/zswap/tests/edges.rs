@@ -4,6 +4,7 @@
 mod common;
 
 use common::{clear_referenced, config, page, slot, text_page, Device};
+use slots::{SwapEntry, SwapType};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use zswap::compress::{CompressorConfig, CompressorKind, PAGE_SIZE};
@@ -589,4 +590,16 @@ fn an_entry_costs_its_index_slot_and_its_links_and_nothing_more() {
     let after = zswap.stats().metadata_bytes as f64 / entries as f64;
     assert!(after <= per_entry, "freed entries cost more: {after:.1} > {per_entry:.1}");
     zswap.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "this pool serves swap type 0")]
+fn an_entry_of_another_device_is_a_bug() {
+    // One pool serves one device: entries carry no type of their own, so a store or load
+    // of another device's entry must not pass for this device's slot.
+    let zswap = pool("lz4");
+    zswap.store(slot(1), &text_page(1)).expect("store");
+    let other = SwapEntry::new(SwapType::new(1).unwrap(), 1);
+    let mut back = [0u8; PAGE_SIZE];
+    let _ = zswap.load(other, &mut back);
 }
