@@ -21,8 +21,8 @@
 //! `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`, `_stored_bytes`,
 //! `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that was not measured is
 //! null, never zero. With `--repeat N` each workload's object is its median round's (by
-//! the ratio against zram lz4), and `rounds` lists every round's ratio per workload with
-//! the median's index.
+//! the ratio against zram lz4), and `rounds` lists every round's ratio and both peaks per
+//! workload with the median's index.
 
 use super::kernel::KernelConfig;
 use super::outcome::{RunOutcome, Side};
@@ -218,13 +218,19 @@ pub fn pick_median_rounds(report: &mut Report, rounds: Vec<Vec<WorkloadRow>>) ->
         }
     }
     let table = report.table(
-        "Rounds (--repeat): ratio uswap / zram lz4 of each; the median round is reported",
-        &["workload", "ratios", "median"],
+        "Rounds (--repeat): ratio uswap / zram lz4 of each, and peak MiB uswap / zram lz4; \
+         the median round (by ratio) is reported",
+        &["workload", "ratios", "median", "peaks"],
     );
     let mut fields = Vec::new();
     let mut chosen = Vec::new();
     for mut column in columns {
         let ratios: Vec<Option<f64>> = column.iter().map(row_ratio).collect();
+        let peak = |o: Option<&RunOutcome>| o.map(|o| o.peak_bytes);
+        let uswap_peaks: Vec<Option<u64>> =
+            column.iter().map(|r| peak(r.uswap.outcome())).collect();
+        let kernel_peaks: Vec<Option<u64>> =
+            column.iter().map(|r| peak(r.kernel(KernelConfig::ZramLz4))).collect();
         let mut ranked: Vec<(f64, usize)> =
             ratios.iter().enumerate().filter_map(|(i, r)| r.map(|r| (r, i))).collect();
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -233,11 +239,18 @@ pub fn pick_median_rounds(report: &mut Report, rounds: Vec<Vec<WorkloadRow>>) ->
             ratios.iter().map(|r| r.map_or("-".into(), |r| format!("{r:.3}"))).collect();
         let name = column[median].name.clone();
         let median_text = ratios[median].map_or("-".into(), |r| format!("{r:.3}"));
-        table.row([name.clone(), shown.join(" "), median_text]);
+        let peaks: Vec<String> = uswap_peaks
+            .iter()
+            .zip(&kernel_peaks)
+            .map(|(u, k)| format!("{}/{}", u.map_or("-".into(), mib), k.map_or("-".into(), mib)))
+            .collect();
+        table.row([name.clone(), shown.join(" "), median_text, peaks.join(" ")]);
         fields.push(json!({
             "name": name,
             "ratios_vs_zram_lz4": ratios,
             "median_round": median,
+            "uswap_peak_bytes": uswap_peaks,
+            "kernel_peak_bytes": kernel_peaks,
         }));
         chosen.push(column.swap_remove(median));
     }
@@ -457,6 +470,10 @@ mod tests {
         assert_eq!(rounds[0]["ratios_vs_zram_lz4"][1], 1.0);
         assert_eq!(rounds[1]["ratios_vs_zram_lz4"][2], Value::Null);
         assert_eq!(rounds[2]["median_round"], 0);
+        // Every round's peaks beside its ratio (`ran` gives every side 300 MiB).
+        assert_eq!(rounds[0]["uswap_peak_bytes"][1], 300 << 20);
+        assert_eq!(rounds[1]["kernel_peak_bytes"][2], Value::Null, "a skipped side");
         assert!(report.to_text().contains("1.200 1.000 1.100"), "{}", report.to_text());
+        assert!(report.to_text().contains("300/300 300/-"), "{}", report.to_text());
     }
 }
