@@ -29,9 +29,11 @@ const STDOUT_LIMIT_BYTES: u64 = 1 << 20;
 pub struct Sample {
     /// Seconds since the workload started.
     pub t_s: f64,
-    /// Memory charged to the run (cgroup usage; for uswap, the budgeted memory).
+    /// Memory charged to the run (its cgroup's usage; for uswap without a cgroup, its
+    /// process tree's resident set).
     pub charged_bytes: u64,
-    /// Memory the run uses that is not in `charged_bytes` (zram's pool).
+    /// Memory the run uses that is not in `charged_bytes` (zram's pool; uswap's swap file
+    /// in the page cache when no cgroup charges it).
     pub outside_bytes: u64,
     /// Compressed bytes stored by the swap.
     pub compressed_bytes: u64,
@@ -39,6 +41,11 @@ pub struct Sample {
     pub original_bytes: u64,
     /// Kernel side: bytes of the objects in the swap's own slab caches (kernel_side).
     pub slab_bytes: u64,
+    /// uswap side: its process tree's VmRSS + VmPTE (file pages included), whatever
+    /// `charged_bytes` is measured by.
+    pub tree_rss_bytes: u64,
+    /// uswap side: its swap files' pages in the page cache, whoever is charged for them.
+    pub file_cache_bytes: u64,
 }
 
 /// Reads the memory of a running configuration.

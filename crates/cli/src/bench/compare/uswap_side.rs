@@ -9,7 +9,9 @@
 //!                            [--reclaim-cpus LIST]
 //!                            -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
-//!   probe, every 50 ms   VmRSS and VmPTE of the run's process tree (`uswap run` and its
+//!   probe, every 50 ms   the usage of the run's memory cgroup, if it has one (the charge
+//!                        of the memory chart), and
+//!                        VmRSS and VmPTE of the run's process tree (`uswap run` and its
 //!                        descendants, from /proc/<pid>/task/*/children): the engine, its
 //!                        pool and its threads live inside the program, so this is
 //!                        everything it costs (the page tables too: the kernel side's
@@ -167,7 +169,8 @@ fn run_uswap(
         }
         None => None,
     };
-    let probe = TreeProbe::new(ctx.scratch_dir.join(format!("{}-swap", spec.name)));
+    let mut probe = TreeProbe::new(ctx.scratch_dir.join(format!("{}-swap", spec.name)));
+    probe.group = group.as_ref();
     let prepare = |command: &mut Command| -> Result<()> {
         let swap_file = probe.next_swap_file();
         *command = wrapped(&exe, command, &run_flags(ctx, &swap_file));
@@ -179,10 +182,10 @@ fn run_uswap(
     let measured = spec
         .execute(ctx, &Placement { prepare: &prepare, probe: &probe })
         .context("under uswap run")?;
-    let sampled = measured.samples.iter().map(|s| s.charged_bytes).max().unwrap_or(0);
+    let sampled = measured.samples.iter().map(|s| s.tree_rss_bytes).max().unwrap_or(0);
     let tree_rss_peak_bytes = sampled.max(measured.max_rss_bytes);
     let file_cache_peak_bytes = (!probe.cache_unknown.load(Ordering::Relaxed))
-        .then(|| measured.samples.iter().map(|s| s.outside_bytes).max().unwrap_or(0));
+        .then(|| measured.samples.iter().map(|s| s.file_cache_bytes).max().unwrap_or(0));
     let (meter, charged_peak_bytes, store_peak_bytes, cache_charged_bytes) = match &group {
         // The swap file's page cache is in the group's charge: `uswap run` wrote it.
         Some(group) => (Meter::Cgroup, group.peak_bytes(), 0, group.cache_bytes()),
@@ -206,8 +209,11 @@ fn run_uswap(
     })
 }
 
-/// Samples the resident set of a process tree and the page cache its swap files hold.
-struct TreeProbe {
+/// Samples the resident set of a process tree and the page cache its swap files hold, and
+/// the charge of the cgroup it runs in, if it runs in one.
+struct TreeProbe<'g> {
+    /// The memory cgroup the run is measured in: the samples' charge is its usage.
+    group: Option<&'g MemCgroup<'g>>,
     /// Where the swap files go (the harness's scratch directory); `uswap run` creates each
     /// and unlinks it once it is open.
     prefix: PathBuf,
@@ -220,9 +226,10 @@ struct TreeProbe {
     run_dirs: Mutex<HashMap<u32, PathBuf>>,
 }
 
-impl TreeProbe {
+impl TreeProbe<'_> {
     fn new(prefix: PathBuf) -> Self {
         TreeProbe {
+            group: None,
             prefix,
             files: Mutex::new(Vec::new()),
             cache_unknown: AtomicBool::new(false),
@@ -259,22 +266,31 @@ impl TreeProbe {
     }
 }
 
-impl MemoryProbe for TreeProbe {
+impl MemoryProbe for TreeProbe<'_> {
     fn sample(&self, pid: u32) -> Sample {
         let proc_root = Path::new("/proc");
         let pids = tree_pids(proc_root, pid);
         let (compressed_bytes, original_bytes) = self.stored_bytes(&pids);
+        let tree_rss_bytes = pids.iter().map(|&pid| footprint_bytes(proc_root, pid)).sum();
+        let file_cache_bytes = self.file_cache_bytes(proc_root, &pids);
+        let (charged_bytes, outside_bytes) = match self.group {
+            // The swap file's page cache is in the group's charge.
+            Some(group) => (group.usage_bytes(), 0),
+            None => (tree_rss_bytes, file_cache_bytes),
+        };
         Sample {
-            charged_bytes: pids.iter().map(|&pid| footprint_bytes(proc_root, pid)).sum(),
-            outside_bytes: self.file_cache_bytes(proc_root, &pids),
+            charged_bytes,
+            outside_bytes,
             compressed_bytes,
             original_bytes,
+            tree_rss_bytes,
+            file_cache_bytes,
             ..Sample::default()
         }
     }
 }
 
-impl TreeProbe {
+impl TreeProbe<'_> {
     /// What the pools of `pids` store: compressed bytes and the page bytes they stand for,
     /// summed over each managed process's live stats file (a process not managed, or with
     /// no file yet, adds nothing).
