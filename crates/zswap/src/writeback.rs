@@ -35,9 +35,8 @@
 
 use crate::compress::PAGE_SIZE;
 use crate::entry::EntryData;
-use crate::lru::Slot;
 use crate::stats::bump;
-use crate::zswap::{slot_of, Zswap};
+use crate::zswap::Zswap;
 use slots::SwapEntry;
 
 /// An opaque token the target hands out with a pin and gets back with write and unpin
@@ -121,7 +120,7 @@ impl Zswap {
     /// Context: takes the LRU lock alone.
     fn writeback_candidate(&self) -> Option<Option<SwapEntry>> {
         let mut list = self.lru.list.lock();
-        let tail: Slot = self.lru.tail(&list)?;
+        let tail = self.lru.tail(&list)?;
         let candidate = if self.lru.test_and_clear_referenced(tail) {
             bump(&self.counters.writeback_second_chance);
             None
@@ -188,7 +187,6 @@ impl Zswap {
         candidate: SwapEntry,
         buffers: &mut Buffers,
     ) -> Option<(EntryData, usize)> {
-        debug_assert_eq!(u64::from(slot_of(candidate)), candidate.offset());
         let (tree, key) = self.trees.lock(candidate.offset());
         let entry = self.find(&tree, key, candidate)?;
         let length = if entry.raw {
