@@ -14,11 +14,11 @@
 //!   bits:   slot -> referenced
 //! ```
 //!
-//! Cost: 8 bytes of links and one bit per slot of every chunk in use, 8,320 bytes a chunk.
-//! The slot allocator hands out slots by clusters, so the chunks in use are nearly full:
-//! about 8 bytes per stored page, where a node of its own per entry (the design before,
-//! with the handle, the length, the slot and a prefetch hint in it) cost 40, and a
-//! `zswap_entry` costs the kernel 56 in a 64-byte slab object.
+//! Cost: 8 bytes of links and one bit per slot of every chunk in use, 8,320 bytes a chunk:
+//! 8 bytes a stored page where the slots in use are dense, more where random page-ins left
+//! them sparse. A node of its own per entry (the design before, with the handle, the
+//! length, the slot and a prefetch hint in it) cost 40 bytes; a `zswap_entry` costs the
+//! kernel 56 (`/sys/kernel/slab/zswap_entry/object_size` on dev-vm).
 //!
 //! A slot is linked exactly while its tree holds an entry for it: both change together,
 //! under the tree lock and then the LRU lock (`zswap`). Links and the head, tail and

@@ -97,9 +97,10 @@ struct KernelProbe<'a> {
 /// zswap's entries.
 const SWAP_SLAB_PREFIXES: [&str; 3] = ["zs_handle-", "zspage-", "zswap_entry"];
 
-/// The swap's slab caches, each the (merged) cache directory its name resolves to, once.
+/// The swap's slab caches, each the (merged) cache directory its name resolves to, once,
+/// with its object size (read once: a cache's objects never change size).
 struct SwapSlabs {
-    caches: Vec<PathBuf>,
+    caches: Vec<(PathBuf, Option<u64>)>,
 }
 
 impl SwapSlabs {
@@ -115,6 +116,13 @@ impl SwapSlabs {
             .collect();
         caches.sort();
         caches.dedup();
+        let caches = caches
+            .into_iter()
+            .map(|dir| {
+                let size = slab_number(machine, &dir, "object_size");
+                (dir, size)
+            })
+            .collect();
         SwapSlabs { caches }
     }
 
@@ -124,15 +132,17 @@ impl SwapSlabs {
         if self.caches.is_empty() {
             return None;
         }
-        let number = |dir: &PathBuf, file: &str| -> Option<u64> {
-            let text = machine.read(&dir.join(file)).ok()?;
-            text.split_whitespace().next()?.parse().ok()
+        let bytes = |(dir, size): &(PathBuf, Option<u64>)| {
+            Some(slab_number(machine, dir, "objects")? * (*size)?)
         };
-        self.caches
-            .iter()
-            .map(|dir| Some(number(dir, "objects")? * number(dir, "object_size")?))
-            .sum()
+        self.caches.iter().map(bytes).sum()
     }
+}
+
+/// The first number of a slab cache's sysfs file (`objects` reads `1234 N0=1234`).
+fn slab_number(machine: &dyn Machine, dir: &std::path::Path, file: &str) -> Option<u64> {
+    let text = machine.read(&dir.join(file)).ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// zram's `mm_stat`: orig_data_size compr_data_size mem_used_total mem_limit

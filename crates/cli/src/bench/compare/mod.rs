@@ -253,7 +253,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
 /// anything is measured: a memory cgroup charges a page cache page to whoever reads it
 /// first, so without this the first run measured (the uswap side) would be charged for
 /// loading the programs, their libraries and their modules, and the runs after it not
-/// (after `drop_caches` a first run was charged 43 MiB; a Redis run 3.3 MiB, mostly the
+/// (after `drop_caches` a first run was charged 41 MiB; a Redis run 3.3 MiB, mostly the
 /// server's libraries, when only the programs were read). So every program file is read
 /// whole (this binary, the shim, the workload programs), then every workload runs once at
 /// [`WARM_SIZE`], unconfined and unmeasured. A failure here is left to the measured run to report.
