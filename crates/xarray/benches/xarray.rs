@@ -51,5 +51,22 @@ fn store(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, load, store);
+/// A large folio's slots walked as the page-in path walks them: 16 aligned order-0 entries,
+/// once per folio, over the whole array.
+fn folio_walk(c: &mut Criterion) {
+    let xa = dense();
+    c.bench_function("xarray_iter_range_16_dense_64k", |b| {
+        b.iter(|| {
+            let mut sum = 0u64;
+            for first in (0..KEYS).step_by(16) {
+                for (_, _, e) in xa.iter_range(black_box(first)..=first + 15) {
+                    sum += e.value().unwrap_or(0);
+                }
+            }
+            sum
+        });
+    });
+}
+
+criterion_group!(benches, load, store, folio_walk);
 criterion_main!(benches);

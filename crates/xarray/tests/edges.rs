@@ -384,3 +384,34 @@ fn runs_of_entries_cross_node_boundaries_at_every_level() {
     xa.check_invariants();
     assert_eq!(xa.iter().count(), 64);
 }
+
+/// A dense run of mixed orders, walked by an iterator that takes each next slot directly
+/// (no search) while it holds an entry: every entry once, with its order, in a leaf and in a
+/// node above leaves, ending inside the last entry, and resuming by a search after a gap.
+#[test]
+fn dense_runs_of_mixed_orders_are_walked_slot_by_slot() {
+    let mut xa = XArray::<NoItems>::new();
+    // Leaf: 0 (order 0), 1 (0), 2..=3 (1), 4..=7 (2), 8 (0); gap at 9; 10 (0), 11 (0).
+    for (first, order) in [(0, 0), (1, 0), (2, 1), (4, 2), (8, 0), (10, 0), (11, 0)] {
+        xa.store_order(first, order, Entry::Value(first)).expect("store");
+    }
+    // Above leaves: 4096..=4159 (6), 4160..=4223 (6), 4224..=4351 (7), then 4352 (0), in a
+    // leaf below.
+    for (first, order) in [(4096, 6), (4160, 6), (4224, 7), (4352, 0)] {
+        xa.store_order(first, order, Entry::Value(first)).expect("store");
+    }
+    xa.check_invariants();
+    let walk = |range: std::ops::RangeInclusive<u64>| -> Vec<(u64, u32, u64)> {
+        let items = xa.iter_range(range);
+        items.map(|(first, order, entry)| (first, order, entry.value().expect("a value"))).collect()
+    };
+    let leaf = [(0, 0, 0), (1, 0, 1), (2, 1, 2), (4, 2, 4), (8, 0, 8), (10, 0, 10), (11, 0, 11)];
+    assert_eq!(walk(0..=11), leaf);
+    assert_eq!(walk(1..=5), [(1, 0, 1), (2, 1, 2), (4, 2, 4)], "ends inside the last entry");
+    assert_eq!(walk(3..=8), [(2, 1, 2), (4, 2, 4), (8, 0, 8)], "starts inside an entry");
+    let high = [(4096, 6, 4096), (4160, 6, 4160), (4224, 7, 4224), (4352, 0, 4352)];
+    assert_eq!(walk(4096..=4352), high);
+    assert_eq!(walk(4100..=4230), [(4096, 6, 4096), (4160, 6, 4160), (4224, 7, 4224)]);
+    let all: Vec<_> = leaf.iter().chain(high.iter()).copied().collect();
+    assert_eq!(walk(0..=u64::MAX), all);
+}
