@@ -609,7 +609,8 @@ fn give_back(base: usize) {
 }
 
 /// Asks the CPU to start loading the cache line holding `value`'s first byte (a hint:
-/// nothing is read, nothing can fault).
+/// nothing is read, nothing can fault). Here because this is the crate's one module that
+/// may use `unsafe`.
 #[inline(always)]
 pub(crate) fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
