@@ -1,5 +1,11 @@
-//! The event fence: no page is taken out of the program while an address-space event is
-//! read but not yet applied to the engine.
+//! The event fence: no page is taken out of the program, or mapped into it, while an
+//! address-space event is read but not yet applied to the engine.
+//!
+//! Maps too because of FORK: a page that went into the parent after the FORK was read and
+//! before the engine copied the page tables was missing in the child, and the copy, made
+//! from tables that count it resident by then, gives the child nothing for it (it read
+//! zeros). A map that meets the fence says `Retry`, as one that meets the kernel's
+//! `mmap_changing` does.
 //!
 //! Why. `munmap` of a registered range frees the addresses, then sends UNMAP and waits
 //! until the handler *reads* it; the kernel refuses `UFFDIO_MOVE` and the resolving ioctls

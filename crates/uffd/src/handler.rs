@@ -118,6 +118,8 @@ struct Counters {
     faults_abandoned: AtomicU64,
     fault_errors: AtomicU64,
     forks: AtomicU64,
+    fork_orphans_given: AtomicU64,
+    fork_orphans_failed: AtomicU64,
     remaps: AtomicU64,
     removes: AtomicU64,
     unmaps: AtomicU64,
@@ -151,6 +153,11 @@ pub struct HandlerStats {
     pub fault_errors: u64,
     /// FORK events (children served).
     pub forks: u64,
+    /// Pages mapped into a forked child that were out of its parent (orphans of a refused
+    /// take) when it was forked, or dropped because the child was gone.
+    pub fork_orphans_given: u64,
+    /// Such pages the child refused otherwise than as gone (its data is lost to it).
+    pub fork_orphans_failed: u64,
     /// REMAP events.
     pub remaps: u64,
     /// REMOVE events.
@@ -377,6 +384,8 @@ impl Control {
             faults_abandoned: get(&c.faults_abandoned),
             fault_errors: get(&c.fault_errors),
             forks: get(&c.forks),
+            fork_orphans_given: get(&c.fork_orphans_given),
+            fork_orphans_failed: get(&c.fork_orphans_failed),
             remaps: get(&c.remaps),
             removes: get(&c.removes),
             unmaps: get(&c.unmaps),
@@ -586,6 +595,8 @@ struct Reader {
     forwarded_left: bool,
     /// Children not yet told their number (forwarding: [`Reader::introduce`]).
     unintroduced: Vec<MmId>,
+    /// Pages a child was forked without, not yet mapped into it ([`Reader::give_orphans`]).
+    child_pages: Vec<(MmId, u64, Box<[u8]>)>,
     /// Places this thread and the reclaimer by the faults served ([`HandlerOptions::follow`]).
     follower: Option<crate::follow::Follower>,
 }
@@ -651,6 +662,7 @@ impl Handler {
             work_wait: None,
             forwarded_left: false,
             unintroduced: Vec::with_capacity(16),
+            child_pages: Vec::new(),
             follower: if options.follow { crate::follow::Follower::new() } else { None },
         };
         reader.served.push(Served { mm: MmId::DEFAULT, uffd, source, fenced: false });
@@ -866,6 +878,9 @@ impl Reader {
                 served.fenced = false;
             }
         }
+        if !self.child_pages.is_empty() {
+            self.give_orphans();
+        }
         for served in &self.served {
             served.source.restore_orphans();
         }
@@ -1019,7 +1034,12 @@ impl Reader {
         let uffd = Arc::new(child);
         let source = Arc::new(UffdSource::child(uffd.clone()));
         let mm = self.engine.fork(parent, source.clone())?;
+        if let Some(parent) = self.served(parent) {
+            let pages = parent.source.orphan_pages();
+            self.child_pages.extend(pages.into_iter().map(|(addr, bytes)| (mm, addr, bytes)));
+        }
         self.served.push(Served { mm, uffd, source, fenced: false });
+        self.give_orphans();
         if self.control.forward.is_some() {
             self.unintroduced.push(mm);
             self.introduce();
@@ -1028,6 +1048,31 @@ impl Reader {
         self.pollfds_stale = true;
         self.control.children_live.store(self.served.len() as u64 - 1, Relaxed);
         Ok(mm)
+    }
+
+    /// Maps into forked children the pages that were orphans of their parent when they
+    /// were forked (`UffdSource::orphan_pages`): out of the parent then, so missing in the
+    /// child, and counted resident in the parent, so absent from the child's page tables.
+    /// A child with an event of its own unread refuses the copy (`Retry`): it gets the page
+    /// on a later turn. Present already (the child cannot have written it: it faults on a
+    /// missing page until served) or the child gone: nothing to do.
+    fn give_orphans(&mut self) {
+        let served = &self.served;
+        let counters = &self.control.counters;
+        self.child_pages.retain(|(mm, addr, bytes)| {
+            let Some(child) = served.iter().find(|s| s.mm == *mm) else { return false };
+            match engine::PageSource::map(&*child.source, *addr, bytes) {
+                Ok(_) | Err(engine::SourceError::Gone) => {
+                    counters.fork_orphans_given.fetch_add(1, Relaxed);
+                    false
+                }
+                Err(engine::SourceError::Retry) => true,
+                Err(engine::SourceError::Failed(_)) => {
+                    counters.fork_orphans_failed.fetch_add(1, Relaxed);
+                    false
+                }
+            }
+        });
     }
 
     /// Tells each child not yet told its number ([`crate::forward`]). A child with an event

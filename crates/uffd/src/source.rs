@@ -38,7 +38,13 @@
 //! engine still counts them resident, [`UffdSource::take`] refuses their range, and the
 //! event reader restores them after it has read the pending events
 //! ([`UffdSource::restore_orphans`]; under SIGBUS delivery, faulting threads too),
-//! adjusting them first for REMOVE, UNMAP and REMAP.
+//! adjusting them first for REMOVE, UNMAP and REMAP. A FORK meets them out of the program,
+//! so the child has them missing, while the engine counts them resident, so its copy of the
+//! page tables has nothing for them: the handler maps them into the child from staging
+//! before they are restored ([`UffdSource::orphan_pages`]). For that, every move and map
+//! into the program stays inside the event fence, a take's undo included: none runs between
+//! a FORK's read and its application (before the fix, the last child of
+//! `run_programs/fork_kill.c` read a page of zeros in about 1 run of 30 under load).
 //!
 //! **Map.** One resolving ioctl covers the whole folio. The kernel stops early in three
 //! ways, each continued so that, seen from the engine, a map either installs every missing
@@ -137,6 +143,8 @@ struct Counters {
     orphaned_pages: AtomicU64,
     orphans_restored: AtomicU64,
     orphans_dropped: AtomicU64,
+    orphans_to_children: AtomicU64,
+    map_fenced: AtomicU64,
     maps: AtomicU64,
     map_pages: AtomicU64,
     map_zero_pages: AtomicU64,
@@ -186,6 +194,11 @@ pub struct SourceStats {
     pub orphans_restored: u64,
     /// Orphan pages dropped because the program removed or unmapped them meanwhile.
     pub orphans_dropped: u64,
+    /// Orphan pages read out for a child forked while they were out of the program
+    /// ([`UffdSource::orphan_pages`]).
+    pub orphans_to_children: u64,
+    /// Maps refused with `Retry` because an event was read and not yet applied.
+    pub map_fenced: u64,
     /// `map`, `map_zero` and `poison` calls.
     pub maps: u64,
     /// Pages installed with data (`UFFDIO_COPY`).
@@ -387,6 +400,8 @@ impl UffdSource {
             orphaned_pages: get(&c.orphaned_pages),
             orphans_restored: get(&c.orphans_restored),
             orphans_dropped: get(&c.orphans_dropped),
+            orphans_to_children: get(&c.orphans_to_children),
+            map_fenced: get(&c.map_fenced),
             maps: get(&c.maps),
             map_pages: get(&c.map_pages),
             map_zero_pages: get(&c.map_zero_pages),
@@ -465,14 +480,18 @@ impl UffdSource {
         #[cfg(debug_assertions)]
         Self::assert_really_empty(&lane.staging, run);
         // Events read but not applied: the engine's layout may be stale (crate::fence). The
-        // pass covers the move out of the program only: the handler's read waits for it.
-        let Ok(pass) = self.fence.enter() else {
+        // pass covers the move out of the program and any undo: the handler's read waits
+        // for both. An undo after a FORK was read and before it was applied would put back
+        // into the parent pages the child was forked without, which the engine, counting
+        // them resident, then gives the child no entry for; inside the pass the undo meets
+        // the unread event instead (EAGAIN), and the pages stay orphans, which the handler
+        // gives the child (`UffdSource::orphan_pages`).
+        let Ok(_pass) = self.fence.enter() else {
             lane.staging.free(run);
             add(&self.counters.take_fenced, 1);
             return Err(SourceError::Retry);
         };
         let moved = self.move_out(&mut lane, run, addr);
-        drop(pass);
         let error = match moved {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
@@ -730,6 +749,34 @@ impl UffdSource {
         restored
     }
 
+    /// The orphans' addresses and bytes, for a child forked while they were out of the
+    /// program (module essay: the child has them missing, and the engine counts them
+    /// resident here, so its copy of the page tables gives the child nothing for them).
+    /// Call while the fork's event is held, before the orphans can be restored.
+    ///
+    /// Context: takes lane locks and the orphan list lock.
+    pub fn orphan_pages(&self) -> Vec<(u64, Box<[u8]>)> {
+        let Some(lanes) = &self.lanes else { return Vec::new() };
+        if !self.has_orphans() {
+            return Vec::new();
+        }
+        let pending: Vec<Orphan> = lock(&self.orphans).clone();
+        let mut pages = Vec::with_capacity(pending.len());
+        for candidate in pending {
+            let lane = lock(&lanes.lanes[candidate.lane]);
+            let Some(orphan) = self.listed_orphan(candidate.lane, candidate.slot) else {
+                continue;
+            };
+            if lane.staging.is_present(orphan.slot) {
+                let mut bytes = vec![0u8; PAGE].into_boxed_slice();
+                lane.staging.load(orphan.slot, &mut bytes);
+                pages.push((orphan.addr, bytes));
+            }
+        }
+        add(&self.counters.orphans_to_children, pages.len() as u64);
+        pages
+    }
+
     /// The program dropped or unmapped `[addr, addr + len)` (REMOVE, UNMAP): orphans there
     /// must never come back. Call before telling the engine.
     pub fn forget_orphans(&self, addr: u64, len: u64) {
@@ -855,6 +902,21 @@ impl UffdSource {
         mut op: impl FnMut(usize, usize, usize) -> Result<usize, Error>,
     ) -> Result<Mapped, SourceError> {
         add(&self.counters.maps, 1);
+        // The program's own address space: nothing goes in while an event is read and not
+        // yet applied (crate::fence), as nothing comes out. A page mapped there after a
+        // FORK was read, before the engine copied the page tables, would be in neither
+        // the child's memory (missing at the fork) nor its copy of the tables (resident
+        // here by then).
+        let _pass = match self.lanes {
+            Some(_) => match self.fence.enter() {
+                Ok(pass) => Some(pass),
+                Err(_) => {
+                    add(&self.counters.map_fenced, 1);
+                    return Err(SourceError::Retry);
+                }
+            },
+            None => None,
+        };
         let (mut offset, mut present) = (0usize, 0usize);
         while offset < len {
             match op(addr as usize + offset, offset, len - offset) {
