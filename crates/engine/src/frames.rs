@@ -12,9 +12,15 @@
 //! memory is laid out as a process's memory is seen by the kernel (docs/benchmarks.md has
 //! the probe's output, and the before and after).
 //!
-//! Memory: the allocation is zeroed lazily by the kernel (the global allocator maps it), so
-//! frames never written cost nothing; a written frame stays resident while its page is out,
-//! as the boxes did. With huge pages a touched frame may bring its whole 2 MiB in.
+//! Memory: the frames are a private anonymous mapping of their own, advised for huge pages
+//! before anything touches it, so the kernel zeroes them lazily and frames never written
+//! cost nothing; a written frame stays resident while its page is out, as the boxes did.
+//! With huge pages a touched frame may bring its whole 2 MiB in. Not the global allocator:
+//! std zeroes an allocation aligned beyond malloc's by writing it, which made every frame
+//! resident at once, in base pages, before the advice could apply (16 MiB of frames were
+//! 16 MiB resident with no huge page; `frames_cost_no_memory_until_written`). The
+//! in-memory source serves tests, benchmarks and the simulator, never a managed program,
+//! so a mapping of its own hides nothing from a shim.
 //!
 //! Access: each frame has its own lock, kept here beside the frames, with the page's state
 //! under it; [`Frames::lock`] hands out the state's guard and the frame together, so a frame
@@ -24,7 +30,6 @@
 
 use crate::sync::{Mutex, MutexGuard};
 use crate::PAGE_SIZE;
-use std::alloc::Layout;
 use std::ptr::NonNull;
 
 /// Alignment of the allocation: one x86-64 huge page.
@@ -49,9 +54,45 @@ impl<T> std::fmt::Debug for Frames<T> {
     }
 }
 
-fn layout(nr: usize) -> Layout {
+/// Bytes the frames of `nr` pages take: whole huge pages, at least one.
+fn bytes_for(nr: usize) -> usize {
     let bytes = nr.max(1).checked_mul(PAGE_SIZE).expect("simulated memory size overflows");
-    Layout::from_size_align(bytes, HUGE_BYTES).expect("a power-of-two alignment")
+    bytes.checked_next_multiple_of(HUGE_BYTES).expect("simulated memory size overflows")
+}
+
+/// Maps `bytes` (a multiple of [`HUGE_BYTES`]) of private anonymous memory at a
+/// [`HUGE_BYTES`]-aligned address and advises it for huge pages before anything touches it:
+/// every page reads as zeros, and none is resident until written.
+///
+/// # Panics
+/// When the kernel refuses the mapping (as `Vec` would abort on a refused allocation).
+fn map_frames(bytes: usize) -> NonNull<u8> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    let reserve = bytes + HUGE_BYTES;
+    let (prot, flags) =
+        (ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE | MapFlags::NORESERVE);
+    // SAFETY: a new private anonymous mapping at an address of the kernel's choosing
+    // replaces nothing.
+    let map = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), reserve, prot, flags) }
+        .unwrap_or_else(|e| panic!("mapping {bytes} bytes of simulated memory: {e}"));
+    let start = map as usize;
+    let base = start.next_multiple_of(HUGE_BYTES);
+    let (head, tail) = (base - start, reserve - (base - start) - bytes);
+    // SAFETY: the slack before and after the aligned range is ours and unused; nothing
+    // points into it.
+    unsafe {
+        if head > 0 {
+            let _ = rustix::mm::munmap(map, head);
+        }
+        if tail > 0 {
+            let _ = rustix::mm::munmap((base + bytes) as *mut _, tail);
+        }
+    }
+    // SAFETY: the range is ours and mapped; the advice changes no contents. Refused (no
+    // transparent huge pages in this kernel) is harmless: base pages then.
+    let _no_thp_is_fine =
+        unsafe { rustix::mm::madvise(base as *mut _, bytes, rustix::mm::Advice::LinuxHugepage) };
+    NonNull::new(base as *mut u8).expect("mmap never returns null on success")
 }
 
 /// A locked frame: the page's state (through `Deref`) and its bytes ([`Locked::frame`]).
@@ -86,14 +127,7 @@ impl<T> Frames<T> {
     /// # Panics
     /// When the allocator refuses the memory (as `Vec` would).
     pub(crate) fn new(nr: usize, init: impl FnMut(usize) -> T) -> Self {
-        let layout = layout(nr);
-        // SAFETY: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(base) = NonNull::new(base) else { std::alloc::handle_alloc_error(layout) };
-        let (start, advice) = (base.as_ptr().cast(), rustix::mm::Advice::LinuxHugepage);
-        // SAFETY: the range is ours and allocated; the advice changes no contents. Refused
-        // (no transparent huge pages in this kernel) is harmless: base pages then.
-        let _no_thp_is_fine = unsafe { rustix::mm::madvise(start, layout.size(), advice) };
+        let base = map_frames(bytes_for(nr));
         let locks = (0..nr).map(init).map(Mutex::new).collect();
         Frames { base, locks }
     }
@@ -121,8 +155,10 @@ impl<T> Frames<T> {
 
 impl<T> Drop for Frames<T> {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.base.as_ptr(), layout(self.locks.len())) }
+        // SAFETY: mapped in `new` with this length, unmapped once; no frame reference
+        // outlives `self`.
+        let _ =
+            unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), bytes_for(self.locks.len())) };
     }
 }
 
@@ -148,5 +184,30 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [(10, 1), (11, 2), (12, 3)]);
+    }
+
+    /// Resident pages of the frames, by `mincore`.
+    fn resident(frames: &Frames<()>) -> usize {
+        let bytes = bytes_for(frames.len());
+        let mut vec = vec![0u8; bytes / PAGE_SIZE];
+        // SAFETY: the range is the frames' mapping, `vec` has a byte per page of it.
+        let rc = unsafe { libc::mincore(frames.base.as_ptr().cast(), bytes, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn frames_cost_no_memory_until_written() {
+        // 16 MiB: built zeroed by the allocator, every page was resident before a single
+        // write (std zeroes an over-aligned allocation by writing it), and written before
+        // its huge-page advice, so none could be a huge page.
+        let frames = Frames::new(4096, |_| ());
+        assert_eq!(frames.base.as_ptr() as usize % HUGE_BYTES, 0, "huge-page aligned");
+        assert_eq!(resident(&frames), 0, "nothing written, nothing resident");
+        frames.lock(1000).frame()[7] = 1;
+        let after = resident(&frames);
+        // One page, or the huge page around it where the kernel gives one.
+        assert!((1..=512).contains(&after), "{after} pages resident after one write");
+        assert_eq!(frames.lock(1001).frame()[7], 0);
     }
 }
