@@ -22,35 +22,50 @@
 //! in-memory source serves tests, benchmarks and the simulator, never a managed program,
 //! so a mapping of its own hides nothing from a shim.
 //!
-//! Access: each frame has its own lock, kept here beside the frames, with the page's state
-//! under it; [`Frames::lock`] hands out the state's guard and the frame together, so a frame
-//! is only ever reached while its lock is held. That pairing is the one unsafe argument.
+//! Access: a lock per page table's worth of frames ([`TABLE_PAGES`], 512: 2 MiB), kept here
+//! beside the frames, with those pages' states under it, as the kernel's split page-table
+//! lock covers the 512 entries of one page table. [`Frames::lock`] (one page) and
+//! [`Frames::lock_span`] (a folio) hand out the guards and the frames together, so a frame
+//! is only ever reached while its table's lock is held. That pairing is the one unsafe
+//! argument.
+//!
+//! Why a table's lock and not a page's: the kernel maps a large folio's pages under one
+//! lock (`set_ptes` under the PTL), and so does this source. With a lock per page, mapping
+//! a 64 KiB folio took 16 locks and released 16, ~18 ns of each page's page-in that an
+//! order-0 page-in pays once (`examples/phases`-style timing, docs/benchmarks.md): the
+//! simulated memory, not the engine, charged large folios for being large.
 
 #![allow(unsafe_code)]
 
 use crate::sync::{Mutex, MutexGuard};
 use crate::PAGE_SIZE;
+use smallvec::SmallVec;
 use std::ptr::NonNull;
 
 /// Alignment of the allocation: one x86-64 huge page.
 const HUGE_BYTES: usize = 2 << 20;
 
-/// Page frames, zeroed at first, each with a lock over a `T` (the page's state).
+/// Pages under one lock: a page table's worth, 2 MiB.
+pub(crate) const TABLE_PAGES: usize = 512;
+
+/// Page frames, zeroed at first, each with a `T` (the page's state), under a lock per
+/// [`TABLE_PAGES`] frames.
 pub(crate) struct Frames<T> {
     base: NonNull<u8>,
-    locks: Box<[Mutex<T>]>,
+    len: usize,
+    tables: Box<[Mutex<Box<[T]>>]>,
 }
 
 // SAFETY: the frames are plain memory owned by this value, and frame `i` is reached only
-// through `lock(i)`, which holds lock `i` for as long as the reference lives: sharing the
-// value is as safe as sharing a `[Mutex<(T, [u8; 4096])>]`.
+// through a guard of table `i / TABLE_PAGES`'s lock, held for as long as the reference
+// lives: sharing the value is as safe as sharing a `[Mutex<[(T, [u8; 4096]); 512]>]`.
 unsafe impl<T: Send> Send for Frames<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Frames<T> {}
 
 impl<T> std::fmt::Debug for Frames<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Frames({} at {:p})", self.locks.len(), self.base)
+        write!(f, "Frames({} at {:p})", self.len, self.base)
     }
 }
 
@@ -88,17 +103,18 @@ fn map_frames(bytes: usize) -> NonNull<u8> {
             let _ = rustix::mm::munmap((base + bytes) as *mut _, tail);
         }
     }
+    let (start, advice) = (base as *mut _, rustix::mm::Advice::LinuxHugepage);
     // SAFETY: the range is ours and mapped; the advice changes no contents. Refused (no
     // transparent huge pages in this kernel) is harmless: base pages then.
-    let _no_thp_is_fine =
-        unsafe { rustix::mm::madvise(base as *mut _, bytes, rustix::mm::Advice::LinuxHugepage) };
+    let _no_thp_is_fine = unsafe { rustix::mm::madvise(start, bytes, advice) };
     NonNull::new(base as *mut u8).expect("mmap never returns null on success")
 }
 
 /// A locked frame: the page's state (through `Deref`) and its bytes ([`Locked::frame`]).
 pub(crate) struct Locked<'a, T> {
     frame: &'a mut [u8; PAGE_SIZE],
-    guard: MutexGuard<'a, T>,
+    guard: MutexGuard<'a, Box<[T]>>,
+    slot: usize,
 }
 
 impl<T> Locked<'_, T> {
@@ -111,45 +127,110 @@ impl<T> Locked<'_, T> {
 impl<T> std::ops::Deref for Locked<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        &self.guard
+        &self.guard[self.slot]
     }
 }
 
 impl<T> std::ops::DerefMut for Locked<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        &mut self.guard[self.slot]
+    }
+}
+
+/// Consecutive frames, locked: the guards of every table they lie in, taken in address
+/// order.
+pub(crate) struct Span<'a, T> {
+    frames: &'a mut [[u8; PAGE_SIZE]],
+    guards: SmallVec<[MutexGuard<'a, Box<[T]>>; 1]>,
+    /// Index, in its table, of the span's first page.
+    skip: usize,
+}
+
+impl<'a, T> Span<'a, T> {
+    /// How many frames.
+    pub(crate) fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The frames' states, in address order.
+    pub(crate) fn states(&self) -> impl Iterator<Item = &T> + use<'_, 'a, T> {
+        self.guards.iter().flat_map(|g| g.iter()).skip(self.skip).take(self.frames.len())
+    }
+
+    /// The frames' states, in address order, to change.
+    pub(crate) fn states_mut(&mut self) -> impl Iterator<Item = &mut T> + use<'_, 'a, T> {
+        let (skip, len) = (self.skip, self.frames.len());
+        self.guards.iter_mut().flat_map(|g| g.iter_mut()).skip(skip).take(len)
+    }
+
+    /// The frames' bytes, in address order.
+    pub(crate) fn frames_mut(&mut self) -> impl Iterator<Item = &mut [u8; PAGE_SIZE]> + '_ {
+        self.frames.iter_mut()
+    }
+
+    /// Each frame's state and bytes, in address order.
+    pub(crate) fn pages(
+        &mut self,
+    ) -> impl Iterator<Item = (&mut T, &mut [u8; PAGE_SIZE])> + use<'_, 'a, T> {
+        let (skip, len) = (self.skip, self.frames.len());
+        let states = self.guards.iter_mut().flat_map(|g| g.iter_mut()).skip(skip).take(len);
+        states.zip(self.frames.iter_mut())
     }
 }
 
 impl<T> Frames<T> {
-    /// `nr` zeroed frames, lock `i` holding `init(i)`.
+    /// `nr` zeroed frames, frame `i`'s state `init(i)`.
     ///
     /// # Panics
-    /// When the allocator refuses the memory (as `Vec` would).
-    pub(crate) fn new(nr: usize, init: impl FnMut(usize) -> T) -> Self {
+    /// When the kernel refuses the memory (as `Vec` would abort).
+    pub(crate) fn new(nr: usize, mut init: impl FnMut(usize) -> T) -> Self {
         let base = map_frames(bytes_for(nr));
-        let locks = (0..nr).map(init).map(Mutex::new).collect();
-        Frames { base, locks }
+        let tables = (0..nr.div_ceil(TABLE_PAGES))
+            .map(|t| {
+                let pages = t * TABLE_PAGES..nr.min((t + 1) * TABLE_PAGES);
+                Mutex::new(pages.map(&mut init).collect())
+            })
+            .collect();
+        Frames { base, len: nr, tables }
     }
 
     /// How many frames.
     pub(crate) fn len(&self) -> usize {
-        self.locks.len()
+        self.len
     }
 
-    /// Locks frame `index`.
+    /// Locks frame `index` (its table).
     ///
     /// # Panics
     /// If `index` is out of range.
     pub(crate) fn lock(&self, index: usize) -> Locked<'_, T> {
-        // Panics out of range, before any pointer is made.
-        let guard = self.locks[index].lock();
-        // SAFETY: in bounds (the lock exists), page aligned (the base is 2 MiB aligned),
-        // valid until `self` is dropped (the borrow outlives the reference); exclusive:
-        // lock `index` is held by `guard`, which lives beside the reference in `Locked`,
-        // and this is the only place a frame is reached.
+        assert!(index < self.len, "frame {index} of {}", self.len);
+        let guard = self.tables[index / TABLE_PAGES].lock();
+        // SAFETY: in bounds (checked above), page aligned (the base is 2 MiB aligned),
+        // valid until `self` is dropped (the borrow outlives the reference); exclusive: the
+        // lock of the frame's table is held by `guard`, which lives beside the reference in
+        // `Locked`, and frames are reached only here and in `lock_span`, under that lock.
         let frame = unsafe { &mut *self.base.as_ptr().add(index * PAGE_SIZE).cast() };
-        Locked { frame, guard }
+        Locked { frame, guard, slot: index % TABLE_PAGES }
+    }
+
+    /// Locks frames `[first, first + nr)` (their tables, in address order: every caller
+    /// locks in that order, and holds no other frame's lock while it does).
+    ///
+    /// # Panics
+    /// If the range is empty or out of range.
+    pub(crate) fn lock_span(&self, first: usize, nr: usize) -> Span<'_, T> {
+        assert!(nr > 0 && first + nr <= self.len, "frames {first}+{nr} of {}", self.len);
+        let tables = first / TABLE_PAGES..=(first + nr - 1) / TABLE_PAGES;
+        let guards = tables.map(|t| self.tables[t].lock()).collect();
+        // SAFETY: as in `lock`, for every frame of the range: in bounds, aligned, valid for
+        // the borrow, and exclusive while `guards`, held beside it in `Span`, hold the lock
+        // of every table the range lies in.
+        let frames = unsafe {
+            let start = self.base.as_ptr().add(first * PAGE_SIZE).cast();
+            std::slice::from_raw_parts_mut(start, nr)
+        };
+        Span { frames, guards, skip: first % TABLE_PAGES }
     }
 }
 
@@ -157,8 +238,7 @@ impl<T> Drop for Frames<T> {
     fn drop(&mut self) {
         // SAFETY: mapped in `new` with this length, unmapped once; no frame reference
         // outlives `self`.
-        let _ =
-            unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), bytes_for(self.locks.len())) };
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), bytes_for(self.len)) };
     }
 }
 
@@ -209,5 +289,31 @@ mod tests {
         // One page, or the huge page around it where the kernel gives one.
         assert!((1..=512).contains(&after), "{after} pages resident after one write");
         assert_eq!(frames.lock(1001).frame()[7], 0);
+    }
+
+    #[test]
+    fn a_span_across_two_tables_reaches_each_page_once() {
+        let nr = TABLE_PAGES + 20;
+        let frames = Frames::new(nr, |i| i);
+        let first = TABLE_PAGES - 5;
+        {
+            let mut span = frames.lock_span(first, 10);
+            assert_eq!(span.len(), 10);
+            assert_eq!(
+                span.states().copied().collect::<Vec<_>>(),
+                (first..first + 10).collect::<Vec<_>>()
+            );
+            for (i, (state, frame)) in span.pages().enumerate() {
+                *state += 1000;
+                frame[0] = i as u8 + 1;
+            }
+        }
+        for i in 0..nr {
+            let mut page = frames.lock(i);
+            let inside = (first..first + 10).contains(&i);
+            assert_eq!(*page, if inside { i + 1000 } else { i }, "state of page {i}");
+            let byte = if inside { (i - first) as u8 + 1 } else { 0 };
+            assert_eq!(page.frame()[0], byte, "frame of page {i}");
+        }
     }
 }

@@ -5,17 +5,18 @@
 //! engine), `Zero` (the shared zero page: reads see zeros, a write allocates),
 //! `ZeroProtected` (the same, but a write faults into the engine first, as a
 //! write-protected zero page does through userfaultfd), `Data`, or `Poisoned` (an access
-//! fails, as SIGBUS would). Each page has its own lock, so a take or a
-//! map of a page is atomic with respect to the simulated program's accesses to it, which
-//! is the [`PageSource`] contract: a write lands before a take (and is in the taken data)
-//! or after it (and faults).
+//! fails, as SIGBUS would). Pages are locked a page table's worth (512) at a time, as the
+//! kernel's split page-table lock does ([`crate::frames`]), so a take or a map of a folio is
+//! atomic with respect to the simulated program's accesses to it, which is the
+//! [`PageSource`] contract: a write lands before a take (and is in the taken data) or after
+//! it (and faults).
 //!
 //! The "program" is whoever calls [`MemorySource::read`] and [`MemorySource::write`]: they
 //! fault into the engine when a page is missing and retry, exactly as a real access
 //! would. Accesses set a referenced bit that reclaim can test.
 
 use crate::engine::{Engine, FaultOutcome};
-use crate::frames::{Frames, Locked};
+use crate::frames::{Frames, Locked, Span};
 use crate::page_source::{Mapped, PageSource, SourceError, Taken};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
@@ -364,11 +365,10 @@ impl MemorySource {
         }
     }
 
-    /// Locks the pages of `[addr, addr + len)` in address order; a folio of up to 16 pages
-    /// (order 4) needs no allocation.
-    fn lock_range(&self, addr: u64, len: usize) -> SmallVec<[PageRef<'_>; 16]> {
-        let first = self.page_index(addr);
-        (first..first + len / PAGE_SIZE).map(|i| self.pages.lock(i)).collect()
+    /// Locks the pages of `[addr, addr + len)`: the lock of each page table's worth they
+    /// lie in, in address order (one for an aligned folio), as the kernel's PTL.
+    fn lock_range(&self, addr: u64, len: usize) -> Span<'_, State> {
+        self.pages.lock_span(self.page_index(addr), len / PAGE_SIZE)
     }
 
     /// Installs pages at `addr` unless any is present: `data` gives each page's bytes, or
@@ -378,16 +378,16 @@ impl MemorySource {
             return Err(SourceError::Gone);
         }
         let mut pages = self.lock_range(addr, len);
-        if pages.iter().any(|p| **p != State::Missing) {
+        if pages.states().any(|p| *p != State::Missing) {
             return Ok(Mapped::AlreadyPresent);
         }
-        for (i, page) in pages.iter_mut().enumerate() {
+        for (i, (state, frame)) in pages.pages().enumerate() {
             match data {
                 Some(data) => {
-                    page.frame().copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
-                    **page = State::Data;
+                    frame.copy_from_slice(&data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+                    *state = State::Data;
                 }
-                None => **page = State::Zero,
+                None => *state = State::Zero,
             }
         }
         if data.is_some() {
@@ -413,10 +413,10 @@ impl PageSource for MemorySource {
         }
         let mut holes = 0;
         let mut pages = self.lock_range(addr, dst.len() * PAGE_SIZE);
-        for (page, out) in pages.iter_mut().zip(dst.iter_mut()) {
-            match std::mem::replace(&mut **page, State::Missing) {
+        for ((state, frame), out) in pages.pages().zip(dst.iter_mut()) {
+            match std::mem::replace(state, State::Missing) {
                 State::Data => {
-                    out.copy_from_slice(page.frame());
+                    out.copy_from_slice(frame);
                     self.data_pages.fetch_sub(1, Ordering::Relaxed);
                 }
                 State::Zero | State::ZeroProtected => out.fill(0),
@@ -446,9 +446,9 @@ impl PageSource for MemorySource {
     fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
         let mapped = self.install(addr, len as usize, None)?;
         if mapped == Mapped::Done {
-            for page in self.lock_range(addr, len as usize).iter_mut() {
-                if **page == State::Zero {
-                    **page = State::ZeroProtected;
+            for state in self.lock_range(addr, len as usize).states_mut() {
+                if *state == State::Zero {
+                    *state = State::ZeroProtected;
                 }
             }
         }
@@ -456,9 +456,9 @@ impl PageSource for MemorySource {
     }
 
     fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
-        for page in self.lock_range(addr, len as usize).iter_mut() {
-            if **page == State::ZeroProtected {
-                **page = State::Zero;
+        for state in self.lock_range(addr, len as usize).states_mut() {
+            if *state == State::ZeroProtected {
+                *state = State::Zero;
             }
         }
         Ok(())
@@ -478,28 +478,26 @@ impl PageSource for MemorySource {
             return Err(SourceError::Gone);
         }
         let mut pages = self.lock_range(addr, len as usize);
-        if pages.iter().any(|p| **p != State::Missing) {
+        if pages.states().any(|p| *p != State::Missing) {
             return Ok(Some(Mapped::AlreadyPresent));
         }
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
         // the page's data only once every page is filled.
-        let mut frames: smallvec::SmallVec<[&mut [u8]; 16]> =
-            pages.iter_mut().map(|page| &mut page.frame()[..]).collect();
+        let mut frames: SmallVec<[&mut [u8]; 16]> =
+            pages.frames_mut().map(|frame| &mut frame[..]).collect();
         if !fill(&mut frames) {
             return Ok(None);
         }
         drop(frames);
-        for page in pages.iter_mut() {
-            **page = State::Data;
-        }
+        pages.states_mut().for_each(|state| *state = State::Data);
         self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         Ok(Some(Mapped::Done))
     }
 
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
-        for mut page in self.lock_range(addr, len as usize) {
-            if *page == State::Missing {
-                *page = State::Poisoned;
+        for state in self.lock_range(addr, len as usize).states_mut() {
+            if *state == State::Missing {
+                *state = State::Poisoned;
             }
         }
         Ok(())
