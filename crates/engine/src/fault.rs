@@ -439,9 +439,9 @@ impl Core {
         } else {
             let (mut failed, mut missed) = (None, false);
             let (addr, len) = (region.addr_of(first), bytes_of(order));
-            let mapped = region.source().map_with(addr, len, &mut |pages| match self
+            let mapped = region.source().map_with(addr, len, &mut |folio| match self
                 .storage
-                .pool_read_folio(entry, pages, &self.stats)
+                .pool_read_folio(entry, folio, &self.stats)
             {
                 Ok(held) => {
                     missed = !held;

@@ -163,9 +163,9 @@ impl<'a, T> Span<'a, T> {
         self.guards.iter_mut().flat_map(|g| g.iter_mut()).skip(skip).take(len)
     }
 
-    /// The frames' bytes, in address order.
-    pub(crate) fn frames_mut(&mut self) -> impl Iterator<Item = &mut [u8; PAGE_SIZE]> + '_ {
-        self.frames.iter_mut()
+    /// The frames' bytes, one after the other (frames are contiguous memory).
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.frames.as_flattened_mut()
     }
 
     /// Each frame's state and bytes, in address order.

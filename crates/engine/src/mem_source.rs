@@ -20,7 +20,6 @@ use crate::frames::{Frames, Locked, Span};
 use crate::page_source::{Mapped, PageSource, SourceError, Taken};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
-use smallvec::SmallVec;
 
 /// What a page of simulated memory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -472,7 +471,7 @@ impl PageSource for MemorySource {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         if self.across(addr, len) {
             return Err(SourceError::Gone);
@@ -483,12 +482,9 @@ impl PageSource for MemorySource {
         }
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
         // the page's data only once every page is filled.
-        let mut frames: SmallVec<[&mut [u8]; 16]> =
-            pages.frames_mut().map(|frame| &mut frame[..]).collect();
-        if !fill(&mut frames) {
+        if !fill(pages.bytes_mut()) {
             return Ok(None);
         }
-        drop(frames);
         pages.states_mut().for_each(|state| *state = State::Data);
         self.data_pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         Ok(Some(Mapped::Done))

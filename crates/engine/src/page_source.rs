@@ -105,8 +105,9 @@ pub trait PageSource: Send + Sync {
         false
     }
 
-    /// Maps `len` bytes at `addr` whose pages `fill(pages)` writes, page `i` of the range
-    /// into `pages[i]` (4 KiB each, all at once: a folio's pool reads share their locks),
+    /// Maps `len` bytes at `addr` that `fill(folio)` writes, all at once into one buffer of
+    /// `len` bytes (a folio's pool reads share their locks, and raw pages lying back to back
+    /// in the pool are copied with one `memcpy`),
     /// unless any of them is present (`AlreadyPresent`, `fill` maybe never called); wakes
     /// threads faulting there. `Ok(None)` if `fill` refused: nothing is mapped, the pages
     /// stay missing. The caller holds the region's page-table lock. The default fills a
@@ -118,15 +119,12 @@ pub trait PageSource: Send + Sync {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         let mut data = vec![0u8; len as usize];
-        let mut pages: smallvec::SmallVec<[&mut [u8]; 16]> =
-            data.chunks_mut(crate::PAGE_SIZE).collect();
-        if !fill(&mut pages) {
+        if !fill(&mut data) {
             return Ok(None);
         }
-        drop(pages);
         self.map(addr, &data).map(Some)
     }
 

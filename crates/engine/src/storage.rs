@@ -22,7 +22,6 @@ use crate::stats::Stats;
 use crate::zeromap::{is_zero_filled, ZeroMap};
 use crate::PAGE_SIZE;
 use slots::{SlotFreeHook, SwapDevice, SwapEntry};
-use smallvec::SmallVec;
 use std::sync::Arc;
 use zswap::{Reject, Zswap};
 
@@ -157,11 +156,8 @@ impl Storage {
     fn read_stored(&self, first: SwapEntry, buf: &mut [u8], stats: &Stats) -> Result<(), String> {
         let c = &stats.counters;
         let nr = buf.len() / PAGE_SIZE;
-        if nr > 1 {
-            let mut pages: SmallVec<[&mut [u8]; 16]> = buf.chunks_mut(PAGE_SIZE).collect();
-            if self.pool_read_folio(first, &mut pages, stats)? {
-                return Ok(());
-            }
+        if nr > 1 && self.pool_read_folio(first, buf, stats)? {
+            return Ok(());
         }
         let mut device_run: Option<usize> = None; // first page of a pending device run
         for i in 0..=nr {
@@ -213,25 +209,26 @@ impl Storage {
         }
     }
 
-    /// Loads a folio's pages from the pool, page `i` of slot `first + i` into `pages[i]`, if
-    /// it holds every one (one look-up and a few class locks for all: `Zswap::load_folio`);
+    /// Loads a folio's pages from the pool, slot `first + i` into page `i` of `folio`, if it
+    /// holds every one (one look-up and a few class locks for all: `Zswap::load_folio`);
     /// `false` reads none.
     pub(crate) fn pool_read_folio(
         &self,
         first: SwapEntry,
-        pages: &mut [&mut [u8]],
+        folio: &mut [u8],
         stats: &Stats,
     ) -> Result<bool, String> {
         let Some(zswap) = &self.zswap else { return Ok(false) };
-        match zswap.load_folio(first, pages) {
+        let nr = folio.len() / PAGE_SIZE;
+        match zswap.load_folio(first, folio) {
             Ok(true) => {
-                Stats::add(&stats.counters.zswpin, pages.len() as u64);
+                Stats::add(&stats.counters.zswpin, nr as u64);
                 Ok(true)
             }
             Ok(false) => Ok(false),
             Err(error) => {
                 Stats::add(&stats.counters.swpin_error, 1);
-                Err(format!("pool load of slots {}+{}: {error}", first.offset(), pages.len()))
+                Err(format!("pool load of slots {}+{nr}: {error}", first.offset()))
             }
         }
     }

@@ -279,7 +279,7 @@ impl PageSource for SimSource {
         &self,
         addr: u64,
         len: u64,
-        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> Result<Option<Mapped>, SourceError> {
         if self.world.fires(Site::MapRetry) {
             return Err(SourceError::Retry);
@@ -291,13 +291,12 @@ impl PageSource for SimSource {
         if pages.range(addr..addr + len).next().is_some() {
             return Ok(Some(Mapped::AlreadyPresent));
         }
-        let mut filled: Vec<Box<[u8; PAGE_SIZE]>> =
-            (0..len / PAGE).map(|_| Box::new([0u8; PAGE_SIZE])).collect();
-        let mut frames: Vec<&mut [u8]> = filled.iter_mut().map(|page| &mut page[..]).collect();
-        if !fill(&mut frames) {
+        let mut filled = vec![0u8; len as usize];
+        if !fill(&mut filled) {
             return Ok(None);
         }
-        for (i, page) in filled.into_iter().enumerate() {
+        for (i, bytes) in filled.chunks_exact(PAGE_SIZE).enumerate() {
+            let page = Box::new(<[u8; PAGE_SIZE]>::try_from(bytes).expect("a page"));
             pages.insert(addr + i as u64 * PAGE, Slot::new(Page::Data(page)));
         }
         Ok(Some(Mapped::Done))
@@ -377,7 +376,7 @@ mod tests {
         assert_eq!(s.present_pages(), 2);
         assert_eq!(s.map_zero(from + 2 * PAGE, PAGE), Err(SourceError::Gone));
         assert_eq!(s.map(from + 3 * PAGE, &[7; PAGE_SIZE]), Err(SourceError::Gone));
-        let mut fill = |_: &mut [&mut [u8]]| true;
+        let mut fill = |_: &mut [u8]| true;
         assert_eq!(s.map_with(from, PAGE, &mut fill), Err(SourceError::Gone));
         assert_eq!(s.map_zero(to + 2 * PAGE, PAGE), Ok(Mapped::Done));
         assert_eq!(s.map_zero(from + 4 * PAGE, PAGE), Ok(Mapped::Done), "past the moved range");

@@ -389,10 +389,13 @@ impl ZsPool {
         self.class_of(handle).state.lock().read_with(handle, scratch, reader)
     }
 
-    /// As [`ZsPool::read_with`] for every handle in turn, `each(i, bytes)` with
-    /// `handles[i]`'s bytes, holding one class lock for each run of consecutive handles of
-    /// one class (a folio's objects read under a few locks, not one each). Stops at the
-    /// first error and returns it.
+    /// As [`ZsPool::read_with`] for every handle in turn, holding one class lock for each
+    /// run of consecutive handles of one class (a folio's objects read under a few locks,
+    /// not one each): `each(i, n, bytes)` with the bytes of `handles[i..i + n]`. `n` is 1
+    /// except for whole-page objects (raw pages) lying back to back in memory, which come
+    /// as one slice of `n` pages, to be copied with one `memcpy` ([`crate::arena::join`]: a
+    /// folio stored raw is read back at the speed of one large copy). Stops at the first
+    /// error and returns it.
     ///
     /// # Panics
     /// As [`ZsPool::read_with`].
@@ -403,17 +406,65 @@ impl ZsPool {
         &self,
         handles: &[Handle],
         scratch: &mut [u8],
-        mut each: impl FnMut(usize, &[u8]) -> Result<(), E>,
+        mut each: impl FnMut(usize, usize, &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut first = 0;
         for run in handles.chunk_by(|a, b| a.class() == b.class()) {
             let state = self.class_of(run[0]).state.lock();
+            // Whole pages found so far and not yet handed out, from handle `pending_from`.
+            let mut pending: SmallVec<[&PoolPage; 16]> = SmallVec::new();
+            let mut pending_from = first;
             for (i, &handle) in (first..).zip(run) {
-                state.read_with(handle, scratch, |bytes| each(i, bytes))?;
+                match state.whole_page(handle) {
+                    Some(page) => {
+                        let follows =
+                            pending.last().is_some_and(|last| crate::arena::follows(last, page));
+                        if !pending.is_empty() && !follows {
+                            self.hand_out(&mut pending, pending_from, &mut each)?;
+                        }
+                        if pending.is_empty() {
+                            pending_from = i;
+                        }
+                        pending.push(page);
+                    }
+                    None => {
+                        if !pending.is_empty() {
+                            self.hand_out(&mut pending, pending_from, &mut each)?;
+                        }
+                        state.read_with(handle, scratch, |bytes| each(i, 1, bytes))?;
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                self.hand_out(&mut pending, pending_from, &mut each)?;
             }
             first += run.len();
         }
         Ok(())
+    }
+
+    /// Hands `pages` (whole-page objects of handles from `from` on, in order) to a
+    /// [`ZsPool::read_each`] reader: as one slice when they lie back to back, else one by
+    /// one.
+    fn hand_out<E>(
+        &self,
+        pages: &mut SmallVec<[&PoolPage; 16]>,
+        from: usize,
+        each: &mut impl FnMut(usize, usize, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let joined = crate::arena::join(pages).filter(|_| pages.len() > 1);
+        let result = match joined {
+            Some(bytes) => {
+                let n = pages.len() as u64;
+                self.counters.pages_read_joined.fetch_add(n, Ordering::Relaxed);
+                each(from, pages.len(), bytes)
+            }
+            None => {
+                (pages.iter().enumerate()).try_for_each(|(k, page)| each(from + k, 1, &page[..]))
+            }
+        };
+        pages.clear();
+        result
     }
 
     /// The object's size, as given to `malloc`.

@@ -27,6 +27,7 @@
 //!   every used object is pointed at by its owner; dead slots are on the free-slot list;
 //! - `objects` and `object_bytes` equal the sums over live slots.
 
+use crate::arena::PoolPage;
 use crate::class::{ClassGeometry, ClassIndex};
 use crate::handle::{next_generation, Handle};
 use crate::zspage::ZsPage;
@@ -286,6 +287,15 @@ impl ClassState {
         let at = self.locate(handle);
         assert!(scratch.len() >= at.size, "scratch {} < object {}", scratch.len(), at.size);
         self.zspage(at.zspage).with_object(self.offset_of(at.obj), at.size, scratch, reader)
+    }
+
+    /// The page `handle`'s object fills exactly, if it is a whole page (a raw page).
+    ///
+    /// # Panics
+    /// As [`ClassState::locate`].
+    pub(crate) fn whole_page(&self, handle: Handle) -> Option<&PoolPage> {
+        let at = self.locate(handle);
+        self.zspage(at.zspage).whole_page(self.offset_of(at.obj), at.size)
     }
 
     // ---- zspages and fullness groups -------------------------------------------------

@@ -54,6 +54,9 @@ pub struct Counters {
     pub objects_moved: u64,
     /// zspages freed by compaction.
     pub zspages_compacted: u64,
+    /// Whole-page objects (raw pages) read by `read_each` in runs of two or more lying
+    /// back to back, each run with one copy.
+    pub pages_read_joined: u64,
 }
 
 /// The live counters (relaxed atomics: they are statistics, not synchronisation).
@@ -71,6 +74,7 @@ pub(crate) struct LiveCounters {
     pub(crate) compactions: AtomicU64,
     pub(crate) objects_moved: AtomicU64,
     pub(crate) zspages_compacted: AtomicU64,
+    pub(crate) pages_read_joined: AtomicU64,
 }
 
 /// Bumps a counter by one.
@@ -93,6 +97,7 @@ impl LiveCounters {
             compactions: self.compactions.load(Relaxed),
             objects_moved: self.objects_moved.load(Relaxed),
             zspages_compacted: self.zspages_compacted.load(Relaxed),
+            pages_read_joined: self.pages_read_joined.load(Relaxed),
         }
     }
 }

@@ -298,6 +298,17 @@ impl ZsPage {
         reader(&scratch[..len])
     }
 
+    /// The page an object at `offset` of `len` bytes fills exactly, if it is a whole page
+    /// (a raw page's object), for [`crate::arena::join`]. Prefetches what a free writes, as
+    /// [`ZsPage::with_object`] does.
+    pub(crate) fn whole_page(&self, offset: usize, len: usize) -> Option<&PoolPage> {
+        crate::arena::prefetch(&self.objs);
+        if len != PAGE_SIZE || !offset.is_multiple_of(PAGE_SIZE) {
+            return None;
+        }
+        self.pages.get(offset / PAGE_SIZE).and_then(Option::as_ref)
+    }
+
     /// Asserts the free list and the in-use count (module essay).
     pub(crate) fn check_invariants(&self, pages_per_zspage: usize) {
         assert_eq!(self.page_count(), pages_per_zspage, "zspage chain length");

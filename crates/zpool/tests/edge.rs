@@ -344,3 +344,61 @@ fn handle_raw_round_trip_through_the_pool() {
     let back = Handle::from_raw(raw).expect("valid raw handle");
     assert_holds(&pool, back, 321, 9);
 }
+
+/// Every call `read_each` makes: (first index, objects, their bytes).
+fn read_each_calls(pool: &ZsPool, handles: &[Handle]) -> Vec<(usize, usize, Vec<u8>)> {
+    let (mut calls, mut scratch) = (Vec::new(), vec![0u8; PAGE_SIZE]);
+    let result = pool.read_each::<()>(handles, &mut scratch, |i, n, bytes| {
+        calls.push((i, n, bytes.to_vec()));
+        Ok(())
+    });
+    assert_eq!(result, Ok(()));
+    calls
+}
+
+#[test]
+fn read_each_joins_whole_pages_lying_back_to_back() {
+    let pool = pool();
+    // Whole pages stored in turn into a fresh pool take consecutive pages of one chunk.
+    let raw: Vec<Handle> = (0..16u8).map(|seed| store(&pool, PAGE_SIZE, seed)).collect();
+    let small = store(&pool, 700, 99);
+    let pages = |seeds: &[u8]| -> Vec<u8> {
+        seeds.iter().flat_map(|&seed| pattern(PAGE_SIZE, seed)).collect()
+    };
+    let all: Vec<u8> = (0..16).collect();
+    assert_eq!(read_each_calls(&pool, &raw), [(0, 16, pages(&all))], "one run, one slice");
+    assert_eq!(pool.counters().pages_read_joined, 16);
+    // An object that is not a whole page splits the run; it comes alone.
+    let mixed = [raw[0], raw[1], small, raw[2], raw[3]];
+    let want = [(0, 2, pages(&[0, 1])), (2, 1, pattern(700, 99)), (3, 2, pages(&[2, 3]))];
+    assert_eq!(read_each_calls(&pool, &mixed), want);
+    assert_eq!(pool.counters().pages_read_joined, 20);
+    // Pages out of address order, or with a gap between them, come one by one.
+    let reversed = [raw[3], raw[2], raw[1]];
+    let want = [(0, 1, pages(&[3])), (1, 1, pages(&[2])), (2, 1, pages(&[1]))];
+    assert_eq!(read_each_calls(&pool, &reversed), want);
+    let gap = [raw[4], raw[6], raw[7]];
+    assert_eq!(read_each_calls(&pool, &gap), [(0, 1, pages(&[4])), (1, 2, pages(&[6, 7]))]);
+    assert_eq!(pool.counters().pages_read_joined, 22);
+    pool.check_invariants();
+}
+
+#[test]
+fn read_each_stops_at_the_first_error() {
+    let pool = pool();
+    let raw: Vec<Handle> = (0..4u8).map(|seed| store(&pool, PAGE_SIZE, seed)).collect();
+    let (small, last) = (store(&pool, 100, 9), store(&pool, 100, 10));
+    let handles = [small, raw[0], raw[1], raw[2], last];
+    let mut seen = Vec::new();
+    let mut scratch = vec![0u8; PAGE_SIZE];
+    let result = pool.read_each(&handles, &mut scratch, |i, n, _| {
+        seen.push((i, n));
+        if i == 1 {
+            Err("bad")
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(result, Err("bad"));
+    assert_eq!(seen, [(0, 1), (1, 3)], "the run came whole, and nothing after the error");
+}

@@ -52,6 +52,9 @@ pub struct ZswapStats {
     pub load_misses: u64,
     /// Entries dropped by a load because loads are exclusive.
     pub exclusive_loads: u64,
+    /// Raw pages a folio load read in runs lying back to back in the pool, each run with
+    /// one copy (the pool's `pages_read_joined`).
+    pub raw_pages_loaded_joined: u64,
     /// Entries dropped by `invalidate`.
     pub invalidated: u64,
     /// Older entries dropped because a store to their slot failed.
@@ -106,6 +109,7 @@ impl ZswapStats {
             ("zswpin", self.zswpin),
             ("load_misses", self.load_misses),
             ("exclusive_loads", self.exclusive_loads),
+            ("raw_pages_loaded_joined", self.raw_pages_loaded_joined),
             ("invalidated", self.invalidated),
             ("failed_store_invalidated", self.failed_store_invalidated),
             ("replaced_entries", self.replaced_entries),

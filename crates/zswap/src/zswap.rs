@@ -499,25 +499,27 @@ impl Zswap {
         })
     }
 
-    /// As [`Zswap::load`] for the `pages.len()` slots from `first` (a folio's: they lie in
-    /// one tree), page `i` into `pages[i]` (4 KiB each), if the pool holds every one of
+    /// As [`Zswap::load`] for the `folio.len() / 4096` slots from `first` (a folio's: they
+    /// lie in one tree), page `i` into `folio[i * 4096..]`, if the pool holds every one of
     /// them; `Ok(false)` reads none and counts no miss (the caller's page-by-page fallback
     /// counts each, as [`Zswap::load`] does). One tree lock for the look-ups, one class
     /// lock per run of objects in one class ([`ZsPool::read_each`]), one count: per page,
     /// a load paid each of these, and every locked instruction after a 4 KiB copy waits
     /// for the copy's stores to drain (docs/benchmarks.md, "A folio's pages read under one
-    /// lock").
+    /// lock"). Raw pages lying back to back in the pool are copied with one `memcpy` for
+    /// all of them (the folio is one buffer for that reason; [`ZsPool::read_each`]).
     ///
     /// # Errors
     /// As [`Zswap::load`]: the first page that failed to decompress (zero-filled); the
     /// pages after it are not read.
     ///
     /// # Panics
-    /// As [`Zswap::load`]; if the slots cross a tree, or a page is not 4 KiB.
+    /// As [`Zswap::load`]; if the slots cross a tree, or the folio is not whole pages.
     ///
     /// Context: as [`Zswap::load`], for every slot.
-    pub fn load_folio(&self, first: SwapEntry, pages: &mut [&mut [u8]]) -> Result<bool, Error> {
-        let nr = pages.len();
+    pub fn load_folio(&self, first: SwapEntry, folio: &mut [u8]) -> Result<bool, Error> {
+        assert_eq!(folio.len() % PAGE_SIZE, 0, "a folio of {} bytes", folio.len());
+        let nr = folio.len() / PAGE_SIZE;
         if nr == 0 {
             return Ok(true);
         }
@@ -528,8 +530,8 @@ impl Zswap {
             if self.count_range(first, nr as u64) != nr as u64 {
                 return Ok(false);
             }
-            for (i, page) in pages.iter_mut().enumerate() {
-                let page: &mut [u8; PAGE_SIZE] = (&mut **page).try_into().expect("a page");
+            for (i, page) in folio.chunks_exact_mut(PAGE_SIZE).enumerate() {
+                let page: &mut [u8; PAGE_SIZE] = page.try_into().expect("a page");
                 self.load_exclusive(first.add(i as u64), page)?;
             }
             return Ok(true);
@@ -555,12 +557,15 @@ impl Zswap {
         SCRATCH
             .with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
-                self.pool.read_each(&handles, &mut scratch, |i, bytes| {
-                    let page: &mut [u8; PAGE_SIZE] = (&mut *pages[i]).try_into().expect("a page");
+                self.pool.read_each(&handles, &mut scratch, |i, n, bytes| {
+                    let pages = &mut folio[i * PAGE_SIZE..(i + n) * PAGE_SIZE];
+                    // Only a raw page is a whole page in the pool (`new`: the compressor's
+                    // threshold is below the huge class's size), so `n > 1` is raw pages.
                     if raw[i] {
-                        page.copy_from_slice(bytes);
+                        pages.copy_from_slice(bytes);
                         return Ok(());
                     }
+                    let page: &mut [u8; PAGE_SIZE] = pages.try_into().expect("one page");
                     self.compressor.decompress(bytes, page)
                 })
             })
@@ -816,6 +821,7 @@ impl Zswap {
         stats.max_pool_bytes = self.limits.max_pool_bytes;
         stats.accept_threshold_bytes = self.limits.accept_bytes;
         stats.is_full = self.reached_full.load(Relaxed);
+        stats.raw_pages_loaded_joined = self.pool.counters().pages_read_joined;
         stats
     }
 
