@@ -122,10 +122,9 @@ pub(crate) fn follows(a: &PoolPage, b: &PoolPage) -> bool {
 /// one chunk (one allocation): a run of whole-page objects read with one copy instead of
 /// one a page. `None` otherwise, or for no pages.
 ///
-/// Why: the cold copy of 16 pages back to back as one 64 KiB `memcpy` costs 163-165 ns a
-/// page on dev-vm, as 16 copies of 4 KiB 214-218, from scattered pages 300-307
-/// (docs/benchmarks.md, "One copy for a folio's raw pages"): the large copy keeps more
-/// lines in flight.
+/// Why: the cold copy of 16 pages back to back as one 64 KiB `memcpy` costs 163-166 ns a
+/// page on dev-vm, as 16 copies of 4 KiB 212-218, from scattered pages 299-307
+/// (`bench/probes/folio_copy.c`; docs/benchmarks.md, "One copy for a folio's raw pages").
 pub(crate) fn join<'a>(pages: &[&'a PoolPage]) -> Option<&'a [u8]> {
     let first = pages.first()?;
     let (start, chunk) = (first.addr(), first.addr() & !(CHUNK_BYTES - 1));
