@@ -63,8 +63,15 @@ impl Zswap {
         let incompressible = self.counters.stored_incompressible_pages.load(Relaxed);
         assert_eq!(incompressible, raw, "stored_incompressible_pages");
         assert_eq!(self.trees.bytes.load(Relaxed), tree_bytes, "index bytes");
-        let stats = self.stats();
-        let meta = self.fixed_bytes() + tree_bytes + self.lru.chunk_bytes.load(Relaxed);
+        // The tree bytes hold still (every tree is locked); the LRU's chunk bytes may grow
+        // beside the check (`LruList::settled_chunk_bytes`): compare once they have settled.
+        let (meta, stats) = loop {
+            let (chunk_bytes, _) = self.lru.settled_chunk_bytes();
+            let stats = self.stats();
+            if self.lru.chunk_bytes.load(Relaxed) == chunk_bytes {
+                break (self.fixed_bytes() + tree_bytes + chunk_bytes, stats);
+            }
+        };
         assert_eq!(stats.metadata_bytes, meta, "metadata bytes");
         self.pool.check_invariants();
         // The allocator holds one object per entry, plus those of stores and erases in
