@@ -31,9 +31,10 @@
 //!
 //! Why a table's lock and not a page's: the kernel maps a large folio's pages under one
 //! lock (`set_ptes` under the PTL), and so does this source. With a lock per page, mapping
-//! a 64 KiB folio took 16 locks and released 16, ~18 ns of each page's page-in that an
-//! order-0 page-in pays once (`examples/phases`-style timing, docs/benchmarks.md): the
-//! simulated memory, not the engine, charged large folios for being large.
+//! a 64 KiB folio took 16 locks and released 16: 20 ns of each page's page-in, against
+//! 8-11 with one lock (a phase timing of the benchmark's faults, docs/benchmarks.md,
+//! "One copy for a folio's raw pages"); the simulated memory, not the engine, charged
+//! large folios for being large.
 
 #![allow(unsafe_code)]
 
@@ -154,13 +155,17 @@ impl<'a, T> Span<'a, T> {
 
     /// The frames' states, in address order.
     pub(crate) fn states(&self) -> impl Iterator<Item = &T> + use<'_, 'a, T> {
-        self.guards.iter().flat_map(|g| g.iter()).skip(self.skip).take(self.frames.len())
+        let (mut skip, mut left) = (self.skip, self.frames.len());
+        self.guards.iter().flat_map(move |table| {
+            let part = &table[skip..table.len().min(skip + left)];
+            (skip, left) = (0, left - part.len());
+            part
+        })
     }
 
     /// The frames' states, in address order, to change.
     pub(crate) fn states_mut(&mut self) -> impl Iterator<Item = &mut T> + use<'_, 'a, T> {
-        let (skip, len) = (self.skip, self.frames.len());
-        self.guards.iter_mut().flat_map(|g| g.iter_mut()).skip(skip).take(len)
+        states_in(&mut self.guards, self.skip, self.frames.len())
     }
 
     /// The frames' bytes, one after the other (frames are contiguous memory).
@@ -172,10 +177,23 @@ impl<'a, T> Span<'a, T> {
     pub(crate) fn pages(
         &mut self,
     ) -> impl Iterator<Item = (&mut T, &mut [u8; PAGE_SIZE])> + use<'_, 'a, T> {
-        let (skip, len) = (self.skip, self.frames.len());
-        let states = self.guards.iter_mut().flat_map(|g| g.iter_mut()).skip(skip).take(len);
+        let states = states_in(&mut self.guards, self.skip, self.frames.len());
         states.zip(self.frames.iter_mut())
     }
+}
+
+/// The states of `len` pages from index `skip` of the first of `tables`, in order.
+fn states_in<'g, 'l, T>(
+    tables: &'g mut [MutexGuard<'l, Box<[T]>>],
+    mut skip: usize,
+    mut left: usize,
+) -> impl Iterator<Item = &'g mut T> + use<'g, 'l, T> {
+    tables.iter_mut().flat_map(move |table| {
+        let end = table.len().min(skip + left);
+        let part = &mut table[skip..end];
+        (skip, left) = (0, left - part.len());
+        part
+    })
 }
 
 impl<T> Frames<T> {
