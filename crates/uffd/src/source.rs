@@ -83,7 +83,7 @@ use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
 use engine::{Mapped, PageSource, SourceError, Taken};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 const PAGE: usize = PAGE_SIZE;
@@ -262,6 +262,8 @@ pub struct UffdSource {
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
     inject_undo_again: AtomicU32,
+    /// Fault injection (tests): orphans are not restored while set.
+    inject_hold_orphans: AtomicBool,
     /// Zero pages are mapped write-protected ([`UffdSource::protecting_zero`]).
     protect_zero: bool,
 }
@@ -311,6 +313,7 @@ impl UffdSource {
             cow_breaking: Mutex::new(()),
             counters: Counters::default(),
             inject_undo_again: AtomicU32::new(0),
+            inject_hold_orphans: AtomicBool::new(false),
             protect_zero: false,
         }
     }
@@ -380,6 +383,13 @@ impl UffdSource {
     /// had arrived (the pages become orphans).
     pub fn inject_undo_failures(&self, n: u32) {
         self.inject_undo_again.store(n, Relaxed);
+    }
+
+    /// Fault injection for tests: while `hold` is set, [`UffdSource::restore_orphans`]
+    /// restores nothing, as if every orphan's move met EAGAIN, so a test can act (fork) while
+    /// orphans are out of the program, the window a real refused take's undo leaves open.
+    pub fn inject_hold_orphans(&self, hold: bool) {
+        self.inject_hold_orphans.store(hold, Relaxed);
     }
 
     /// A snapshot of the counters.
@@ -714,7 +724,7 @@ impl UffdSource {
     /// Context: takes the fence, lane locks and the orphan list lock; one ioctl per page.
     pub fn restore_orphans(&self) -> usize {
         let Some(lanes) = &self.lanes else { return 0 };
-        if !self.has_orphans() {
+        if !self.has_orphans() || self.inject_hold_orphans.load(Relaxed) {
             return 0;
         }
         let Some(_pass) = self.fence.try_enter() else { return 0 };

@@ -302,14 +302,24 @@ fn mremap_moves_the_data_and_its_swap_entries() {
 /// its first page back; the page-out succeeds once the copy-on-write sharing is broken.
 #[test]
 fn a_refused_page_out_moves_its_pages_back() {
-    refused_page_out(Refusal { orphans: false, folios: 1, restorers: 0 });
+    refused_page_out(Refusal { orphans: false, folios: 1, restorers: 0, fork_while_out: false });
 }
 
 /// As above, but the undo also fails (injected: as if an event had arrived): the first page
 /// stays in staging, an orphan; the handler restores it, and the data is intact.
 #[test]
 fn a_failed_undo_leaves_orphans_that_are_restored() {
-    refused_page_out(Refusal { orphans: true, folios: 1, restorers: 0 });
+    refused_page_out(Refusal { orphans: true, folios: 1, restorers: 0, fork_while_out: false });
+}
+
+/// A child forked while orphans are out of the program (held there, injected) gets their
+/// data: it has them missing, and the engine counts them resident in the parent, so the
+/// copy of the page tables gives it nothing for them; the handler maps them into the child
+/// at the FORK (`UffdSource::orphan_pages`). Before that, such a child read zeros there
+/// (`run_programs/fork_kill.c` under load, about 1 run in 46).
+#[test]
+fn a_child_forked_while_orphans_are_out_reads_their_data() {
+    refused_page_out(Refusal { orphans: true, folios: 3, restorers: 0, fork_while_out: true });
 }
 
 /// Orphans restored by several threads at once (under SIGBUS delivery every faulting
@@ -318,7 +328,7 @@ fn a_failed_undo_leaves_orphans_that_are_restored() {
 /// or moved another page there: `UffdSource::restore_orphans`).
 #[test]
 fn orphans_restored_by_racing_threads_come_back_once() {
-    refused_page_out(Refusal { orphans: true, folios: 12, restorers: 3 });
+    refused_page_out(Refusal { orphans: true, folios: 12, restorers: 3, fork_while_out: false });
 }
 
 struct Refusal {
@@ -329,6 +339,9 @@ struct Refusal {
     folios: usize,
     /// Threads that restore the orphans side by side with the handler.
     restorers: usize,
+    /// Orphans are held out (injected) while a second child is forked, which checks every
+    /// page of the region.
+    fork_while_out: bool,
 }
 
 fn refused_page_out(how: Refusal) {
@@ -363,6 +376,7 @@ fn refused_page_out(how: Refusal) {
     if how.orphans {
         source.inject_undo_failures(how.folios as u32);
     }
+    source.inject_hold_orphans(how.fork_while_out);
     // Refused at page 1: page 0 is moved back at once, or (injected) left an orphan.
     for folio in 0..how.folios {
         let at = (region.addr() + folio * FOLIO) as u64;
@@ -373,6 +387,9 @@ fn refused_page_out(how: Refusal) {
     let expected = if how.orphans { (n, 0, n) } else { (n, n, 0) };
     let got = (stats.take_busy, stats.undo_pages, stats.orphaned_pages);
     assert_eq!(got, expected, "{stats:?}");
+    if how.fork_while_out {
+        fork_while_orphans_are_out(&swap, &region, first_page);
+    }
     let start = Arc::new(std::sync::Barrier::new(how.restorers));
     let restorers: Vec<_> = (0..how.restorers)
         .map(|_| {
@@ -417,6 +434,45 @@ fn refused_page_out(how: Refusal) {
         }
     }
     swap.check_invariants().unwrap();
+}
+
+/// Forks a child while the region's orphans are held out of it, and has the child check
+/// every page of the region (page `i` version 4 if `first_page(i)`, else 2); then lets the
+/// orphans be restored.
+fn fork_while_orphans_are_out(
+    swap: &uffd::Uswap,
+    region: &uffd::Region,
+    first_page: impl Fn(usize) -> bool,
+) {
+    let source = swap.source().unwrap().clone();
+    let orphans = swap.stats().unwrap().source.orphaned_pages;
+    assert!(orphans > 0 && source.has_orphans(), "no orphan is out");
+    // The child compares with bytes made here: it must not allocate (a forked child of a
+    // threaded process may find malloc's lock held).
+    let mut expected = vec![0u8; region.len()];
+    for (i, page) in expected.chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, if first_page(i) { 4 } else { 2 });
+    }
+    let addr = region.addr();
+    let pid = fork_child(|| {
+        for (i, want) in expected.chunks(PAGE_SIZE).enumerate() {
+            // SAFETY: a page of the region, which the child has too (not excluded).
+            let page = unsafe {
+                std::slice::from_raw_parts((addr + i * PAGE_SIZE) as *const u8, PAGE_SIZE)
+            };
+            if page != want {
+                return 1 + i.min(250) as i32; // an exit status is a byte
+            }
+        }
+        0
+    });
+    let code = exit_code(pid);
+    assert!(code == 0, "the child read page {} wrong (251: page 250 or later)", code - 1);
+    let handler = swap.stats().unwrap().handler;
+    assert_eq!(handler.fork_orphans_given, orphans, "{handler:?}");
+    assert_eq!(handler.fork_orphans_failed, 0);
+    assert_eq!(swap.stats().unwrap().source.orphans_to_children, orphans);
+    source.inject_hold_orphans(false);
 }
 
 /// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,
