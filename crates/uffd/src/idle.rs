@@ -407,8 +407,16 @@ mod tests {
         let program = IdlePage::open(&path).unwrap(); // the other process's mapping
         let window = Duration::from_millis(20);
         let pollers = Pollers::spawn(page.clone(), &cpus[..cpus.len().min(2)], window).unwrap();
-        // Parked before any fault: no episode, no spinning.
-        std::thread::sleep(Duration::from_millis(50));
+        // Parked before any fault: no episode, no spinning. Waited for: a poller at nice 19
+        // on a busy machine may start long after its spawn, and one that first reads the
+        // epoch after `note_faults` below waits for the next fault (harmless in a run, a
+        // burst missed; here it never had its episode, 2 runs in 10 beside three busy loops).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let all_parked = || u64::from(page.parked().load(SeqCst)) == page.stats().pollers;
+        while !all_parked() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(all_parked(), "pollers never parked: {:?}", page.stats());
         let before = page.stats();
         assert_eq!((before.episodes, before.poll_ns, before.setup_errors), (0, 0, 0));
         // Each poller at nice 19 under the normal policy, not SCHED_IDLE, whose CPUs the
