@@ -322,6 +322,12 @@ impl ZsPool {
                 let Some(page) = freed.next() else { break };
                 spare.push(page);
             }
+            // Taken from the end, the pages go out in the order they came in: a folio's
+            // pages freed together serve the next folio stored in address order, which
+            // its page-in reads with one copy (`read_each`). Pushed as they came, they went
+            // out in reverse, and half the raw pages of a churning pool were read page by
+            // page (docs/benchmarks.md, "One copy for a folio's raw pages").
+            spare[before..].reverse();
             self.spare_pages.fetch_add(spare.len() - before, Ordering::Relaxed);
         }
         if freed.peek().is_some() {

@@ -402,3 +402,20 @@ fn read_each_stops_at_the_first_error() {
     assert_eq!(result, Err("bad"));
     assert_eq!(seen, [(0, 1), (1, 3)], "the run came whole, and nothing after the error");
 }
+
+#[test]
+fn whole_pages_stored_again_from_the_spares_lie_back_to_back() {
+    let pool = pool();
+    // A folio's pages freed together become spares; the next folio stored takes them in
+    // address order, so its read is one copy too (taken in reverse, none joined).
+    let first: Vec<Handle> = (0..16u8).map(|seed| store(&pool, PAGE_SIZE, seed)).collect();
+    pool.free_many(&first);
+    let again: Vec<Handle> = (16..32u8).map(|seed| store(&pool, PAGE_SIZE, seed)).collect();
+    let joined = pool.counters().pages_read_joined;
+    let calls = read_each_calls(&pool, &again);
+    assert_eq!(calls.len(), 1, "one slice, not {}", calls.len());
+    assert_eq!(pool.counters().pages_read_joined - joined, 16);
+    let want: Vec<u8> = (16..32u8).flat_map(|seed| pattern(PAGE_SIZE, seed)).collect();
+    assert_eq!(calls[0].2, want);
+    pool.check_invariants();
+}
