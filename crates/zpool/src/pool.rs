@@ -417,11 +417,14 @@ impl ZsPool {
         let mut first = 0;
         for run in handles.chunk_by(|a, b| a.class() == b.class()) {
             let state = self.class_of(run[0]).state.lock();
+            // Only the class of page-sized objects holds whole pages: the others' objects
+            // are read as they always were, with no second look-up.
+            let pages_class = state.geometry().size_bytes == PAGE_SIZE;
             // Whole pages found so far and not yet handed out, from handle `pending_from`.
             let mut pending: SmallVec<[&PoolPage; 16]> = SmallVec::new();
             let mut pending_from = first;
             for (i, &handle) in (first..).zip(run) {
-                match state.whole_page(handle) {
+                match pages_class.then(|| state.whole_page(handle)).flatten() {
                     Some(page) => {
                         let follows =
                             pending.last().is_some_and(|last| crate::arena::follows(last, page));
