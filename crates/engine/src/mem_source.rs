@@ -377,7 +377,7 @@ impl MemorySource {
             return Err(SourceError::Gone);
         }
         let mut pages = self.lock_range(addr, len);
-        if pages.states().any(|p| *p != State::Missing) {
+        if pages.states_mut().any(|p| *p != State::Missing) {
             return Ok(Mapped::AlreadyPresent);
         }
         for (i, (state, frame)) in pages.pages().enumerate() {
@@ -477,7 +477,7 @@ impl PageSource for MemorySource {
             return Err(SourceError::Gone);
         }
         let mut pages = self.lock_range(addr, len as usize);
-        if pages.states().any(|p| *p != State::Missing) {
+        if pages.states_mut().any(|p| *p != State::Missing) {
             return Ok(Some(Mapped::AlreadyPresent));
         }
         // A missing page's buffer holds nothing anyone reads: filled in place, it becomes
