@@ -169,6 +169,19 @@ int main(int argc, char **argv)
            (unsigned long long)stats.pswpout, (unsigned long long)stats.pswpin,
            (unsigned long long)stats.used_bytes_peak, (unsigned long long)stats.budget_bytes);
 
+    /* The budget moves while the swap runs: a budget below one folio is refused, a
+     * smaller one is kept (by the background reclaimer) and the data still reads back. */
+    CHECK(uswap_set_budget(swap, 1) == USWAP_ERR_INVALID, "a 1-byte budget was accepted");
+    CHECK(uswap_set_budget(swap, 4u << 20) == USWAP_OK, "set_budget: %s", uswap_last_error());
+    CHECK(uswap_stats(swap, &stats) == USWAP_OK, "stats: %s", uswap_last_error());
+    CHECK(stats.budget_bytes == 4u << 20, "budget %llu after set_budget",
+          (unsigned long long)stats.budget_bytes);
+    wrong = 0;
+    for (size_t p = 0; p < pages; p++)
+        for (size_t w = 0; w < PAGE / 8; w += 64)
+            wrong += words[p * (PAGE / 8) + w] != word(p, w);
+    CHECK(wrong == 0, "%zu words read back wrong under the smaller budget", wrong);
+
     CHECK(uswap_unmap(region) == USWAP_OK, "unmap: %s", uswap_last_error());
     uswap_close(swap);
     return failures == 0 ? 0 : 1;

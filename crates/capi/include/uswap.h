@@ -167,6 +167,11 @@ int uswap_unmap(uswap_region_t *region);
  * Returns the pages paged out (>= 0), or a negative USWAP_ERR_* code. */
 int64_t uswap_pageout(uswap_t *swap, void *addr, size_t len);
 
+/* Changes the budget while the swap runs: a smaller one is reclaimed down to in the
+ * background, a larger one takes effect at once. Below one folio: USWAP_ERR_INVALID,
+ * nothing changes. */
+int uswap_set_budget(uswap_t *swap, uint64_t budget_bytes);
+
 /* Fills *out with the counters. */
 int uswap_stats(uswap_t *swap, struct uswap_stats *out);
 

@@ -223,6 +223,23 @@ pub unsafe extern "C" fn uswap_pageout(swap: *mut Swap, addr: *mut c_void, len: 
     })
 }
 
+/// Changes the budget while the swap runs (uswap.h).
+///
+/// # Safety
+/// `swap` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn uswap_set_budget(swap: *mut Swap, budget_bytes: u64) -> i32 {
+    code(guarded(|| {
+        if swap.is_null() {
+            return Err(fail(Status::Invalid, "uswap_set_budget: a null handle"));
+        }
+        // SAFETY: a live handle (the caller's contract), only read here.
+        let swap = unsafe { &*swap };
+        swap.swap.set_budget(budget_bytes).map_err(|e| fail_with(&e))?;
+        Ok(0)
+    }))
+}
+
 /// The counters (uswap.h).
 ///
 /// # Safety

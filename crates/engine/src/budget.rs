@@ -87,8 +87,13 @@ pub enum Pressure {
 /// The budget's accounting (see the module documentation).
 #[derive(Debug)]
 pub struct Budget {
-    budget_bytes: u64,
-    watermarks: Watermarks,
+    /// The budget in force ([`Budget::resize`]).
+    budget_bytes: AtomicU64,
+    /// The watermarks in force, each read whole (a reader may see levels of two sizes
+    /// for an instant while the budget changes: it only decides how hard to reclaim).
+    min_bytes: AtomicU64,
+    low_bytes: AtomicU64,
+    high_bytes: AtomicU64,
     resident_bytes: AtomicU64,
     swapcache_bytes: AtomicU64,
     /// Memory the embedder counts against the budget that the engine does not manage
@@ -112,8 +117,10 @@ impl Budget {
         }
         watermarks.validate(budget_bytes)?;
         Ok(Budget {
-            budget_bytes,
-            watermarks,
+            budget_bytes: AtomicU64::new(budget_bytes),
+            min_bytes: AtomicU64::new(watermarks.min_bytes),
+            low_bytes: AtomicU64::new(watermarks.low_bytes),
+            high_bytes: AtomicU64::new(watermarks.high_bytes),
             resident_bytes: AtomicU64::new(0),
             swapcache_bytes: AtomicU64::new(0),
             outside_bytes: AtomicU64::new(0),
@@ -124,12 +131,46 @@ impl Budget {
 
     /// The budget in bytes.
     pub fn budget_bytes(&self) -> u64 {
-        self.budget_bytes
+        self.budget_bytes.load(Ordering::Relaxed)
     }
 
     /// The watermarks.
     pub fn watermarks(&self) -> Watermarks {
-        self.watermarks
+        Watermarks {
+            min_bytes: self.min_bytes.load(Ordering::Relaxed),
+            low_bytes: self.low_bytes.load(Ordering::Relaxed),
+            high_bytes: self.high_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Changes the budget and its watermarks while pages are charged. Nothing is
+    /// uncharged: a smaller budget leaves the charge over it until reclaim brings it
+    /// down (the caller wakes the reclaimer), as a memory cgroup whose limit is lowered.
+    /// The outside charge and the reserve keep their caps relative to the new budget.
+    ///
+    /// # Errors
+    /// As [`Budget::new`]; the budget in force is then unchanged.
+    ///
+    /// Context: lock-free; any thread.
+    pub fn resize(&self, budget_bytes: u64, watermarks: Watermarks) -> Result<(), Error> {
+        Budget::new(budget_bytes, watermarks)?;
+        // Levels first when shrinking, the budget first when growing: a reader between
+        // the stores sees levels that fit a budget no larger than the one it reads.
+        let store_levels = || {
+            self.min_bytes.store(watermarks.min_bytes, Ordering::Relaxed);
+            self.low_bytes.store(watermarks.low_bytes, Ordering::Relaxed);
+            self.high_bytes.store(watermarks.high_bytes, Ordering::Relaxed);
+        };
+        if budget_bytes < self.budget_bytes() {
+            store_levels();
+            self.budget_bytes.store(budget_bytes, Ordering::Relaxed);
+        } else {
+            self.budget_bytes.store(budget_bytes, Ordering::Relaxed);
+            store_levels();
+        }
+        self.outside_bytes.fetch_min(budget_bytes / 2, Ordering::Relaxed);
+        self.reserve_bytes.fetch_min(budget_bytes / 8, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Charges pages now mapped in a region.
@@ -170,7 +211,7 @@ impl Budget {
     /// work: a program whose own unmanaged memory exceeds that is over budget, and the
     /// engine cannot help it.
     pub fn set_outside(&self, bytes: u64) {
-        self.outside_bytes.store(bytes.min(self.budget_bytes / 2), Ordering::Relaxed);
+        self.outside_bytes.store(bytes.min(self.budget_bytes() / 2), Ordering::Relaxed);
     }
 
     /// The outside charge in force ([`Budget::set_outside`]).
@@ -182,7 +223,7 @@ impl Budget {
     /// documentation). Capped at an eighth of the budget, so the reserve never starves the
     /// pages it protects.
     pub fn set_reserve(&self, bytes: u64) {
-        self.reserve_bytes.store(bytes.min(self.budget_bytes / 8), Ordering::Relaxed);
+        self.reserve_bytes.store(bytes.min(self.budget_bytes() / 8), Ordering::Relaxed);
     }
 
     /// The reserve in force ([`Budget::set_reserve`]).
@@ -205,13 +246,13 @@ impl Budget {
 
     /// Free budget, zero when over.
     pub fn free(&self, pool_bytes: u64) -> u64 {
-        self.budget_bytes.saturating_sub(self.used(pool_bytes))
+        self.budget_bytes().saturating_sub(self.used(pool_bytes))
     }
 
     /// How urgent reclaim is, for a fault about to charge `need` more bytes.
     pub fn pressure(&self, pool_bytes: u64, need: u64) -> Pressure {
         let free = self.free(pool_bytes).saturating_sub(self.reserve_bytes());
-        let wm = self.watermarks;
+        let wm = self.watermarks();
         if free < wm.min_bytes + need {
             Pressure::BelowMin
         } else if free < wm.low_bytes + need {
@@ -279,6 +320,33 @@ mod tests {
         assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
         budget.set_reserve(0);
         assert_eq!(budget.pressure(0, 0), Pressure::None);
+    }
+
+    #[test]
+    fn a_budget_resized_keeps_its_charge_and_moves_its_levels() {
+        let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
+        let budget = Budget::new(8000, wm).unwrap();
+        budget.charge_resident(6000);
+        budget.set_outside(1000);
+        budget.set_reserve(900);
+        assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free, 100 past the reserve");
+        let smaller = Watermarks { min_bytes: 50, low_bytes: 100, high_bytes: 150 };
+        budget.resize(4000, smaller).unwrap();
+        assert_eq!(budget.budget_bytes(), 4000);
+        assert_eq!(budget.watermarks(), smaller);
+        assert_eq!(budget.resident_bytes(), 6000, "nothing is uncharged");
+        assert_eq!(budget.outside_bytes(), 1000, "still under half the new budget");
+        assert_eq!(budget.reserve_bytes(), 500, "capped at an eighth of the new budget");
+        assert_eq!(budget.free(0), 0, "over the smaller budget until reclaim");
+        assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
+        budget.uncharge_resident(4000);
+        assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free, 500 past the reserve");
+        budget.resize(16000, wm).unwrap();
+        assert_eq!(budget.free(0), 13000);
+        assert!(budget
+            .resize(16000, Watermarks { min_bytes: 9, low_bytes: 5, high_bytes: 1 })
+            .is_err());
+        assert_eq!(budget.budget_bytes(), 16000, "a refused resize changes nothing");
     }
 
     #[test]

@@ -220,10 +220,18 @@ impl EngineConfig {
     /// and, with a pool, for two zspages (up to 8 pages each) being allocated at once: the
     /// pool grows in zspages, not in objects.
     pub fn watermarks(&self) -> Watermarks {
-        self.watermarks.unwrap_or_else(|| {
+        self.watermarks_for(self.budget_bytes)
+    }
+
+    /// The watermarks for a budget of `budget_bytes` (a budget changed while the engine
+    /// runs: `Engine::set_budget`): the configured ones where they fit it, else the
+    /// defaults for it.
+    pub fn watermarks_for(&self, budget_bytes: u64) -> Watermarks {
+        let given = self.watermarks.filter(|wm| wm.validate(budget_bytes).is_ok());
+        given.unwrap_or_else(|| {
             let folio = (PAGE_SIZE as u64) << MAX_ORDER.min(4);
             let zspages = if self.zswap.is_some() { 2 * 8 * PAGE_SIZE as u64 } else { 0 };
-            Watermarks::default_for(self.budget_bytes, folio + zspages)
+            Watermarks::default_for(budget_bytes, folio + zspages)
         })
     }
 

@@ -684,6 +684,46 @@ impl Engine {
         self.core.wake_kswapd_if_short();
     }
 
+    /// Changes the budget while the program runs (`uswap run`'s broker moves budget
+    /// between the processes of a tree; `--budget auto` follows the program's faults).
+    /// A larger budget takes effect at once; a smaller one wakes the background reclaimer,
+    /// which pages out until the charge is back under the new watermarks (without one,
+    /// the next faults reclaim directly), as the kernel does when a memory cgroup's limit
+    /// is lowered. The watermarks are derived anew ([`EngineConfig::watermarks_for`]) and
+    /// a compressed pool that is a share of the budget gets the same share of the new one.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a budget below one folio of the configured order, or one the
+    /// pool's share cannot be made of (under the pool's smallest limit): nothing changes.
+    ///
+    /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
+    pub fn set_budget(&self, budget_bytes: u64) -> Result<(), Error> {
+        let core = &self.core;
+        if budget_bytes < core.config.folio_bytes() {
+            return Err(Error::Config(format!(
+                "budget of {budget_bytes} bytes is smaller than one folio ({} bytes at order {})",
+                core.config.folio_bytes(),
+                core.config.folio_order
+            )));
+        }
+        let watermarks = core.config.watermarks_for(budget_bytes);
+        watermarks.validate(budget_bytes)?;
+        if let Some(zswap) = core.storage.zswap.as_ref().filter(|_| !core.pool_is_beside()) {
+            zswap
+                .set_budget(budget_bytes)
+                .map_err(|e| Error::Config(format!("compressed pool: {e}")))?;
+        }
+        core.budget.resize(budget_bytes, watermarks)?;
+        Stats::add(&core.stats.counters.budget_changes, 1);
+        core.wake_kswapd_if_short();
+        Ok(())
+    }
+
+    /// The budget in force, in bytes ([`Engine::set_budget`]; at first the configured one).
+    pub fn budget_bytes(&self) -> u64 {
+        self.core.budget.budget_bytes()
+    }
+
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool (or,
     /// beside the budget, its metadata), and the outside charge
     /// ([`Engine::set_outside_charge`]). The `used_bytes` gauge; lock-free, unlike

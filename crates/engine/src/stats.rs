@@ -143,6 +143,8 @@ counters! {
     remap_dest_released,
     /// Swap entries duplicated for a forked child.
     fork_dup,
+    /// Times the budget was changed while the engine ran (`Engine::set_budget`).
+    budget_changes,
     /// Pool pages given back by compaction (objects moved out of sparse zspages).
     pool_compact_pages,
     /// Discards of freed clusters that failed (harmless: freed slots are written before

@@ -1016,3 +1016,48 @@ fn the_reclaimer_runs_on_the_cpus_it_is_given() {
     assert_eq!(engine.stats().counters.reclaimer_cpus_failed, 1);
     assert!(reclaimer_affinity().is_some(), "the reclaimer runs on");
 }
+
+/// A budget lowered while pages are resident is reclaimed down to (by the background
+/// reclaimer, or the next faults without one); raised, the pages stay: the API a broker
+/// and `--budget auto` move budget with. Every page reads back its data.
+#[test]
+fn a_budget_changed_while_running_is_kept_and_data_comes_back() {
+    let config = EngineConfig { background_reclaim: true, ..pool_config(1024) };
+    let (engine, source) = setup(config, 2048);
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let before = engine.stats().gauges.used_bytes;
+    assert!(before > 512 * PAGE as u64, "filled: {before}");
+    engine.set_budget(256 * PAGE as u64).unwrap();
+    assert_eq!(engine.budget_bytes(), 256 * PAGE as u64);
+    // The reclaimer was woken: wait (bounded) for it to bring the charge under the budget.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.charged_bytes() > 256 * PAGE as u64 {
+        assert!(std::time::Instant::now() < deadline, "still {} charged", engine.charged_bytes());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let pool = engine.stats().pool.expect("a pool");
+    assert_eq!(pool.max_pool_bytes, 256 * PAGE as u64 / 5, "the pool's share follows");
+    check_pages(&engine, &source, 0..1024, 1);
+    assert!(engine.stats().gauges.used_bytes_peak > 256 * PAGE as u64);
+    engine.set_budget(4096 * PAGE as u64).unwrap();
+    let out = engine.stats().counters.pswpout;
+    for page in 1024..2048 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    assert_eq!(engine.stats().counters.pswpout, out, "room for all: nothing went out");
+    check_pages(&engine, &source, 0..2048, 1);
+    assert_eq!(engine.stats().counters.budget_changes, 2);
+    engine.check_invariants();
+}
+
+#[test]
+fn a_budget_below_one_folio_is_refused_and_changes_nothing() {
+    let config = EngineConfig { folio_order: 4, ..pool_config(1024) };
+    let (engine, _source) = setup(config, 64);
+    let error = engine.set_budget(8 * PAGE as u64).unwrap_err();
+    assert!(error.to_string().contains("smaller than one folio"), "{error}");
+    assert_eq!(engine.budget_bytes(), 1024 * PAGE as u64);
+    assert_eq!(engine.stats().counters.budget_changes, 0);
+}

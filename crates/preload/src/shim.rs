@@ -91,7 +91,7 @@ pub fn catch_up(timeout: std::time::Duration) -> bool {
 /// The most pages one retry of a system call brings in: 64 (256 KiB), and no more than a
 /// quarter of the budget, so that they stay resident until the call copies them.
 pub fn bring_in_pages() -> u64 {
-    let budget = STATE.get().and_then(|s| s.swap.engine().ok()).map(|e| e.config().budget_bytes);
+    let budget = STATE.get().and_then(|s| s.swap.engine().ok()).map(|e| e.budget_bytes());
     (budget.unwrap_or(0) / uffd::PAGE_SIZE as u64 / 4).clamp(1, 64)
 }
 

@@ -607,6 +607,16 @@ impl Uswap {
         Ok(paged)
     }
 
+    /// Changes the budget while the swap runs ([`Engine::set_budget`]): a smaller one is
+    /// reclaimed down to in the background, a larger one takes effect at once.
+    ///
+    /// # Errors
+    /// [`Error::Engine`] with `Config` for a budget below one folio (nothing changes);
+    /// [`Error::ForkedChild`].
+    pub fn set_budget(&self, budget_bytes: u64) -> Result<(), Error> {
+        self.inner.owner()?.engine.set_budget(budget_bytes).map_err(Error::Engine)
+    }
+
     /// Every counter.
     ///
     /// # Errors

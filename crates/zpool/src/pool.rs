@@ -119,7 +119,11 @@ pub struct ZsPool {
     table: ClassTable,
     /// One per class of `table`, same order. Each mutex is a leaf lock (module essay).
     classes: Box<[SizeClass]>,
-    max_pages: usize,
+    /// The page limit in force ([`ZsPool::set_max_pages`]).
+    max_pages: AtomicUsize,
+    /// The largest limit ever in force: pages reserved under a larger limit stay reserved
+    /// after it shrinks, until freed.
+    max_pages_ever: AtomicUsize,
     alloc_fail_hook: Option<AllocFailHook>,
     /// Pages promised to zspages that exist or are being made; bounds real memory.
     pages_reserved: AtomicUsize,
@@ -173,7 +177,8 @@ impl ZsPool {
         Ok(ZsPool {
             table,
             classes,
-            max_pages: config.max_pages,
+            max_pages: AtomicUsize::new(config.max_pages),
+            max_pages_ever: AtomicUsize::new(config.max_pages),
             alloc_fail_hook: config.alloc_fail_hook,
             pages_reserved: AtomicUsize::new(0),
             pages_held: AtomicUsize::new(0),
@@ -199,7 +204,27 @@ impl ZsPool {
 
     /// The pool's page limit.
     pub fn max_pages(&self) -> usize {
-        self.max_pages
+        self.max_pages.load(Ordering::Relaxed)
+    }
+
+    /// Sets the page limit. A smaller limit refuses new zspages until the pool is under
+    /// it; nothing held is dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `max_pages` is 0 or above [`MAX_POOL_PAGES`].
+    ///
+    /// Context: lock-free.
+    pub fn set_max_pages(&self, max_pages: usize) -> Result<(), Error> {
+        if max_pages == 0 || max_pages > MAX_POOL_PAGES {
+            return Err(Error::InvalidConfig {
+                what: "max_pages",
+                value: max_pages,
+                max: MAX_POOL_PAGES,
+            });
+        }
+        self.max_pages_ever.fetch_max(max_pages, Ordering::Relaxed);
+        self.max_pages.store(max_pages, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Allocates an object of `size` bytes (contents unspecified until [`ZsPool::write`]).
@@ -246,7 +271,7 @@ impl ZsPool {
         let pages = geometry.pages_per_zspage;
         if !self.reserve_pages(pages) {
             bump(&self.counters.pool_full);
-            return Err(Error::PoolFull { size, limit_pages: self.max_pages });
+            return Err(Error::PoolFull { size, limit_pages: self.max_pages() });
         }
         let attempt = AllocAttempt { class: index, size_bytes: size, pages };
         let injected = self.alloc_fail_hook.as_ref().is_some_and(|hook| hook(&attempt));
@@ -275,7 +300,7 @@ impl ZsPool {
     fn reserve_pages(&self, pages: usize) -> bool {
         let reserved =
             self.pages_reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-                (r + pages <= self.max_pages).then_some(r + pages)
+                (r + pages <= self.max_pages()).then_some(r + pages)
             });
         reserved.is_ok()
     }
@@ -314,7 +339,7 @@ impl ZsPool {
                 zspage.into_pages()
             })
             .peekable();
-        let keep = SPARE_PAGES_MAX.min(self.max_pages / 8);
+        let keep = SPARE_PAGES_MAX.min(self.max_pages() / 8);
         if self.spare_pages.load(Ordering::Relaxed) < keep {
             let mut spare = self.spare.lock();
             let before = spare.len();
@@ -659,10 +684,11 @@ impl ZsPool {
         assert_eq!(self.meta_bytes.load(Ordering::Relaxed), meta, "pool metadata");
         let reserved = self.pages_reserved.load(Ordering::Relaxed);
         assert!(reserved >= pages, "{reserved} pages reserved < {pages} held");
-        assert!(reserved <= self.max_pages, "{reserved} pages reserved > limit");
+        let ever = self.max_pages_ever.load(Ordering::Relaxed);
+        assert!(reserved <= ever, "{reserved} pages reserved > the largest limit, {ever}");
         let spare = self.spare.lock().len();
         assert_eq!(self.spare_pages.load(Ordering::Relaxed), spare, "spare page count");
-        assert!(spare <= SPARE_PAGES_MAX.min(self.max_pages / 8), "{spare} spare pages kept");
+        assert!(spare <= SPARE_PAGES_MAX.min(ever / 8), "{spare} spare pages kept");
         self.arena.check_invariants();
         // Pages between the arena and a zspage being built (another thread's `malloc`)
         // are reserved, not held: with no operation running the two counts meet.
@@ -699,7 +725,7 @@ impl fmt::Debug for ZsPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZsPool")
             .field("classes", &self.classes.len())
-            .field("max_pages", &self.max_pages)
+            .field("max_pages", &self.max_pages())
             .field("pages_held", &self.pages_held())
             .field("total_bytes", &self.total_bytes())
             .finish()

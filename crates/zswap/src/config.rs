@@ -106,7 +106,20 @@ impl Limits {
     /// # Errors
     /// [`Error::ZeroBudget`], [`Error::Percent`], [`Error::PoolLimit`].
     pub fn new(config: &ZswapConfig) -> Result<Limits, Error> {
-        if config.budget_bytes == 0 {
+        Limits::of(config.budget_bytes, config.max_pool_percent, config.accept_threshold_percent)
+    }
+
+    /// The limits `max_pool_percent` and `accept_threshold_percent` of `budget_bytes`
+    /// give.
+    ///
+    /// # Errors
+    /// As [`Limits::new`].
+    pub fn of(
+        budget_bytes: u64,
+        max_pool_percent: u32,
+        accept_threshold_percent: u32,
+    ) -> Result<Limits, Error> {
+        if budget_bytes == 0 {
             return Err(Error::ZeroBudget);
         }
         let percent = |what, percent, min| {
@@ -116,12 +129,12 @@ impl Limits {
                 Err(Error::Percent { what, percent, min, max: 100 })
             }
         };
-        percent("max_pool_percent", config.max_pool_percent, 1)?;
-        percent("accept_threshold_percent", config.accept_threshold_percent, 0)?;
+        percent("max_pool_percent", max_pool_percent, 1)?;
+        percent("accept_threshold_percent", accept_threshold_percent, 0)?;
         let share = |bytes: u64, percent: u32| {
             (u128::from(bytes) * u128::from(percent) / 100).min(u128::from(u64::MAX)) as u64
         };
-        let max_pool_bytes = share(config.budget_bytes, config.max_pool_percent);
+        let max_pool_bytes = share(budget_bytes, max_pool_percent);
         if !(MIN_POOL_BYTES..=MAX_POOL_BYTES).contains(&max_pool_bytes) {
             return Err(Error::PoolLimit {
                 limit_bytes: max_pool_bytes,
@@ -129,7 +142,7 @@ impl Limits {
                 max_bytes: MAX_POOL_BYTES,
             });
         }
-        let accept_bytes = share(max_pool_bytes, config.accept_threshold_percent);
+        let accept_bytes = share(max_pool_bytes, accept_threshold_percent);
         Ok(Limits { max_pool_bytes, accept_bytes })
     }
 

@@ -63,7 +63,13 @@ pub struct Zswap {
     pub(crate) pool: ZsPool,
     /// The codec; a context-stack lock inside (leaf).
     pub(crate) compressor: Compressor,
-    limits: Limits,
+    /// The limits in force: `max_pool_bytes` and `accept_bytes`, read whole by the store
+    /// path and changed only by [`Zswap::set_budget`].
+    max_pool_bytes: AtomicU64,
+    accept_bytes: AtomicU64,
+    /// The configuration's percentages, to derive the limits from a new budget.
+    max_pool_percent: u32,
+    accept_threshold_percent: u32,
     incompressible: Incompressible,
     exclusive_load: bool,
     nr_slots: u64,
@@ -143,7 +149,10 @@ impl Zswap {
             lru,
             pool,
             compressor,
-            limits,
+            max_pool_bytes: AtomicU64::new(limits.max_pool_bytes),
+            accept_bytes: AtomicU64::new(limits.accept_bytes),
+            max_pool_percent: config.max_pool_percent,
+            accept_threshold_percent: config.accept_threshold_percent,
             incompressible: config.incompressible,
             exclusive_load: config.exclusive_load,
             nr_slots,
@@ -157,9 +166,32 @@ impl Zswap {
         })
     }
 
-    /// The limits the configuration gave.
+    /// The limits in force.
     pub fn limits(&self) -> Limits {
-        self.limits
+        Limits {
+            max_pool_bytes: self.max_pool_bytes.load(Relaxed),
+            accept_bytes: self.accept_bytes.load(Relaxed),
+        }
+    }
+
+    /// Derives the limits from a new budget (the configuration's percentages of it), as
+    /// the kernel's zswap follows a memory cgroup whose limit changes: a smaller limit
+    /// refuses stores until writeback brings the pool under it; nothing stored is
+    /// dropped. Returns the new limits.
+    ///
+    /// # Errors
+    /// As [`Limits::new`] for the new budget; the limits in force are then unchanged.
+    ///
+    /// Context: lock-free.
+    pub fn set_budget(&self, budget_bytes: u64) -> Result<Limits, Error> {
+        let limits =
+            Limits::of(budget_bytes, self.max_pool_percent, self.accept_threshold_percent)?;
+        self.pool
+            .set_max_pages(limits.zpool_max_pages())
+            .map_err(|e| Error::Pool { reason: e.to_string() })?;
+        self.max_pool_bytes.store(limits.max_pool_bytes, Relaxed);
+        self.accept_bytes.store(limits.accept_bytes, Relaxed);
+        Ok(limits)
     }
 
     /// The compressor.
@@ -392,7 +424,7 @@ impl Zswap {
     fn check_limits(&self) -> bool {
         let total = self.total_bytes();
         let full = self.update_full(total);
-        if total >= self.limits.max_pool_bytes {
+        if total >= self.max_pool_bytes.load(Relaxed) {
             bump(&self.counters.pool_limit_hit);
         } else if full {
             bump(&self.counters.reject_accept_threshold);
@@ -402,11 +434,11 @@ impl Zswap {
 
     /// Applies the hysteresis to `total` and returns whether the pool is full.
     fn update_full(&self, total: u64) -> bool {
-        if total >= self.limits.max_pool_bytes {
+        if total >= self.max_pool_bytes.load(Relaxed) {
             self.reached_full.store(true, Relaxed);
             return true;
         }
-        if self.reached_full.load(Relaxed) && total <= self.limits.accept_bytes {
+        if self.reached_full.load(Relaxed) && total <= self.accept_bytes.load(Relaxed) {
             self.reached_full.store(false, Relaxed);
         }
         self.reached_full.load(Relaxed)
@@ -818,8 +850,9 @@ impl Zswap {
         stats.metadata_bytes = self.metadata_bytes();
         stats.pool_total_size = stats.pool_bytes + stats.metadata_bytes;
         stats.compressed_bytes = self.pool.object_bytes();
-        stats.max_pool_bytes = self.limits.max_pool_bytes;
-        stats.accept_threshold_bytes = self.limits.accept_bytes;
+        let limits = self.limits();
+        stats.max_pool_bytes = limits.max_pool_bytes;
+        stats.accept_threshold_bytes = limits.accept_bytes;
         stats.is_full = self.reached_full.load(Relaxed);
         stats.raw_pages_loaded_joined = self.pool.counters().pages_read_joined;
         stats
@@ -870,7 +903,7 @@ impl fmt::Debug for Zswap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Zswap")
             .field("compressor", &self.compressor.kind())
-            .field("limits", &self.limits)
+            .field("limits", &self.limits())
             .field("nr_slots", &self.nr_slots)
             .field("stored_pages", &self.stored_pages())
             .field("total_bytes", &self.total_bytes())
