@@ -324,29 +324,28 @@ mod tests {
 
     #[test]
     fn a_budget_resized_keeps_its_charge_and_moves_its_levels() {
-        let wm = Watermarks { min_bytes: 100, low_bytes: 200, high_bytes: 300 };
-        let budget = Budget::new(8000, wm).unwrap();
-        budget.charge_resident(6000);
-        budget.set_outside(1000);
-        budget.set_reserve(900);
-        assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free, 100 past the reserve");
-        let smaller = Watermarks { min_bytes: 50, low_bytes: 100, high_bytes: 150 };
-        budget.resize(4000, smaller).unwrap();
-        assert_eq!(budget.budget_bytes(), 4000);
+        let wm = Watermarks { min_bytes: 1000, low_bytes: 2000, high_bytes: 3000 };
+        let budget = Budget::new(80_000, wm).unwrap();
+        budget.charge_resident(60_000);
+        budget.set_outside(10_000);
+        budget.set_reserve(6_000);
+        assert_eq!(budget.pressure(0, 0), Pressure::None, "10000 free, 4000 past the reserve");
+        let smaller = Watermarks { min_bytes: 500, low_bytes: 1000, high_bytes: 1500 };
+        budget.resize(40_000, smaller).unwrap();
+        assert_eq!(budget.budget_bytes(), 40_000);
         assert_eq!(budget.watermarks(), smaller);
-        assert_eq!(budget.resident_bytes(), 6000, "nothing is uncharged");
-        assert_eq!(budget.outside_bytes(), 1000, "still under half the new budget");
-        assert_eq!(budget.reserve_bytes(), 500, "capped at an eighth of the new budget");
+        assert_eq!(budget.resident_bytes(), 60_000, "nothing is uncharged");
+        assert_eq!(budget.outside_bytes(), 10_000, "still under half the new budget");
+        assert_eq!(budget.reserve_bytes(), 5_000, "capped at an eighth of the new budget");
         assert_eq!(budget.free(0), 0, "over the smaller budget until reclaim");
         assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
-        budget.uncharge_resident(4000);
-        assert_eq!(budget.pressure(0, 0), Pressure::None, "1000 free, 500 past the reserve");
-        budget.resize(16000, wm).unwrap();
-        assert_eq!(budget.free(0), 13000);
-        assert!(budget
-            .resize(16000, Watermarks { min_bytes: 9, low_bytes: 5, high_bytes: 1 })
-            .is_err());
-        assert_eq!(budget.budget_bytes(), 16000, "a refused resize changes nothing");
+        budget.uncharge_resident(40_000);
+        assert_eq!(budget.pressure(0, 0), Pressure::None, "10000 free, 5000 past the reserve");
+        budget.resize(160_000, wm).unwrap();
+        assert_eq!(budget.free(0), 130_000);
+        let disordered = Watermarks { min_bytes: 9, low_bytes: 5, high_bytes: 1 };
+        assert!(budget.resize(160_000, disordered).is_err());
+        assert_eq!(budget.budget_bytes(), 160_000, "a refused resize changes nothing");
     }
 
     #[test]

@@ -254,6 +254,9 @@ impl EngineConfig {
                 self.folio_order
             )));
         }
+        if let Some(given) = self.watermarks {
+            given.validate(self.budget_bytes)?;
+        }
         self.watermarks().validate(self.budget_bytes)?;
         if self.reclaim_batch_pages == 0 {
             return Err(Error::Config("reclaim batch of 0 pages would never reclaim".into()));
