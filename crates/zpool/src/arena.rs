@@ -29,10 +29,10 @@
 //!   released whole (one `MADV_DONTNEED`: its memory goes back to the kernel) and kept, up
 //!   to [`EMPTY_CHUNKS_MAX`] of them, as address space for the next chunk the pool needs;
 //!   past that it goes back to the global allocator. Why: a pool draining as pages come back
-//!   in empties chunk after chunk, and handing each back to glibc cost a `munmap`, twice a
-//!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c` on dev-vm: 18-23 against 9-10 us
-//!   per chunk; docs/benchmarks.md), and the next chunk the pool needs a fresh allocation and
-//!   huge-page advice again. The resident free pages of 4 KiB chunks are bounded: past
+//!   in empties chunk after chunk, and handing each back to glibc costs a `munmap`, twice a
+//!   `MADV_DONTNEED`'s time (`bench/probes/chunk_free.c`, docs/benchmarks.md), and the next
+//!   chunk the pool needs a fresh allocation and huge-page advice again. The resident free
+//!   pages of 4 KiB chunks are bounded: past
 //!   [`max(64, in use / 8)`](resident_free_limit), runs of them are released to the kernel
 //!   (`MADV_DONTNEED`: the memory comes back, the next use faults in a zeroed page) down
 //!   to half that bound, so a stream of frees (a pool draining as pages come back in)
@@ -123,8 +123,8 @@ pub(crate) fn follows(a: &PoolPage, b: &PoolPage) -> bool {
 /// one a page. `None` otherwise, or for no pages.
 ///
 /// Why: the cold copy of 16 pages back to back as one 64 KiB `memcpy` costs 163-166 ns a
-/// page on dev-vm, as 16 copies of 4 KiB 212-218, from scattered pages 299-307
-/// (`bench/probes/folio_copy.c`; docs/benchmarks.md, "One copy for a folio's raw pages").
+/// page, as 16 copies of 4 KiB 212-218, from scattered pages 299-307
+/// (`bench/probes/folio_copy.c`; docs/benchmarks.md, "Probes").
 pub(crate) fn join<'a>(pages: &[&'a PoolPage]) -> Option<&'a [u8]> {
     let first = pages.first()?;
     let (start, chunk) = (first.addr(), first.addr() & !(CHUNK_BYTES - 1));
@@ -538,8 +538,8 @@ impl PageArena {
 
     /// Releases `count` free, resident pages of chunk `base` from `first` on, under the
     /// lock: a page must not be handed out while its `MADV_DONTNEED` is in flight, or the
-    /// kernel would zero the new owner's bytes (postmortem: releasing with the lock dropped
-    /// did exactly that, caught by the zpool stress test).
+    /// kernel would zero the new owner's bytes (the regression test
+    /// `a_page_is_never_handed_out_while_being_released`).
     fn release_locked(state: &mut ArenaState, base: usize, first: usize, count: usize) {
         let Some(chunk) = state.chunks.get_mut(&base) else { return };
         if !dont_need(base + first * PAGE_SIZE, count * PAGE_SIZE) {

@@ -349,9 +349,9 @@ impl ZsPool {
             }
             // Taken from the end, the pages go out in the order they came in: a folio's
             // pages freed together serve the next folio stored in address order, which
-            // its page-in reads with one copy (`read_each`). Pushed as they came, they went
-            // out in reverse, and half the raw pages of a churning pool were read page by
-            // page (docs/benchmarks.md, "One copy for a folio's raw pages").
+            // its page-in reads with one copy (`read_each`). Pushed as they came, they would
+            // go out in reverse, and a churning pool's folios would be read page by page
+            // (the test `whole_pages_stored_again_from_the_spares_lie_back_to_back`).
             spare[before..].reverse();
             self.spare_pages.fetch_add(spare.len() - before, Ordering::Relaxed);
         }

@@ -8,8 +8,8 @@
 //!
 //! A full zspage is in no list. Nothing looks for one (an allocation and compaction both
 //! want room), and a free from a listed zspage rewrites the position of the zspage moved
-//! into its place: for a full one that was another zspage's cache line, cold on a page-in
-//! (every raw page the pool keeps is a full zspage of one object). The kernel lists them
+//! into its place: for a full one that would be another zspage's cache line, cold on a
+//! page-in (every raw page the pool keeps is a full zspage of one object). The kernel lists them
 //! (`ZS_INUSE_RATIO_100`).
 //!
 //! Every method here runs with the class mutex held (the caller owns `&mut ClassState`

@@ -30,11 +30,10 @@
 //! fullness group) comes first, the page pointers after it, so for a one-object zspage the
 //! slot a free writes and the page pointer a load reads lie in the first 40 bytes, not 64
 //! apart: in one cache line half the time (the allocator aligns the descriptor to 16 bytes:
-//! 40 bytes fit a line from offset 0 or 16), where the old order always took two, and then
-//! the page-in that loads an object and frees it right after misses on it once. A load
-//! also starts fetching the line the free will write ([`ZsPage::with_object`]) while the
-//! object's bytes are copied. Measured on the order-4 page-in (docs/benchmarks.md, "A raw
-//! page's descriptor"): `ClassState::free` went from 5.1% of the samples to 1.2%.
+//! 40 bytes fit a line from offset 0 or 16), and then the page-in that loads an object and
+//! frees it right after misses on it once. A load also starts fetching the line the free
+//! will write ([`ZsPage::with_object`]) while the object's bytes are copied: in a profile of
+//! the order-4 page-in, `ClassState::free` is about 1% of the samples.
 //!
 //! Invariants (checked by [`ZsPage::check_invariants`]): the free list visits exactly the
 //! free objects, once each; `inuse` counts the used ones; the first `page_count` page

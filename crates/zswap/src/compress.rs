@@ -15,7 +15,7 @@
 //!   the kernel's zram/zswap favourite. Chosen over lz4_flex (pure Rust) by measurement:
 //!   on the page corpus liblz4 decompresses 1.6x faster than lz4_flex in its unsafe mode
 //!   and 1.75x faster than in its safe mode, and compresses 5-10% faster
-//!   (docs/benchmarks.md, "lz4 implementations").
+//!   (docs/benchmarks.md, `uswap bench zpool`).
 //! - `zstd:1..=3` (libzstd through the `zstd` crate): better ratio, slower to compress.
 //!   `zstd` alone means level 3, the kernel's default. Higher levels cost more compression
 //!   time than a swap-out path can spend (level 3 already compresses about half as fast as

@@ -12,14 +12,13 @@
 //!   the swap type:                 the pool's, one device's (`Zswap::swap_type`)
 //! ```
 //!
-//! The first design gave each entry a node of 40 bytes in the LRU's slab (its links, the
-//! handle, the length, the slot and a 16-byte prefetch hint for a load's walk to the
-//! object) and the index the node's number: 49-51 bytes of metadata per stored page,
-//! which the budget charges like the rest of the engine's bookkeeping. Now the index's
-//! 8-byte slots and their nodes' share, and 8 bytes of links: 17.3 bytes when the slots
-//! are dense, 26.5 in the 1 GiB Zipf run, whose random page-ins leave them sparse
-//! (docs/benchmarks.md, "An entry is its slot"). The hint went with the node: a load
-//! walks handle slot, zspage and object one after the other again.
+//! Why no node per entry: the budget charges this metadata like the rest of the engine's
+//! bookkeeping, and every byte of it is a byte of program pages the budget does not hold.
+//! An entry costs the index's 8-byte slot and its nodes' share, and 8 bytes of links:
+//! 17.3 bytes when the slots are dense, 26.5 in the 1 GiB Zipf run, whose random page-ins
+//! leave them sparse (docs/benchmarks.md, `uswap bench compare`). A node of 40 bytes with
+//! the handle, the length, the links and a prefetch hint would cost 49-51 bytes an entry.
+//! So a load walks handle slot, zspage and object one after the other, with no hint.
 //!
 //! Identity: a handle carries a generation that changes whenever its handle slot is
 //! reused, so an entry erased and replaced at the same key (even by an object in the same

@@ -32,7 +32,7 @@
 //! Lock order, everywhere: a tree lock → the LRU lock → a zpool class lock. No lock is
 //! held while the writeback target or a fault hook runs.
 //!
-//! Data-safety rules kept here (ARCHITECTURE.md "Rules that keep data safe"):
+//! Data-safety rules kept here (docs/ARCHITECTURE.md, "Rules that keep data safe"):
 //! - a failed store invalidates the slot's older entry;
 //! - a load never drops the entry unless loads are exclusive (off by default: the engine
 //!   frees the slot, and so the entry, only after the page is mapped);

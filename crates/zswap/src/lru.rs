@@ -16,9 +16,9 @@
 //!
 //! Cost: 8 bytes of links and one bit per slot of every chunk in use, 8,320 bytes a chunk:
 //! 8 bytes a stored page where the slots in use are dense, more where random page-ins left
-//! them sparse. A node of its own per entry (the design before, with the handle, the
-//! length, the slot and a prefetch hint in it) cost 40 bytes; a `zswap_entry` costs the
-//! kernel 56 (`/sys/kernel/slab/zswap_entry/object_size` on dev-vm).
+//! them sparse. A node of its own per entry (with the handle, the length, the slot and a
+//! prefetch hint in it) would cost 40 bytes; a `zswap_entry` costs the kernel 56
+//! (`/sys/kernel/slab/zswap_entry/object_size` on Linux 6.18).
 //!
 //! A slot is linked exactly while its tree holds an entry for it: both change together,
 //! under the tree lock and then the LRU lock (`zswap`). Links and the head, tail and
@@ -274,8 +274,8 @@ impl LruList {
     /// chunk with no lock held ([`LruList::prepare`]) and counts its bytes just after, so a
     /// check running beside stores can see a chunk whose bytes are not counted yet: it
     /// reads again (up to 10,000 times) until no chunk is in flight, and a real mismatch (a
-    /// chunk counted twice, or never) still shows. Found by the zswap stress test, which
-    /// checks while it stores: 1 run in 6 failed on "metadata bytes".
+    /// chunk counted twice, or never) still shows. The zswap stress test checks while it
+    /// stores, and so meets chunks in flight.
     pub(crate) fn settled_chunk_bytes(&self) -> (u64, usize) {
         let read = || {
             let before = self.chunk_bytes.load(Relaxed);

@@ -535,11 +535,11 @@ impl Zswap {
     /// lie in one tree), page `i` into `folio[i * 4096..]`, if the pool holds every one of
     /// them; `Ok(false)` reads none and counts no miss (the caller's page-by-page fallback
     /// counts each, as [`Zswap::load`] does). One tree lock for the look-ups, one class
-    /// lock per run of objects in one class ([`ZsPool::read_each`]), one count: per page,
-    /// a load paid each of these, and every locked instruction after a 4 KiB copy waits
-    /// for the copy's stores to drain (docs/benchmarks.md, "A folio's pages read under one
-    /// lock"). Raw pages lying back to back in the pool are copied with one `memcpy` for
-    /// all of them (the folio is one buffer for that reason; [`ZsPool::read_each`]).
+    /// lock per run of objects in one class ([`ZsPool::read_each`]), one count: page by
+    /// page, a load would pay each of these, and every locked instruction after a 4 KiB
+    /// copy waits for the copy's stores to drain. Raw pages lying back to back in the pool
+    /// are copied with one `memcpy` for all of them (the folio is one buffer for that
+    /// reason; [`ZsPool::read_each`]).
     ///
     /// # Errors
     /// As [`Zswap::load`]: the first page that failed to decompress (zero-filled); the
