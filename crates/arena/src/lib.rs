@@ -25,19 +25,19 @@
 //! ```
 //!
 //! Why four classes per doubling: the engine's most numerous blocks are not powers of
-//! two. Its XArray nodes are 544 bytes; with one class per power of two each took a
-//! 1024-byte block, and at 1 GiB under 256 MiB the engine's 10,600 nodes held 10.9 MB of
-//! arena for 5.8 MB of nodes (docs/benchmarks.md), all of it charged to the budget (in the
-//! process's resident set). A 640-byte class holds them in 6.8 MB. A block's alignment is
+//! two. Its XArray nodes are 544 bytes; with one class per power of two each would take a
+//! 1024-byte block, and at 1 GiB under 256 MiB the engine's 10,600 nodes would hold 10.9 MB
+//! of arena for 5.8 MB of nodes, all of it charged to the budget (in the process's
+//! resident set). A 640-byte class holds them in 6.8 MB. A block's alignment is
 //! the largest power of two dividing its class size (a 640-byte block is aligned to 128),
 //! so a request aligned more than its class allows takes the next class that allows it.
 //!
 //! Why two ends: the pool's 2 MiB chunks are advised `MADV_HUGEPAGE` one by one, and the
 //! kernel splits a mapping where the advice changes. Bumped up among the small blocks, each
-//! chunk sat between small ones and became a mapping of its own: 377 lines of
-//! /proc/self/maps at 1 GiB under 256 MiB, which the shim's scan reads every 10 ms (173 us
-//! a read). From the top down the chunks lie side by side and merge into a few mappings
-//! (docs/benchmarks.md, "The pool's chunks side by side").
+//! chunk would sit between small ones and be a mapping of its own: some 320 of them at
+//! 1 GiB under 256 MiB, in a /proc/self/maps the shim's scan reads every 10 ms (a read of
+//! 377 lines takes 173 us, of 61 lines 44 us). From the top down the chunks lie side by
+//! side and merge into a few mappings.
 //!
 //! Bounds: the reservation; an allocation past it fails (Rust aborts with an allocation
 //! error, loudly). Locks: one mutex per size class (std's futex mutex, which never

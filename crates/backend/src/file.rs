@@ -18,12 +18,12 @@
 //! ```
 //!
 //! I/O: `pwrite` / `pread` of whole pages at `offset * PAGE_SIZE`. `O_DIRECT` (through an
-//! aligned bounce buffer) and io_uring batches of 32 scattered writes were measured against
-//! this on the dev machine and lost (4-40x slower, and a tie): docs/benchmarks.md has the
-//! figures and the commit that measured them. Plain writes land in the page cache and stay
-//! there, dirty and then clean, until the kernel writes them back and reclaims them; a
-//! freed slot's old data stays too: memory outside any budget, 1.6-1.8 GiB in a 1 GiB run
-//! under 256 MiB on the dev machine (docs/benchmarks.md, "The swap file's page cache").
+//! aligned bounce buffer) measures 4-40x slower, and io_uring batches of 32 scattered
+//! writes no faster (docs/benchmarks.md, `uswap bench slots`). Plain writes land in the
+//! page cache and stay there, dirty and then clean, until the kernel writes them back and
+//! reclaims them; a freed slot's old data stays too: memory outside any budget, 1.6-1.8 GiB
+//! in a 1 GiB run under 256 MiB with the pool a share of the budget (docs/benchmarks.md,
+//! `uswap run`).
 //! [`FileOptions::uncached`] asks for `RWF_DONTCACHE` (Linux 6.14) instead: the kernel
 //! drops a written page once it is on disk and a read page once it is copied out, as its
 //! own swap keeps nothing of a swap file in the page cache. Where the kernel or the

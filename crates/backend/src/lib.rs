@@ -18,7 +18,7 @@
 //!   allocated page per slot, dropped on discard.
 //! - [`FileBackend`]: a sparse file, created 0600 with `O_EXCL` and unlinked right after
 //!   opening (unless asked to keep it), so nobody else can read swapped data; `pread` /
-//!   `pwrite` (measured faster here than `O_DIRECT` and than io_uring batches:
+//!   `pwrite` (faster than `O_DIRECT`, and io_uring batches are no faster:
 //!   docs/benchmarks.md); discard punches a hole (`fallocate(PUNCH_HOLE)`).
 //! - [`ChecksumBackend`]: wraps any backend with a crc32c per slot, kept in memory and
 //!   checked on every read: a mismatch is [`Error::Checksum`], never wrong data.

@@ -63,9 +63,9 @@ pub enum Site {
 /// Number of sites.
 pub const NR_SITES: usize = 12;
 
-/// The sites of the first draw; the pool's sites are drawn after every other option (so
-/// adding them changed no earlier seed's world), and the sites after [`POOL_DRAW_END`]
-/// after those.
+/// The sites of the first draw; the pool's sites are drawn after every other option (so a
+/// seed's world without them does not depend on them), and the sites after
+/// [`POOL_DRAW_END`] after those.
 const FIRST_DRAW: usize = 9;
 const POOL_DRAW_END: usize = 11;
 

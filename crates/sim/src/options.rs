@@ -109,8 +109,8 @@ pub struct SimOptions {
     pub readahead_max_pages: u32,
     /// Swap large folios in whole.
     pub large_swapin: bool,
-    /// When a fault takes a large folio (drawn after everything else, so adding it kept
-    /// every earlier seed's other options).
+    /// When a fault takes a large folio (drawn after everything else, so a seed's other
+    /// options do not depend on it).
     pub large_folios: LargeFolios,
     /// Discard freed clusters.
     pub discard: bool,
@@ -323,7 +323,7 @@ impl SimOptions {
         o.draw_pool(&mut rng);
         o.large_folios =
             if rng.percent(50) { LargeFolios::Sequential } else { LargeFolios::Always };
-        // Drawn last, so that every draw before it is what it was before this option.
+        // Drawn last, so that no draw before it depends on this option.
         o.pool_separate = rng.percent(25);
         // Then these, for the same reason.
         o.protect_zero = rng.percent(50);

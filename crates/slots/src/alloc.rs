@@ -65,7 +65,7 @@ const DISCARD_RETRIES: usize = 2;
 
 /// How many times a failed order-0 pass starts again while the device is not full.
 ///
-/// A deviation from 6.18, found by the loom model `reclaim_unlock_races_with_free`: the
+/// A deviation from 6.18, modelled by the loom test `reclaim_unlock_races_with_free`: the
 /// slow path visits the lists one after another, so a cluster freed into `nonfull[0]`
 /// after that list was scanned, and taken off `frag[0]` before that one was, is missed
 /// and order 0 fails with free slots on the device. The kernel scans with preemption off

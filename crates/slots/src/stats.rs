@@ -3,7 +3,8 @@
 //! `swpout[order]` and `swpout_fallback[order]` are the per-size mTHP stats
 //! (`hugepages-<size>kB/stats/swpout`, `swpout_fallback`): allocations that succeeded at
 //! that order, and order > 0 allocations that failed (the caller splits). Every other
-//! rejection or fallback of the device has its own counter too (STYLE.md point 15).
+//! rejection or fallback of the device has its own counter too, so that a test or a
+//! benchmark can tell which one happened.
 //!
 //! Plain std atomics, updated with `Relaxed`: they are statistics, never used to decide.
 

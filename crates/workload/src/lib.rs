@@ -1,6 +1,6 @@
 //! `uswap-workload`: a memory workload that verifies every page it reads.
 //!
-//! The yardstick of uswap is the kernel's own swap on the same machine (ARCHITECTURE.md,
+//! The yardstick of uswap is the kernel's own swap on the same machine (docs/ARCHITECTURE.md,
 //! "The kernel as the yardstick"): the same program runs under a memory cgroup with zram or
 //! zswap, and under `uswap run`, at the same budget. This crate is that program. It is a
 //! normal, dynamically linked process: it allocates its working set with `calloc` (so an

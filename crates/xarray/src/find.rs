@@ -11,8 +11,8 @@
 //! a node, to the next occupied (or marked) slot; past a node's end, up to the parent's next
 //! slot; into a child, down. Each step is O(1) except the climbs, so iterating `n` entries
 //! costs O(n + nodes visited). An iterator whose next slot holds an entry (a dense run, such
-//! as a folio's slots) takes it without a search: 16 dense entries walked in 71 ns instead of
-//! 129 (the criterion bench `xarray_iter_range_16_dense_64k`, on dev-vm).
+//! as a folio's slots) takes it without a search: a walk of 16 dense entries costs 71 ns (the
+//! criterion bench `xarray_iter_range_16_dense_64k`, docs/benchmarks.md).
 
 use crate::entry::EntryRef;
 use crate::node::{NodeId, Slot, CHUNK_SHIFT, CHUNK_SIZE, NO_PARENT};
