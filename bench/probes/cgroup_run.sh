@@ -5,7 +5,7 @@
 # Root and cgroup v1 at /sys/fs/cgroup/memory. Usage: bench/probes/cgroup_run.sh BINDIR
 # PATTERN, BINDIR holding uswap, libuswap_preload.so and uswap-workload (for example
 # target/release). Prints one line: wall, cgroup peak, tree VmRSS peak, page cache charged.
-# docs/benchmarks.md ("A huge page released in part is not released").
+# docs/benchmarks.md ("Probes").
 set -eu
 bin=$1
 pattern=$2

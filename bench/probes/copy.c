@@ -7,7 +7,7 @@
  * With the argument `huge`, source and destination are advised MADV_HUGEPAGE first, as the
  * pool's arena and the engine bench's simulated memory are.
  * Build and run: gcc -O2 -mavx2 -o /tmp/copy bench/probes/copy.c && /tmp/copy [huge]
- * (docs/benchmarks.md, "simulated memory laid out as the kernel sees it"). */
+ * (docs/benchmarks.md, "Probes"). */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>

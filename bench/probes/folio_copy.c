@@ -6,7 +6,7 @@
  * 64 scattered read-modify-writes between two folios stand for a fault's bookkeeping.
  * Prints the p50 per page of each mode, three rounds.
  * Build and run: gcc -O2 -o /tmp/folio_copy bench/probes/folio_copy.c && /tmp/folio_copy
- * (docs/benchmarks.md, "One copy for a folio's raw pages"). */
+ * (docs/benchmarks.md, "Probes"). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Idle polling on two CPUs: one `uswap run` of the uniform workload per mode, with the
 # machine's TLB-shootdown and rescheduling interrupts counted over the run
-# (docs/benchmarks.md, "Idle polling").
+# (docs/benchmarks.md, `uswap run`, "Idle polling").
 # Usage: bench/probes/idle.sh ROUNDS MODE...   (from the repository, after
 #   cargo build --release -p uswap -p preload -p workload)
 # Modes:

@@ -2,7 +2,7 @@
 # Where uswap's threads run on two CPUs: one `uswap run` of the workload per mode, with
 # each thread's CPU set (and, for the idle modes, its policy) changed 150 ms in, by
 # `taskset -p` and `chrt -i -p 0`; prints the access phase's time, the fault p50 and the
-# program thread's migrations at 3 s (docs/benchmarks.md, "Where uswap's threads run").
+# program thread's migrations at 3 s (docs/benchmarks.md, "Probes").
 # Usage: bench/probes/placement.sh [MODE...]   (from the repository, after
 #   cargo build --release -p uswap -p preload -p workload)
 # Modes (program / handler uswap-uffd / reclaimer uswap-kswapd / breaker uswap-cow):

@@ -6,7 +6,7 @@
  * range. Then, from one thread, 10,000 pages each: UFFDIO_ZEROPAGE alone, and
  * ZEROPAGE without waking + WRITEPROTECT + WAKE, ns a page.
  * Build and run: gcc -O2 -pthread -o /tmp/zero_wp bench/probes/zero_wp.c && /tmp/zero_wp
- * (docs/benchmarks.md, "Zero pages mapped write-protected"). */
+ * (docs/benchmarks.md, "Probes"). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
