@@ -9,6 +9,12 @@
 //! - no fix-me marker, and no line longer than 100 columns (rustfmt does not wrap comments).
 //!
 //! Each rule is itself tested on a small bad sample, so the tidy test can fail.
+//!
+//! The documents' rules (docs/benchmarks.md's length, no stories of how the work went, no
+//! link to a file the repository lacks) are in [`docs`].
+
+#[path = "tidy/docs.rs"]
+mod docs;
 
 use std::path::{Path, PathBuf};
 
