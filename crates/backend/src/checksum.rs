@@ -110,4 +110,9 @@ impl<B: Backend> Backend for ChecksumBackend<B> {
     fn out_of_space(&self) -> bool {
         self.inner.out_of_space()
     }
+
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.inner.counters(out);
+        out("checksum_mismatches", self.stats.mismatches.load(Ordering::Relaxed));
+    }
 }

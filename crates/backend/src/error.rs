@@ -24,6 +24,12 @@ pub enum Error {
         /// crc32c of what was read.
         got: u32,
     },
+    /// A page read back does not authenticate under the crypt layer's key: tampered, torn,
+    /// stale, or another slot's.
+    Authentication {
+        /// The slot whose data failed.
+        offset: u64,
+    },
     /// A request reaches past the end of the backend (or is empty).
     OutOfRange {
         /// First slot of the request.
@@ -84,6 +90,9 @@ impl fmt::Display for Error {
                 f,
                 "checksum mismatch at slot {offset}: expected {expected:#010x}, got {got:#010x}"
             ),
+            Error::Authentication { offset } => {
+                write!(f, "page at slot {offset} failed to authenticate (AES-GCM)")
+            }
             Error::OutOfRange { offset, nr, nr_pages } => {
                 write!(f, "slots {offset}..+{nr} outside a backend of {nr_pages} slots")
             }

@@ -192,4 +192,8 @@ impl<B: Backend> Backend for FaultBackend<B> {
     fn out_of_space(&self) -> bool {
         self.inner.out_of_space()
     }
+
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.inner.counters(out);
+    }
 }

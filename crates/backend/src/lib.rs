@@ -22,6 +22,9 @@
 //!   docs/benchmarks.md); discard punches a hole (`fallocate(PUNCH_HOLE)`).
 //! - [`ChecksumBackend`]: wraps any backend with a crc32c per slot, kept in memory and
 //!   checked on every read: a mismatch is [`Error::Checksum`], never wrong data.
+//! - [`CryptBackend`]: wraps any backend and seals every page with AES-256-GCM under a
+//!   key made for the run, bound to its slot; a page that does not authenticate is
+//!   [`Error::Authentication`], never data. Subsumes the checksum layer.
 //! - [`FaultBackend`]: wraps any backend and fails, tears or loses chosen reads and writes,
 //!   with counters, so the layers above can prove they lose nothing.
 //!
@@ -35,12 +38,14 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod checksum;
+mod crypt;
 mod error;
 mod fault;
 mod file;
 mod memory;
 
 pub use checksum::{ChecksumBackend, ChecksumStats};
+pub use crypt::{CryptBackend, CryptStats, CHUNK_SLOTS, SEAL_BYTES};
 pub use error::Error;
 pub use fault::{FaultBackend, FaultKind, FaultPlan, FaultStats};
 pub use file::{FileBackend, FileOptions, FileStats};
@@ -68,7 +73,8 @@ pub trait Backend: Send + Sync {
     /// Reads `buf.len() / PAGE_SIZE` whole pages starting at slot `offset`.
     ///
     /// # Errors
-    /// As [`Backend::write`], plus [`Error::Checksum`] from a checksumming wrapper. On any
+    /// As [`Backend::write`], plus [`Error::Checksum`] from a checksumming wrapper and
+    /// [`Error::Authentication`] from an encrypting one. On any
     /// error the contents of `buf` are unspecified and must not be used.
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error>;
 
@@ -92,6 +98,14 @@ pub trait Backend: Send + Sync {
     /// every write would fail. Looked up afresh now and then while it says so.
     fn out_of_space(&self) -> bool {
         false
+    }
+
+    /// Hands `out` each of this backend's counters (and its inner backend's, for a
+    /// wrapper) by name, for the stats file (`uswap stat`). Default: none.
+    ///
+    /// Context: reads atomics; may be called from any thread at any time.
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        let _ = out;
     }
 }
 

@@ -66,6 +66,12 @@ pub struct RunArgs {
     /// read). docs/RUN.md.
     #[arg(long, value_name = "MODE", default_value = "keep")]
     swap_file_cache: String,
+    /// Whether pages written to the swap file are encrypted: `on` (AES-256-GCM under a key
+    /// made for this run and held only in the program's memory, each page bound to its
+    /// slot: the file holds no plaintext, and a page that does not authenticate on its way
+    /// back is a SIGBUS, never wrong data) or `off`. docs/RUN.md, "Encryption".
+    #[arg(long, value_name = "MODE", default_value = "on", value_parser = ["on", "off"])]
+    encrypt: String,
     /// Print the live figures every SECS seconds (to stderr, or --stats-file).
     #[arg(long, value_name = "SECS")]
     stats_every: Option<f64>,
@@ -328,6 +334,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         idle_page: None,
         reclaim_cpus: reclaim_cpus.map(|cpus| runstat::cpus::format_list(&cpus)),
         handler_placement: args.handler_placement.clone(),
+        encrypt: args.encrypt.clone(),
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
 }

@@ -51,8 +51,12 @@ pub struct SwapConfig {
     pub policy: AllocPolicy,
     /// Discard (punch holes in) clusters as they become free.
     pub discard: bool,
-    /// Keep a crc32c per slot and check it on every read.
+    /// Keep a crc32c per slot and check it on every read (ignored with `encrypt`, whose
+    /// authentication subsumes it).
     pub checksums: bool,
+    /// Seal every page written to the device with AES-256-GCM under a key made for this
+    /// run, bound to its slot, and authenticate it on every read (backend's `CryptBackend`).
+    pub encrypt: bool,
 }
 
 impl Default for SwapConfig {
@@ -63,6 +67,7 @@ impl Default for SwapConfig {
             policy: AllocPolicy::Current,
             discard: false,
             checksums: false,
+            encrypt: false,
         }
     }
 }

@@ -29,7 +29,7 @@ use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering, RwLock};
 use crate::workingset::WorkingsetClock;
 use crate::zeromap::ZeroMap;
 use crate::{Error, PAGE_SIZE};
-use backend::{Backend, ChecksumBackend, FileBackend, FileOptions, MemoryBackend};
+use backend::{Backend, ChecksumBackend, CryptBackend, FileBackend, FileOptions, MemoryBackend};
 use slots::{SwapDevice, SwapDeviceOptions, SwapEntry, SwapType};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -145,7 +145,12 @@ fn make_backend(config: &EngineConfig) -> Result<Arc<dyn Backend>, Error> {
         }
         BackendConfig::Custom(backend) => backend.clone(),
     };
-    if swap.checksums {
+    // One integrity layer, never two: a GCM tag authenticates what a crc32c would check.
+    if swap.encrypt {
+        let sealed = CryptBackend::new(ArcBackend(plain))
+            .map_err(|e| Error::Config(format!("swap encryption: {e}")))?;
+        Ok(Arc::new(sealed))
+    } else if swap.checksums {
         Ok(Arc::new(ChecksumBackend::new(ArcBackend(plain))))
     } else {
         Ok(plain)
@@ -174,6 +179,9 @@ impl Backend for ArcBackend {
     }
     fn out_of_space(&self) -> bool {
         self.0.out_of_space()
+    }
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.0.counters(out);
     }
 }
 
@@ -622,6 +630,14 @@ impl Engine {
     /// not for a loop that polls.
     pub fn stats(&self) -> StatsSnapshot {
         self.core.stats_snapshot()
+    }
+
+    /// The swap device backend's own counters by name (the crypt layer's, a far tier's),
+    /// handed to `out` one by one ([`Backend::counters`]).
+    ///
+    /// Context: reads atomics; any thread.
+    pub fn backend_counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.core.storage.device.backend().counters(out);
     }
 
     /// The configuration in force.

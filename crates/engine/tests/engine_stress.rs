@@ -117,6 +117,35 @@ fn run_over(
     (total, engine)
 }
 
+/// With encryption on, the device's silent faults (torn and lost writes, bits flipped on
+/// read) fail to authenticate: the pages are poisoned, never mapped with wrong data, and the
+/// crypt layer counts each one.
+#[test]
+fn encrypted_device_faults_are_poisoned_never_mapped() {
+    let faulty = Arc::new(FaultBackend::new(MemoryBackend::new((64 << 20) / PAGE as u64)));
+    faulty.arm(FaultPlan { kind: FaultKind::CorruptRead, nth: 97, every: true });
+    faulty.arm(FaultPlan { kind: FaultKind::TornWrite, nth: 89, every: true });
+    faulty.arm(FaultPlan { kind: FaultKind::LostWrite, nth: 83, every: true });
+    let backend: Arc<dyn Backend> = faulty.clone();
+    let mut config = config(0, BackendConfig::Custom(backend));
+    config.swap.encrypt = true;
+    config.zswap = None; // every page out goes through the device
+    let (outcome, engine) = run(config, 20_000, 3);
+    assert!(faulty.stats().injected(FaultKind::CorruptRead) > 0);
+    assert!(faulty.stats().injected(FaultKind::LostWrite) > 0);
+    let mut failures = 0;
+    engine.backend_counters(&mut |name, value| {
+        if name == "crypt_auth_failures" {
+            failures = value;
+        }
+    });
+    assert!(failures > 0, "silent faults were caught by authentication");
+    assert!(outcome.poisoned > 0, "and reached the program as poisoned pages");
+    assert_eq!(engine.stats().counters.swpin_error, failures);
+    assert!(outcome.reads_checked > 30_000);
+    engine.check_invariants();
+}
+
 /// The (page, version) a content page starts with.
 fn head(data: &[u8]) -> (u64, u64) {
     let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));

@@ -388,6 +388,7 @@ impl ShimHooks {
                 }
             }
         }
+        engine.backend_counters(&mut |name, value| file.set(name, value));
         if let Some(started) = self.started.get() {
             let (h, s) = (started.control.stats(), started.source.stats());
             for (name, value) in [

@@ -204,6 +204,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         .delivery(if config.sigbus_delivery() { Delivery::Sigbus } else { Delivery::Handler })
         .require_kernel_faults(!config.sigbus_delivery())
         .protect_zero_pages(config.zero_pages == "protected")
+        .encrypt(config.encrypts())
         .handler_options(options);
     if let Some(text) = &config.reclaim_cpus {
         let cpus = runstat::cpus::parse_list(text, libc::CPU_SETSIZE as usize)

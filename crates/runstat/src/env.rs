@@ -59,8 +59,12 @@ pub const RECLAIM_CPUS: &str = "USWAP_RECLAIM_CPUS";
 /// (`uswap run --handler-placement`).
 pub const HANDLER_PLACEMENT: &str = "USWAP_HANDLER_PLACEMENT";
 
+/// `on` or `off`: whether pages written to the swap file are sealed with AES-256-GCM
+/// (`uswap run --encrypt`).
+pub const ENCRYPT: &str = "USWAP_ENCRYPT";
+
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -80,6 +84,7 @@ pub const ALL: [&str; 19] = [
     DELIVERY,
     RECLAIM_CPUS,
     HANDLER_PLACEMENT,
+    ENCRYPT,
 ];
 
 /// What the shim needs to manage a program.
@@ -123,12 +128,19 @@ pub struct RunConfig {
     pub reclaim_cpus: Option<String>,
     /// `follow` or `free`.
     pub handler_placement: String,
+    /// `on` or `off`.
+    pub encrypt: String,
 }
 
 impl RunConfig {
     /// Whether faults are delivered as SIGBUS to the faulting thread (`--delivery sigbus`).
     pub fn sigbus_delivery(&self) -> bool {
         self.delivery == "sigbus"
+    }
+
+    /// Whether pages written to the swap file are encrypted (`--encrypt on`).
+    pub fn encrypts(&self) -> bool {
+        self.encrypt == "on"
     }
 
     /// Whether the fault handler follows the thread it serves (`--handler-placement
@@ -154,6 +166,7 @@ impl RunConfig {
             (ZERO_PAGES, self.zero_pages.clone()),
             (DELIVERY, self.delivery.clone()),
             (HANDLER_PLACEMENT, self.handler_placement.clone()),
+            (ENCRYPT, self.encrypt.clone()),
         ];
         if let Some(bytes) = self.pool_bytes {
             vars.push((POOL_SIZE, bytes.to_string()));
@@ -202,6 +215,7 @@ impl RunConfig {
             idle_page: get(IDLE_PAGE),
             reclaim_cpus: get(RECLAIM_CPUS),
             handler_placement: need(HANDLER_PLACEMENT)?,
+            encrypt: need(ENCRYPT)?,
         })
     }
 }
@@ -241,6 +255,7 @@ mod tests {
             idle_page: Some("/tmp/uswap-x/idle".into()),
             reclaim_cpus: Some("1-3".into()),
             handler_placement: "free".into(),
+            encrypt: "off".into(),
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

@@ -176,6 +176,12 @@ pub struct Summary {
     pub follow_releases: u64,
     /// Placements refused, or a followed thread's CPU not found.
     pub follow_failed: u64,
+    /// Pages sealed (encrypted) on their way to the swap device (`--encrypt on`).
+    pub sealed: u64,
+    /// Pages opened (authenticated, decrypted) on their way back.
+    pub opened: u64,
+    /// Pages that failed to authenticate (each a SIGBUS on access, never data).
+    pub auth_failures: u64,
 }
 
 impl Summary {
@@ -222,6 +228,9 @@ impl Summary {
             follow_moves: file.get("handler_follow_moves"),
             follow_releases: file.get("handler_follow_releases"),
             follow_failed: file.get("handler_follow_failed"),
+            sealed: file.get("crypt_sealed_pages"),
+            opened: file.get("crypt_opened_pages"),
+            auth_failures: file.get("crypt_auth_failures"),
         }
     }
 
@@ -297,6 +306,18 @@ impl Summary {
                  the budget could not be kept meanwhile (free some, or give a --swap-file on \
                  another file system)",
                 self.no_space
+            ));
+        }
+        if self.sealed + self.auth_failures > 0 {
+            let failed = match self.auth_failures {
+                0 => String::new(),
+                n => format!(
+                    "; {n} failed to authenticate (tampered or lost: poisoned, SIGBUS on access)"
+                ),
+            };
+            lines.push(format!(
+                "{prefix}encryption (AES-256-GCM): {} pages sealed, {} opened{failed}",
+                self.sealed, self.opened
             ));
         }
         if self.write_errors > 0 {
@@ -431,6 +452,15 @@ mod tests {
         assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
         assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
+        assert!(!lines.iter().any(|l| l.contains("encryption")), "{lines:?}");
+        let mut sealed = file.clone();
+        sealed.set("crypt_sealed_pages", 30);
+        sealed.set("crypt_opened_pages", 20);
+        let lines = Summary::of(&sealed).to_lines("");
+        assert!(lines.contains(&"encryption (AES-256-GCM): 30 pages sealed, 20 opened".into()));
+        sealed.set("crypt_auth_failures", 2);
+        let lines = Summary::of(&sealed).to_lines("");
+        assert!(lines.iter().any(|l| l.contains("; 2 failed to authenticate")), "{lines:?}");
     }
 
     #[test]

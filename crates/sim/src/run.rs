@@ -184,6 +184,7 @@ pub fn engine_config(o: &SimOptions, backend: Arc<SimBackend>, world: &Arc<World
             policy: o.policy,
             discard: o.discard,
             checksums: o.checksums,
+            encrypt: false,
         },
         zswap: (o.pool_percent > 0).then_some(ZswapSettings {
             compressor: o.compressor,

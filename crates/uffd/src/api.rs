@@ -85,6 +85,7 @@ pub struct Builder {
     swap_file_uncached: bool,
     swap_file_keep_free: Option<u64>,
     checksums: bool,
+    encrypt: bool,
     readahead_max_pages: Option<u32>,
     reclaimer_cpus: Vec<usize>,
     require_kernel_faults: Option<bool>,
@@ -110,6 +111,7 @@ impl Default for Builder {
             swap_file_uncached: false,
             swap_file_keep_free: None,
             checksums: false,
+            encrypt: true,
             readahead_max_pages: None,
             reclaimer_cpus: Vec::new(),
             require_kernel_faults: None,
@@ -195,6 +197,15 @@ impl Builder {
     /// Keep and check a crc32c per swap slot (default off).
     pub fn checksums(mut self, on: bool) -> Self {
         self.checksums = on;
+        self
+    }
+
+    /// Seal every page written to the swap file with AES-256-GCM under a key made for this
+    /// run and held only in this process, bound to its slot; a page that does not
+    /// authenticate on its way back is an error (SIGBUS on access), never data. Default on
+    /// (its cost: docs/RUN.md, "Encryption"). On, [`Builder::checksums`] adds nothing.
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
         self
     }
 
@@ -328,6 +339,7 @@ impl Builder {
                 backend,
                 size_bytes: self.swap_size_bytes,
                 checksums: self.checksums,
+                encrypt: self.encrypt,
                 ..SwapConfig::default()
             },
             zswap: self.pool.clone(),

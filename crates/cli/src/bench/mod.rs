@@ -6,6 +6,7 @@
 //! shared and noisy: an absolute figure from another run says little.
 
 mod compare;
+mod crypt;
 mod engine;
 mod fault;
 mod heap;
@@ -50,6 +51,12 @@ pub enum Which {
     /// test. JSON: pagein_ns_order0_none, pagein_ns_per_page_order4_none,
     /// pageout_ns_order0_none, zero_pagein_ns, ...
     Engine,
+    /// The cost of encrypting the swap file: seal + open of a page with AES-256-GCM against
+    /// ChaCha20-Poly1305, and page-out / page-in through the engine to a real swap file with
+    /// encryption off and on, order 0 and 4, side by side. JSON: aes256gcm_seal_open_ns,
+    /// chacha20poly1305_seal_open_ns, file_pagein_ns_order0_encrypt_on, pagein_ratio_order0,
+    /// pageout_ratio_order0, ...
+    Crypt,
     /// Seed experiment 000: swap cache node memory with multi-index vs single entries after
     /// swapping out 2 MiB folios (the seed: -94%), and sequential swap-out and swap-in of
     /// zero pages. JSON: swapcache_node_ratio, zero_swapin_ns_order0, ...
@@ -118,6 +125,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = match args.which {
         Which::Machine => machine(),
         Which::Engine => engine::run(&args.common)?,
+        Which::Crypt => crypt::run(&args.common)?,
         Which::Seed000 => seed::seed_000(&args.common)?,
         Which::Seed004 => seed::seed_004(&args.common)?,
         Which::Seed002 => seed::seed_002(&args.common)?,

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests that run the real `uswap` binary.
 
+// Each test binary uses a subset of these helpers.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
