@@ -30,6 +30,18 @@ pub enum Error {
         /// The slot whose data failed.
         offset: u64,
     },
+    /// A remote tier could not serve the request: no server returned a good copy of the
+    /// page (read), or none took it in time (write).
+    Unavailable {
+        /// The tier ("far tier (memcached)").
+        tier: &'static str,
+        /// The operation.
+        op: &'static str,
+        /// The slot.
+        offset: u64,
+        /// What was tried and what each server said.
+        why: String,
+    },
     /// A request reaches past the end of the backend (or is empty).
     OutOfRange {
         /// First slot of the request.
@@ -92,6 +104,9 @@ impl fmt::Display for Error {
             ),
             Error::Authentication { offset } => {
                 write!(f, "page at slot {offset} failed to authenticate (AES-GCM)")
+            }
+            Error::Unavailable { tier, op, offset, why } => {
+                write!(f, "{tier}: {op} of slot {offset} failed: {why}")
             }
             Error::OutOfRange { offset, nr, nr_pages } => {
                 write!(f, "slots {offset}..+{nr} outside a backend of {nr_pages} slots")

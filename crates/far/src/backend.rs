@@ -1,0 +1,491 @@
+//! [`FarBackend`]: the backend trait over the servers; the read path and the flusher.
+//!
+//! Read of `nr` slots (one folio, or a readahead window):
+//!
+//! ```text
+//!   per slot: seq 0 → zeros; staged (that very write) → copy; else pending
+//!   round: each pending slot picks its next holder (rendezvous order, up ones first)
+//!          one pipelined mg batch per server, all sent before any is read
+//!          good value (seq, crc) → done (a failover if not the first holder tried)
+//!          missing / stale / corrupt → bad copy: holder removed, slot queued for repair
+//!          server error or timeout → server down; its slots try their next holder
+//!   no holder left for a slot → Error::Unavailable (lost_pages): the engine poisons it
+//! ```
+//!
+//! Lock order: staging's mutex, then a table stripe (the flusher commits holders before it
+//! removes the staged page, so a reader that misses the page finds the holders). No lock is
+//! held while the network is used.
+
+use crate::proto::Reply;
+use crate::repair::Repair;
+use crate::server::Server;
+use crate::staging::{Staging, Taken};
+use crate::stats::FarStats;
+use crate::table::Table;
+use crate::{value_header, value_is, Error, FarConfig, Key, HEADER_BYTES, PAGE_SIZE};
+use backend::{check_range, check_request, Backend};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The tier's name in errors and messages.
+pub(crate) const TIER: &str = "far tier (memcached)";
+
+/// What the far tier's threads and its callers share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: FarConfig,
+    /// This run's identity in every key.
+    pub(crate) run: u64,
+    pub(crate) servers: Box<[Server]>,
+    pub(crate) seeds: Box<[u64]>,
+    pub(crate) table: Table,
+    pub(crate) staging: Staging,
+    pub(crate) stats: FarStats,
+    pub(crate) repair: Repair,
+    pub(crate) nr_pages: u64,
+    pub(crate) shutdown: AtomicBool,
+}
+
+/// A swap device in a memcached cluster (crate essay).
+#[derive(Debug)]
+pub struct FarBackend {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// A page of a read still looking for a good copy.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// Its page in the caller's buffer.
+    page: usize,
+    slot: u64,
+    seq: u64,
+    /// Servers tried.
+    tried: u32,
+}
+
+impl Shared {
+    pub(crate) fn key(&self, slot: u64) -> Key {
+        Key { run: self.run, slot }
+    }
+
+    /// Servers in `slot`'s rendezvous order.
+    pub(crate) fn ranking(&self, slot: u64) -> ([u8; crate::MAX_SERVERS], usize) {
+        let mut order = [0u8; crate::MAX_SERVERS];
+        let n = crate::place::rank(&self.seeds, slot, &mut order);
+        (order, n)
+    }
+
+    /// Whether any server is up.
+    fn servers_up(&self) -> usize {
+        self.servers.iter().filter(|s| s.is_up()).count()
+    }
+
+    /// A request to `server` failed: marks it down, and has the repairer re-create its
+    /// copies if it was up.
+    pub(crate) fn server_failed(&self, server: usize) {
+        Shared::add(&self.stats.request_errors);
+        if self.servers[server].mark_down(&self.stats.servers[server]) {
+            self.repair.server_lost(self.servers[server].bit);
+        }
+    }
+
+    fn add(counter: &std::sync::atomic::AtomicU64) {
+        FarStats::add(counter, 1);
+    }
+
+    /// The next holder `p` should try: an up one in rendezvous order, else a down one (it
+    /// may be back), else none.
+    fn next_holder(&self, p: &Pending) -> Option<usize> {
+        let holders = self.table.get(p.slot).holders & !p.tried;
+        let (order, n) = self.ranking(p.slot);
+        let candidates = order[..n].iter().map(|&s| s as usize);
+        let mut down = None;
+        for s in candidates.filter(|&s| holders & self.servers[s].bit != 0) {
+            if self.servers[s].is_up() {
+                return Some(s);
+            }
+            down.get_or_insert(s);
+        }
+        down
+    }
+
+    /// Reads slots `offset ..` into `buf` (module essay).
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), backend::Error> {
+        let mut pending = Vec::new();
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            let slot = offset + i as u64;
+            let seq = self.table.get(slot).seq;
+            if seq == 0 {
+                page.fill(0);
+            } else if self.staging.get(slot, seq, page) {
+                Shared::add(&self.stats.pages_read_staged);
+            } else {
+                pending.push(Pending { page: i, slot, seq, tried: 0 });
+            }
+        }
+        FarStats::add(&self.stats.pages_read, (buf.len() / PAGE_SIZE) as u64);
+        let mut why = String::new();
+        while !pending.is_empty() {
+            let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
+            for p in pending.drain(..) {
+                let Some(server) = self.next_holder(&p) else {
+                    return Err(self.lost(p.slot, &why));
+                };
+                match batches.iter_mut().find(|(s, b)| *s == server && b.len() < crate::BATCH_PAGES)
+                {
+                    Some((_, batch)) => batch.push(p),
+                    None => batches.push((server, vec![p])),
+                }
+            }
+            pending = self.read_round(&batches, buf, &mut why);
+        }
+        Ok(())
+    }
+
+    /// One round of a read: a pipelined batch per server, all sent, then all read. Returns
+    /// the pages still without a good copy.
+    fn read_round(
+        &self,
+        batches: &[(usize, Vec<Pending>)],
+        buf: &mut [u8],
+        why: &mut String,
+    ) -> Vec<Pending> {
+        let started = Instant::now();
+        let mut sent = Vec::with_capacity(batches.len());
+        for (server, batch) in batches {
+            let conn = self.servers[*server].conn().and_then(|mut conn| {
+                batch.iter().for_each(|p| conn.push_get(&self.key(p.slot)));
+                conn.send().map(|()| conn)
+            });
+            Shared::add(&self.stats.requests);
+            sent.push(conn);
+        }
+        let mut again = Vec::new();
+        for ((server, batch), conn) in batches.iter().zip(sent) {
+            let (server, bit) = (*server, self.servers[*server].bit);
+            let mut conn = match conn {
+                Ok(conn) => conn,
+                Err(e) => {
+                    let _ = write!(why, "{}: {e}; ", self.servers[server].addr);
+                    self.server_failed(server);
+                    again.extend(batch.iter().map(|p| Pending { tried: p.tried | bit, ..*p }));
+                    continue;
+                }
+            };
+            let mut failed = None;
+            for (k, p) in batch.iter().enumerate() {
+                let page = &mut buf[p.page * PAGE_SIZE..(p.page + 1) * PAGE_SIZE];
+                let mut header = [0u8; HEADER_BYTES];
+                match conn.read_reply(&mut [&mut header, page]) {
+                    Ok(Reply::Value(n))
+                        if n == crate::VALUE_BYTES && value_is(&header, p.seq, p.slot, page) =>
+                    {
+                        if p.tried != 0 {
+                            Shared::add(&self.stats.failovers);
+                        }
+                    }
+                    Ok(reply) => {
+                        let _ = write!(why, "{}: {reply:?}; ", self.servers[server].addr);
+                        self.bad_copy(p, bit);
+                        again.push(Pending { tried: p.tried | bit, ..*p });
+                    }
+                    Err(e) => {
+                        let _ = write!(why, "{}: {e}; ", self.servers[server].addr);
+                        failed = Some(k);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => self.servers[server].put_back(conn),
+                Some(k) => {
+                    self.server_failed(server);
+                    again.extend(batch[k..].iter().map(|p| Pending { tried: p.tried | bit, ..*p }));
+                }
+            }
+        }
+        self.stats.latency.record(started.elapsed().as_nanos() as u64);
+        again
+    }
+
+    /// A server answered for `p` without a good copy: it no longer holds one.
+    fn bad_copy(&self, p: &Pending, bit: u32) {
+        Shared::add(&self.stats.bad_copies);
+        if let Some(locked) = self.table.lock(p.slot) {
+            locked.remove_holders(p.seq, bit);
+        }
+        self.repair.slot(p.slot);
+    }
+
+    /// No server returned `slot` good: counts it, says so once in a while, and makes the
+    /// error the engine turns into a poisoned page.
+    fn lost(&self, slot: u64, why: &str) -> backend::Error {
+        let lost = self.stats.lost_pages.fetch_add(1, Relaxed) + 1;
+        let why = if why.is_empty() {
+            "no server holds a copy".to_string()
+        } else {
+            format!("no server returned a good copy ({})", why.trim_end_matches("; "))
+        };
+        if lost.is_power_of_two() {
+            eprintln!("uswap: {TIER}: page at slot {slot} lost, {why}: its access raises SIGBUS ({lost} pages lost so far)");
+        }
+        backend::Error::Unavailable { tier: TIER, op: "read", offset: slot, why }
+    }
+
+    /// Stages the pages of a write (crate essay, "Writes").
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), backend::Error> {
+        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
+            let slot = offset + i as u64;
+            let seq = self.table.begin_write(slot);
+            if self.staging.put(slot, seq, page, self.config.timeout).is_err() {
+                Shared::add(&self.stats.write_refused);
+                let why = format!(
+                    "no server took writes for {} ms (the write-behind buffer of {} pages is \
+                     full; {} of {} servers up)",
+                    self.config.timeout.as_millis(),
+                    self.config.staging_pages,
+                    self.servers_up(),
+                    self.servers.len()
+                );
+                return Err(backend::Error::Unavailable {
+                    tier: TIER,
+                    op: "write",
+                    offset: slot,
+                    why,
+                });
+            }
+        }
+        FarStats::add(&self.stats.pages_written, (data.len() / PAGE_SIZE) as u64);
+        Ok(())
+    }
+
+    /// The servers write `seq` of `slot` goes to: the first `replicas` up ones in its
+    /// rendezvous order.
+    fn targets(&self, slot: u64) -> u32 {
+        let (order, n) = self.ranking(slot);
+        let up = order[..n].iter().filter(|&&s| self.servers[s as usize].is_up());
+        up.take(self.config.replicas).fold(0, |mask, &s| mask | self.servers[s as usize].bit)
+    }
+
+    /// Stores `taken` (pages in `pages`, in order) on their targets: one pipelined `ms`
+    /// batch per server, all sent, then all read. Returns the servers that stored each.
+    fn store(&self, taken: &[Taken], pages: &[u8], targets: &[u32]) -> Vec<u32> {
+        let mut stored = vec![0u32; taken.len()];
+        let started = Instant::now();
+        let mut sent = Vec::new();
+        for (s, server) in self.servers.iter().enumerate() {
+            let mine: Vec<usize> =
+                (0..taken.len()).filter(|&k| targets[k] & server.bit != 0).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let conn = server.conn().and_then(|mut conn| {
+                for &k in &mine {
+                    let (t, page) = (taken[k], &pages[k * PAGE_SIZE..(k + 1) * PAGE_SIZE]);
+                    let header = value_header(t.seq, t.slot, page);
+                    conn.push_set(&self.key(t.slot), &[&header, page]);
+                }
+                conn.send().map(|()| conn)
+            });
+            Shared::add(&self.stats.requests);
+            sent.push((s, mine, conn));
+        }
+        for (s, mine, conn) in sent {
+            let Ok(mut conn) = conn else {
+                self.server_failed(s);
+                continue;
+            };
+            let mut clean = true;
+            for &k in &mine {
+                match conn.read_reply(&mut []) {
+                    Ok(Reply::Done) => stored[k] |= self.servers[s].bit,
+                    Ok(_) => {} // refused (out of memory): placed elsewhere on the retry
+                    Err(_) => {
+                        clean = false;
+                        break;
+                    }
+                }
+            }
+            if clean {
+                self.servers[s].put_back(conn);
+            } else {
+                self.server_failed(s);
+            }
+        }
+        self.stats.latency.record(started.elapsed().as_nanos() as u64);
+        stored
+    }
+
+    /// The flusher's loop: batches of staged pages to their servers, committed when stored.
+    pub(crate) fn flusher(&self) {
+        let (mut taken, mut pages) = (Vec::new(), Vec::new());
+        while !self.shutdown.load(Relaxed) {
+            self.staging.take_batch(
+                crate::BATCH_PAGES,
+                Duration::from_millis(50),
+                &mut taken,
+                &mut pages,
+            );
+            if taken.is_empty() {
+                continue;
+            }
+            let targets: Vec<u32> = taken.iter().map(|t| self.targets(t.slot)).collect();
+            let stored = self.store(&taken, &pages, &targets);
+            let mut retried = false;
+            for (k, t) in taken.iter().enumerate() {
+                // Stored on every target (up ones when it was placed): committed. A target
+                // that refused or failed makes it go round again, placed anew.
+                if targets[k] != 0 && stored[k] == targets[k] {
+                    if let Some(locked) = self.table.lock(t.slot) {
+                        locked.add_holders(t.seq, stored[k]);
+                    }
+                    self.staging.commit(t.slot, t.seq);
+                    Shared::add(&self.stats.pages_flushed);
+                    FarStats::add(&self.stats.copies_written, u64::from(stored[k].count_ones()));
+                    if stored[k].count_ones() < self.config.replicas as u32 {
+                        self.repair.slot(t.slot); // fewer servers up than replicas
+                    }
+                } else {
+                    self.staging.retry(t.slot, t.seq);
+                    Shared::add(&self.stats.flush_retries);
+                    retried = true;
+                }
+            }
+            if retried {
+                // The servers that failed are down now; give the repairer a moment to
+                // probe them rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl FarBackend {
+    /// Connects to every server of `config` (each must answer), draws the run id, and
+    /// starts the flusher and the repairer. The device holds `nr_pages` slots.
+    ///
+    /// # Errors
+    /// [`Error::Config`], [`Error::Unreachable`] for a server that does not answer
+    /// `stats`, [`Error::Random`], [`Error::Thread`].
+    ///
+    /// Context: blocks up to the timeout per server; allocates the slot table's chunk index
+    /// and the write-behind buffer; spawns two threads.
+    pub fn connect(config: FarConfig, nr_pages: u64) -> Result<FarBackend, Error> {
+        config.validate()?;
+        let servers: Box<[Server]> = config
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| Server::new(i, *addr, config.timeout))
+            .collect();
+        let stats = FarStats::new(servers.len());
+        for (server, st) in servers.iter().zip(&stats.servers) {
+            let identity = server
+                .fetch_identity()
+                .map_err(|source| Error::Unreachable { server: server.addr, source })?;
+            server.set_identity(identity);
+            server.mark_up(st);
+        }
+        let mut run = [0u8; 8];
+        rustix::rand::getrandom(&mut run, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| Error::Random(e.into()))?;
+        let shared = Arc::new(Shared {
+            run: u64::from_le_bytes(run) & 0xffff_ffff_ffff,
+            seeds: servers.iter().map(|s| s.seed).collect(),
+            servers,
+            table: Table::new(nr_pages),
+            staging: Staging::new(config.staging_pages),
+            stats,
+            repair: Repair::new(),
+            nr_pages,
+            shutdown: AtomicBool::new(false),
+            config,
+        });
+        let mut threads = Vec::new();
+        for (name, work) in [
+            ("uswap-far-flush", Shared::flusher as fn(&Shared)),
+            ("uswap-far-repair", Shared::repairer as fn(&Shared)),
+        ] {
+            let shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || work(&shared))
+                .map_err(Error::Thread)?;
+            threads.push(thread);
+        }
+        Ok(FarBackend { shared, threads })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &FarStats {
+        &self.shared.stats
+    }
+
+    /// Waits until every page written is stored on its servers, at most `timeout`; true if
+    /// so (benchmarks and tests: the staged pages are on the servers).
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.shared.staging.wait_empty(timeout)
+    }
+
+    /// This run's id, as it appears at the start of every key (12 hex digits).
+    pub fn run_id(&self) -> String {
+        format!("{:012x}", self.shared.run)
+    }
+}
+
+impl Drop for FarBackend {
+    /// Stops the threads and deletes this run's copies from the servers (best effort,
+    /// bounded by the timeout per server): ciphertext under a key that is gone is of no
+    /// use to anyone, and it holds server memory that `-M` never frees.
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Relaxed);
+        self.shared.staging.shutdown();
+        self.shared.repair.wake();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.shared.delete_all();
+    }
+}
+
+impl Backend for FarBackend {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), backend::Error> {
+        check_request(offset, data.len(), self.shared.nr_pages)?;
+        self.shared.write(offset, data)
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), backend::Error> {
+        check_request(offset, buf.len(), self.shared.nr_pages)?;
+        self.shared.read(offset, buf)
+    }
+
+    /// Forgets the slots (they read as zeros) and drops their staged pages; the servers'
+    /// copies stay until overwritten or deleted at the end (a delete per page would cost a
+    /// request per page for memory the next write of the slot reuses).
+    fn discard(&self, offset: u64, nr: u64) -> Result<(), backend::Error> {
+        check_range(offset, nr, self.shared.nr_pages)?;
+        for slot in offset..offset + nr {
+            self.shared.table.forget(slot);
+            self.shared.staging.remove(slot);
+        }
+        Ok(())
+    }
+
+    fn is_synchronous(&self) -> bool {
+        false
+    }
+
+    fn nr_pages(&self) -> u64 {
+        self.shared.nr_pages
+    }
+
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        let servers = &self.shared.servers;
+        self.shared.stats.each(&|i| servers[i].addr_number(), out);
+        out("far_staged_pages", self.shared.staging.len() as u64);
+        out("far_replicas", self.shared.config.replicas as u64);
+    }
+}

@@ -1,0 +1,243 @@
+//! The write-behind buffer: pages written to the far tier wait here until the flusher has
+//! stored every copy.
+//!
+//! ```text
+//!   write ── put(slot, seq, page) ──> by_slot[slot] = { index, seq, queued }   pages[index]
+//!                                     queue: slots waiting for the flusher
+//!   flusher ── take_batch ── (store the copies) ── table.add_holders ── commit(slot, seq)
+//!   read ── get(slot, seq): the staged page of that very write, or nothing
+//! ```
+//!
+//! Why: the pool writes back one page per call and must know the page is safe when the
+//! call returns. A round trip to two servers per page would bound writeback by the network's
+//! latency (tens of µs a page); staged, a page costs a copy, and the flusher sends pipelined
+//! batches. The page is safe in the buffer: it is process memory, read back from here until
+//! its copies are committed, and never dropped while no server takes it.
+//!
+//! Bound: `capacity` pages, allocated at set-up. `put` of a new slot into a full buffer
+//! waits for room at most the request timeout, then fails (the caller keeps the page).
+//! A rewrite of a slot already staged reuses its page.
+//!
+//! Lock: one mutex; held for a 4 KiB copy at most per page. Never held while the network is
+//! used.
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+const PAGE: usize = crate::PAGE_SIZE;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    index: usize,
+    seq: u64,
+    /// In the queue (not taken by the flusher since its last write).
+    queued: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pages: Box<[u8]>,
+    free: Vec<usize>,
+    by_slot: HashMap<u64, Entry>,
+    queue: VecDeque<u64>,
+    shutdown: bool,
+}
+
+/// The buffer (module essay).
+#[derive(Debug)]
+pub(crate) struct Staging {
+    inner: Mutex<Inner>,
+    /// Signalled when a page leaves (room for a waiting `put`, or an empty buffer).
+    room: Condvar,
+    /// Signalled when a page is queued (work for the flusher).
+    work: Condvar,
+}
+
+/// A page taken for flushing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    pub(crate) slot: u64,
+    pub(crate) seq: u64,
+}
+
+impl Staging {
+    /// A buffer of `capacity` pages.
+    ///
+    /// Context: allocates `capacity` pages and the index.
+    pub(crate) fn new(capacity: usize) -> Staging {
+        let inner = Inner {
+            pages: vec![0u8; capacity * PAGE].into_boxed_slice(),
+            free: (0..capacity).rev().collect(),
+            by_slot: HashMap::with_capacity(capacity),
+            queue: VecDeque::with_capacity(capacity),
+            shutdown: false,
+        };
+        Staging { inner: Mutex::new(inner), room: Condvar::new(), work: Condvar::new() }
+    }
+
+    /// Stages write `seq` of `slot`. Waits for room at most `timeout`.
+    ///
+    /// # Errors
+    /// `Err(())` when the buffer stayed full (no server takes writes).
+    pub(crate) fn put(
+        &self,
+        slot: u64,
+        seq: u64,
+        page: &[u8],
+        timeout: Duration,
+    ) -> Result<(), ()> {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.inner.lock();
+        let index = match inner.by_slot.get(&slot) {
+            Some(entry) => entry.index,
+            None => loop {
+                if let Some(index) = inner.free.pop() {
+                    break index;
+                }
+                if self.room.wait_until(&mut inner, deadline).timed_out() {
+                    return Err(());
+                }
+                // The slot may have been staged by nobody else meanwhile (the caller owns
+                // it), so only the free list can have changed.
+            },
+        };
+        inner.pages[index * PAGE..(index + 1) * PAGE].copy_from_slice(page);
+        let queued = inner.by_slot.get(&slot).is_some_and(|e| e.queued);
+        if !queued {
+            inner.queue.push_back(slot);
+        }
+        inner.by_slot.insert(slot, Entry { index, seq, queued: true });
+        drop(inner);
+        self.work.notify_one();
+        Ok(())
+    }
+
+    /// Copies the staged page of write `seq` of `slot` into `out`; false if it is not here.
+    pub(crate) fn get(&self, slot: u64, seq: u64, out: &mut [u8]) -> bool {
+        let inner = self.inner.lock();
+        match inner.by_slot.get(&slot) {
+            Some(e) if e.seq == seq => {
+                out.copy_from_slice(&inner.pages[e.index * PAGE..(e.index + 1) * PAGE]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops `slot`'s staged page, whatever its write (discard).
+    pub(crate) fn remove(&self, slot: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.by_slot.remove(&slot) {
+            inner.free.push(entry.index);
+            drop(inner);
+            self.room.notify_all();
+        }
+    }
+
+    /// Takes up to `max` queued pages, copying them to `pages` (one page each, in order)
+    /// and their identities to `taken`. Waits at most `wait` for the first.
+    pub(crate) fn take_batch(
+        &self,
+        max: usize,
+        wait: Duration,
+        taken: &mut Vec<Taken>,
+        pages: &mut Vec<u8>,
+    ) {
+        taken.clear();
+        pages.clear();
+        let mut inner = self.inner.lock();
+        if inner.queue.is_empty() && !inner.shutdown {
+            self.work.wait_for(&mut inner, wait);
+        }
+        while taken.len() < max {
+            let Some(slot) = inner.queue.pop_front() else { break };
+            let Some(entry) = inner.by_slot.get_mut(&slot) else { continue };
+            entry.queued = false;
+            let (index, seq) = (entry.index, entry.seq);
+            taken.push(Taken { slot, seq });
+            pages.extend_from_slice(&inner.pages[index * PAGE..(index + 1) * PAGE]);
+        }
+    }
+
+    /// The copies of write `seq` of `slot` are all stored (and committed in the table):
+    /// its page leaves, unless the slot was written again meanwhile.
+    pub(crate) fn commit(&self, slot: u64, seq: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.by_slot.get(&slot).copied() {
+            if entry.seq == seq && !entry.queued {
+                inner.by_slot.remove(&slot);
+                inner.free.push(entry.index);
+                drop(inner);
+                self.room.notify_all();
+            }
+        }
+    }
+
+    /// The copies of write `seq` of `slot` could not all be stored: queue it again (unless a
+    /// newer write is queued already).
+    pub(crate) fn retry(&self, slot: u64, seq: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.by_slot.get_mut(&slot) {
+            if entry.seq == seq && !entry.queued {
+                entry.queued = true;
+                inner.queue.push_back(slot);
+            }
+        }
+    }
+
+    /// Pages staged now.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().by_slot.len()
+    }
+
+    /// Waits until nothing is staged, at most `timeout`; true if so.
+    pub(crate) fn wait_empty(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.inner.lock();
+        while !inner.by_slot.is_empty() {
+            if self.room.wait_until(&mut inner, deadline).timed_out() {
+                return inner.by_slot.is_empty();
+            }
+        }
+        true
+    }
+
+    /// Wakes the flusher for good.
+    pub(crate) fn shutdown(&self) {
+        self.inner.lock().shutdown = true;
+        self.work.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_wait_until_committed_and_rewrites_win() {
+        let s = Staging::new(2);
+        let t = Duration::from_millis(10);
+        s.put(1, 10, &[1u8; PAGE], t).unwrap();
+        s.put(2, 11, &[2u8; PAGE], t).unwrap();
+        assert!(s.put(3, 12, &[3u8; PAGE], t).is_err(), "full");
+        let (mut taken, mut pages) = (vec![], vec![]);
+        s.take_batch(8, t, &mut taken, &mut pages);
+        assert_eq!(taken.len(), 2);
+        assert_eq!(pages[PAGE], 2);
+        s.put(1, 13, &[9u8; PAGE], t).unwrap(); // rewritten while in flight
+        s.commit(1, 10);
+        let mut out = vec![0u8; PAGE];
+        assert!(s.get(1, 13, &mut out) && out[0] == 9, "the newer write stays");
+        assert!(!s.get(1, 10, &mut out), "the older one is not served");
+        s.commit(2, 11);
+        assert_eq!(s.len(), 1);
+        s.take_batch(8, t, &mut taken, &mut pages);
+        assert_eq!((taken.len(), pages[0]), (1, 9));
+        s.retry(1, 13);
+        s.take_batch(8, t, &mut taken, &mut pages);
+        assert_eq!(taken.len(), 1, "a failed flush is queued again");
+        s.commit(1, 13);
+        assert!(s.wait_empty(t));
+    }
+}
