@@ -72,6 +72,16 @@ pub struct RunArgs {
     /// back is a SIGBUS, never wrong data) or `off`. docs/RUN.md, "Encryption".
     #[arg(long, value_name = "MODE", default_value = "on", value_parser = ["on", "off"])]
     encrypt: String,
+    /// Put the swap device in a memcached cluster instead of a file: `memcached://HOST:PORT,
+    /// HOST:PORT,...` (servers run with -M, no eviction). Each page is sealed (encryption
+    /// is always on here) and stored on --far-replicas servers chosen by rendezvous hashing;
+    /// a lost or restarted server is read around and its copies re-created; a page no server
+    /// returns raises SIGBUS on access. docs/RUN.md, "The far tier".
+    #[arg(long, value_name = "URL", conflicts_with = "swap_file")]
+    far: Option<String>,
+    /// Copies of each page in the far tier (1 up to the number of servers).
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "far")]
+    far_replicas: u32,
     /// Print the live figures every SECS seconds (to stderr, or --stats-file).
     #[arg(long, value_name = "SECS")]
     stats_every: Option<f64>,
@@ -244,6 +254,19 @@ fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<sys::PollerP
     Ok(Some(process))
 }
 
+/// Checks `--far`: the URL, the replicas, every server answering, and encryption on (pages
+/// that leave the machine are always sealed).
+///
+/// # Errors
+/// One line naming the flag and the problem.
+fn check_far(url: &str, replicas: u32, encrypt: &str) -> Result<()> {
+    if encrypt == "off" {
+        bail!("--far with --encrypt off: pages sent to other machines are always encrypted");
+    }
+    let config = far::FarConfig::parse(url, replicas as usize).map_err(|e| anyhow!("--far {e}"))?;
+    far::check_servers(&config).map_err(|e| anyhow!("--far: {e}"))
+}
+
 /// Checks `--folio-order` and `--large-folios` (also for `uswap bench compare`'s uswap
 /// side, before minutes of runs).
 ///
@@ -306,6 +329,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if args.swap_file_cache == "drop" {
         check_uncached_io(&swap_dir)?;
     }
+    if let Some(url) = &args.far {
+        check_far(url, args.far_replicas, &args.encrypt)?;
+    }
     let sigbus = args.delivery == "sigbus";
     let zero_pages = args.zero_pages.clone().unwrap_or_else(|| "protected".to_string());
     check_userfaultfd(sigbus)?;
@@ -335,6 +361,8 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         reclaim_cpus: reclaim_cpus.map(|cpus| runstat::cpus::format_list(&cpus)),
         handler_placement: args.handler_placement.clone(),
         encrypt: args.encrypt.clone(),
+        far: args.far.clone(),
+        far_replicas: args.far_replicas,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
 }

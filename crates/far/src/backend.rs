@@ -64,6 +64,8 @@ struct Pending {
     seq: u64,
     /// Servers tried.
     tried: u32,
+    /// The server asked now is not the first of the slot's ranking (a replica's copy).
+    replica: bool,
 }
 
 impl Shared {
@@ -97,17 +99,17 @@ impl Shared {
     }
 
     /// The next holder `p` should try: an up one in rendezvous order, else a down one (it
-    /// may be back), else none.
-    fn next_holder(&self, p: &Pending) -> Option<usize> {
+    /// may be back), else none. With it, whether it is not the slot's first-ranked server.
+    fn next_holder(&self, p: &Pending) -> Option<(usize, bool)> {
         let holders = self.table.get(p.slot).holders & !p.tried;
         let (order, n) = self.ranking(p.slot);
         let candidates = order[..n].iter().map(|&s| s as usize);
         let mut down = None;
         for s in candidates.filter(|&s| holders & self.servers[s].bit != 0) {
             if self.servers[s].is_up() {
-                return Some(s);
+                return Some((s, s != order[0] as usize));
             }
-            down.get_or_insert(s);
+            down.get_or_insert((s, s != order[0] as usize));
         }
         down
     }
@@ -123,17 +125,18 @@ impl Shared {
             } else if self.staging.get(slot, seq, page) {
                 Shared::add(&self.stats.pages_read_staged);
             } else {
-                pending.push(Pending { page: i, slot, seq, tried: 0 });
+                pending.push(Pending { page: i, slot, seq, tried: 0, replica: false });
             }
         }
         FarStats::add(&self.stats.pages_read, (buf.len() / PAGE_SIZE) as u64);
         let mut why = String::new();
         while !pending.is_empty() {
             let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
-            for p in pending.drain(..) {
-                let Some(server) = self.next_holder(&p) else {
+            for mut p in pending.drain(..) {
+                let Some((server, replica)) = self.next_holder(&p) else {
                     return Err(self.lost(p.slot, &why));
                 };
+                p.replica = replica;
                 match batches.iter_mut().find(|(s, b)| *s == server && b.len() < crate::BATCH_PAGES)
                 {
                     Some((_, batch)) => batch.push(p),
@@ -185,6 +188,9 @@ impl Shared {
                     {
                         if p.tried != 0 {
                             Shared::add(&self.stats.failovers);
+                        }
+                        if p.replica {
+                            Shared::add(&self.stats.replica_reads);
                         }
                     }
                     Ok(reply) => {

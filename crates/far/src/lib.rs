@@ -141,7 +141,7 @@ impl std::fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// How a far tier is set up.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FarConfig {
     /// The servers, in the order given (their index names them in stats).
     pub servers: Vec<SocketAddr>,
@@ -216,6 +216,19 @@ impl FarConfig {
         }
         Ok(())
     }
+}
+
+/// Checks that every server of `config` answers (`stats`), each within the timeout.
+///
+/// # Errors
+/// [`Error::Unreachable`] naming the first that does not.
+pub fn check_servers(config: &FarConfig) -> Result<(), Error> {
+    for (i, addr) in config.servers.iter().enumerate() {
+        server::Server::new(i, *addr, config.timeout)
+            .fetch_identity()
+            .map_err(|source| Error::Unreachable { server: *addr, source })?;
+    }
+    Ok(())
 }
 
 /// A value's key: the run id and the slot.

@@ -98,8 +98,11 @@ pub struct FarStats {
     pub pages_read: AtomicU64,
     /// Of the pages read, those served from the write-behind buffer.
     pub pages_read_staged: AtomicU64,
-    /// Reads served by a holder other than the first tried (a failover).
+    /// Pages whose read moved on from a holder that failed or held no good copy.
     pub failovers: AtomicU64,
+    /// Pages read from a replica: a holder other than the slot's first-ranked server (which
+    /// was down, or had lost its copy).
+    pub replica_reads: AtomicU64,
     /// Copies found missing, stale or corrupt on a server that answered.
     pub bad_copies: AtomicU64,
     /// Copies re-created by the repairer.
@@ -147,6 +150,7 @@ impl FarStats {
             ("far_pages_read", &self.pages_read),
             ("far_pages_read_staged", &self.pages_read_staged),
             ("far_failovers", &self.failovers),
+            ("far_replica_reads", &self.replica_reads),
             ("far_bad_copies", &self.bad_copies),
             ("far_rereplications", &self.rereplications),
             ("far_lost_pages", &self.lost_pages),

@@ -211,9 +211,15 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
             .map_err(|e| format!("{}: {e}", env::RECLAIM_CPUS))?;
         builder = builder.reclaimer_cpus(cpus);
     }
-    builder = match &config.swap_file {
-        Some(path) => builder.swap_file(path, config.swap_size_bytes),
-        None => builder.swap_dir(&config.run_dir),
+    builder = match (&config.far, &config.swap_file) {
+        // Resolved here, on the program's thread before its main: the resolver may malloc.
+        (Some(url), _) => {
+            let far = uffd::FarConfig::parse(url, config.far_replicas as usize)
+                .map_err(|e| format!("--far {e}"))?;
+            builder.far(far)
+        }
+        (None, Some(path)) => builder.swap_file(path, config.swap_size_bytes),
+        (None, None) => builder.swap_dir(&config.run_dir),
     };
     builder = match config.zswap.as_str() {
         "off" => builder.no_pool(),

@@ -63,8 +63,13 @@ pub const HANDLER_PLACEMENT: &str = "USWAP_HANDLER_PLACEMENT";
 /// (`uswap run --encrypt`).
 pub const ENCRYPT: &str = "USWAP_ENCRYPT";
 
+/// The far tier's servers, `memcached://HOST:PORT,...` (`uswap run --far`); unset: a file.
+pub const FAR: &str = "USWAP_FAR";
+/// Copies of each page in the far tier (`uswap run --far-replicas`).
+pub const FAR_REPLICAS: &str = "USWAP_FAR_REPLICAS";
+
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 22] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -85,6 +90,8 @@ pub const ALL: [&str; 20] = [
     RECLAIM_CPUS,
     HANDLER_PLACEMENT,
     ENCRYPT,
+    FAR,
+    FAR_REPLICAS,
 ];
 
 /// What the shim needs to manage a program.
@@ -130,6 +137,10 @@ pub struct RunConfig {
     pub handler_placement: String,
     /// `on` or `off`.
     pub encrypt: String,
+    /// The far tier's servers (`memcached://...`), if the swap device is remote.
+    pub far: Option<String>,
+    /// Copies of each page there.
+    pub far_replicas: u32,
 }
 
 impl RunConfig {
@@ -167,7 +178,11 @@ impl RunConfig {
             (DELIVERY, self.delivery.clone()),
             (HANDLER_PLACEMENT, self.handler_placement.clone()),
             (ENCRYPT, self.encrypt.clone()),
+            (FAR_REPLICAS, self.far_replicas.to_string()),
         ];
+        if let Some(url) = &self.far {
+            vars.push((FAR, url.clone()));
+        }
         if let Some(bytes) = self.pool_bytes {
             vars.push((POOL_SIZE, bytes.to_string()));
         }
@@ -216,6 +231,8 @@ impl RunConfig {
             reclaim_cpus: get(RECLAIM_CPUS),
             handler_placement: need(HANDLER_PLACEMENT)?,
             encrypt: need(ENCRYPT)?,
+            far: get(FAR),
+            far_replicas: number(FAR_REPLICAS)? as u32,
         })
     }
 }
@@ -256,6 +273,8 @@ mod tests {
             reclaim_cpus: Some("1-3".into()),
             handler_placement: "free".into(),
             encrypt: "off".into(),
+            far: Some("memcached://127.0.0.1:11211".into()),
+            far_replicas: 2,
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));

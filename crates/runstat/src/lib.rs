@@ -31,4 +31,4 @@ pub mod trace;
 pub use env::RunConfig;
 pub use hist::{AtomicHistogram, Histogram};
 pub use size::{format_size, parse_size, SizeError};
-pub use stats::{StatsFile, Summary};
+pub use stats::{FarSummary, StatsFile, Summary};

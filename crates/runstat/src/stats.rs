@@ -182,6 +182,111 @@ pub struct Summary {
     pub opened: u64,
     /// Pages that failed to authenticate (each a SIGBUS on access, never data).
     pub auth_failures: u64,
+    /// The far tier, if the swap device is one.
+    pub far: Option<FarSummary>,
+}
+
+/// The far tier's figures (`uswap run --far`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FarSummary {
+    /// Servers, and of them up.
+    pub servers: u64,
+    /// Servers up at the last look.
+    pub servers_up: u64,
+    /// Bytes the servers hold for this run (memcached's accounting of its items).
+    pub bytes_held: u64,
+    /// Requests sent, and their latency quantiles (ns).
+    pub requests: u64,
+    /// Median request latency.
+    pub latency_p50_ns: u64,
+    /// 99th percentile.
+    pub latency_p99_ns: u64,
+    /// Reads that moved on from a holder that failed or held no good copy.
+    pub failovers: u64,
+    /// Pages read from a replica (the slot's first-ranked server down or emptied).
+    pub replica_reads: u64,
+    /// Copies re-created by the repairer.
+    pub rereplications: u64,
+    /// Servers seen restarted (empty).
+    pub restarts: u64,
+    /// Pages no server returned: each a SIGBUS on access.
+    pub lost_pages: u64,
+    /// Per server (the first eight): address as IPv4 << 16 | port (0: IPv6), up, bytes.
+    pub per_server: Vec<(u64, u64, u64)>,
+}
+
+impl FarSummary {
+    fn of(file: &StatsFile) -> Option<FarSummary> {
+        let servers = file.get("far_servers");
+        if servers == 0 {
+            return None;
+        }
+        let per_server = (0..servers.min(8))
+            .map(|i| {
+                let get = |what: &str| file.get(&format!("far_server{i}_{what}"));
+                (get("addr"), get("up"), get("bytes"))
+            })
+            .collect();
+        Some(FarSummary {
+            servers,
+            servers_up: file.get("far_servers_up"),
+            bytes_held: file.get("far_bytes_held"),
+            requests: file.get("far_requests"),
+            latency_p50_ns: file.get("far_latency_p50_ns"),
+            latency_p99_ns: file.get("far_latency_p99_ns"),
+            failovers: file.get("far_failovers"),
+            replica_reads: file.get("far_replica_reads"),
+            rereplications: file.get("far_rereplications"),
+            restarts: file.get("far_restarts"),
+            lost_pages: file.get("far_lost_pages"),
+            per_server,
+        })
+    }
+
+    fn lines(&self, prefix: &str) -> Vec<String> {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mut lines = vec![format!(
+            "{prefix}far tier: {} servers ({} up), {} held, {} requests (p50 {:.1} us, p99 \
+             {:.1} us), {} pages read from replicas, {} failovers, {} copies re-created, {} \
+             restarts seen, {} pages lost",
+            self.servers,
+            self.servers_up,
+            format_size(self.bytes_held),
+            self.requests,
+            us(self.latency_p50_ns),
+            us(self.latency_p99_ns),
+            self.replica_reads,
+            self.failovers,
+            self.rereplications,
+            self.restarts,
+            self.lost_pages
+        )];
+        let servers: Vec<String> = self
+            .per_server
+            .iter()
+            .enumerate()
+            .map(|(i, &(addr, up, bytes))| {
+                let name = match addr {
+                    0 => format!("server {i}"),
+                    a => {
+                        let ip = std::net::Ipv4Addr::from((a >> 16) as u32);
+                        format!("{ip}:{}", a & 0xffff)
+                    }
+                };
+                let state = if up == 1 { "up" } else { "down" };
+                format!("{name} {state} {}", format_size(bytes))
+            })
+            .collect();
+        lines.push(format!("{prefix}far servers: {}", servers.join(", ")));
+        if self.lost_pages > 0 {
+            lines.push(format!(
+                "{prefix}far tier: {} pages could not be read from any server: each access to \
+                 one raised SIGBUS (no wrong data, no zeros)",
+                self.lost_pages
+            ));
+        }
+        lines
+    }
 }
 
 impl Summary {
@@ -231,6 +336,7 @@ impl Summary {
             sealed: file.get("crypt_sealed_pages"),
             opened: file.get("crypt_opened_pages"),
             auth_failures: file.get("crypt_auth_failures"),
+            far: FarSummary::of(file),
         }
     }
 
@@ -319,6 +425,9 @@ impl Summary {
                 "{prefix}encryption (AES-256-GCM): {} pages sealed, {} opened{failed}",
                 self.sealed, self.opened
             ));
+        }
+        if let Some(far) = &self.far {
+            lines.extend(far.lines(prefix));
         }
         if self.write_errors > 0 {
             lines.push(format!(
@@ -461,6 +570,29 @@ mod tests {
         sealed.set("crypt_auth_failures", 2);
         let lines = Summary::of(&sealed).to_lines("");
         assert!(lines.iter().any(|l| l.contains("; 2 failed to authenticate")), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("far")), "{lines:?}");
+        let mut far = file.clone();
+        for (name, value) in [
+            ("far_servers", 2),
+            ("far_servers_up", 1),
+            ("far_bytes_held", 3 << 20),
+            ("far_failovers", 4),
+            ("far_lost_pages", 5),
+            ("far_server0_addr", (0x7f00_0001 << 16) | 11211),
+            ("far_server0_up", 1),
+            ("far_server0_bytes", 3 << 20),
+        ] {
+            far.set(name, value);
+        }
+        let lines = Summary::of(&far).to_lines("");
+        let text = lines.join("\n");
+        assert!(text.contains("far tier: 2 servers (1 up), 3.00 MiB held"), "{text}");
+        assert!(text.contains("4 failovers"), "{text}");
+        assert!(
+            text.contains("far servers: 127.0.0.1:11211 up 3.00 MiB, server 1 down 0 B"),
+            "{text}"
+        );
+        assert!(text.contains("5 pages could not be read from any server"), "{text}");
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub enum SwapTarget {
     File(PathBuf),
     /// Process memory (tests; swapped pages then stay in the resident set).
     Memory,
+    /// A far tier: the slots in a memcached cluster (far's `FarBackend`), always encrypted.
+    Far(far::FarConfig),
 }
 
 /// Builds a [`Uswap`] (see the module essay). Every setter takes and returns the builder.
@@ -161,6 +163,14 @@ impl Builder {
     /// A private (unlinked) swap file in `dir` (default: the temporary directory).
     pub fn swap_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.swap = SwapTarget::Dir(dir.into());
+        self
+    }
+
+    /// The swap device in a memcached cluster instead of a file (far's crate essay): each
+    /// page sealed (encryption is forced on: pages leave the machine) and stored on
+    /// `config.replicas` servers; a page no server returns is a SIGBUS on access.
+    pub fn far(mut self, config: far::FarConfig) -> Self {
+        self.swap = SwapTarget::Far(config);
         self
     }
 
@@ -339,7 +349,8 @@ impl Builder {
                 backend,
                 size_bytes: self.swap_size_bytes,
                 checksums: self.checksums,
-                encrypt: self.encrypt,
+                // Pages that leave the machine are always sealed.
+                encrypt: self.encrypt || matches!(self.swap, SwapTarget::Far(_)),
                 ..SwapConfig::default()
             },
             zswap: self.pool.clone(),
@@ -431,6 +442,12 @@ impl Builder {
         let size_bytes = self.swap_size_bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64;
         let (at, keep) = match &self.swap {
             SwapTarget::Memory => return Ok(BackendConfig::Memory),
+            SwapTarget::Far(config) => {
+                let nr_pages = size_bytes / PAGE_SIZE as u64;
+                let far = far::FarBackend::connect(config.clone(), nr_pages)
+                    .map_err(|e| Error::Config { what: format!("far tier: {e}") })?;
+                return Ok(BackendConfig::Custom(Arc::new(far)));
+            }
             SwapTarget::Dir(dir) => (dir.clone(), false),
             SwapTarget::File(path) => (path.clone(), true),
         };

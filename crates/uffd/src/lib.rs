@@ -74,6 +74,7 @@ pub use api::{
 pub use delivery::{bring_in, bring_in_child, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::{Error, Op};
 pub use event::Event;
+pub use far::FarConfig;
 pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
