@@ -44,12 +44,17 @@ fn url(servers: &[Memcached]) -> String {
 }
 
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[])
+}
+
+fn compile_with(name: &str, extra: &[&str]) -> PathBuf {
     static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
     let out = std::env::temp_dir().join(format!("far-test-{}-{n}-{name}", std::process::id()));
-    let status = Command::new("cc").args(["-O2", "-o"]).arg(&out).arg(&src).status().unwrap();
+    let mut cc = Command::new("cc");
+    let status = cc.arg("-O2").args(extra).arg("-o").arg(&out).arg(&src).status().unwrap();
     assert!(status.success(), "cc {name}.c");
     out
 }
@@ -238,6 +243,49 @@ fn a_server_restarted_empty_mid_run_is_detected_and_its_copies_recreated() {
     std::fs::remove_file(&program).unwrap();
 }
 
+/// The far tier's threads (flushers, repairer) and the fault path's requests never call
+/// glibc's `malloc` once the shim manages the program: run_programs/malloc_check.c,
+/// preloaded after the shim, counts the calls of threads named `uswap-*`.
+#[test]
+fn far_tier_threads_never_call_malloc() {
+    if !can_run() {
+        return;
+    }
+    let servers = servers(2);
+    let program = compile("pages_check");
+    let check = compile_with("malloc_check", &["-g", "-shared", "-fPIC"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
+        .args(["--idle-poll", "off", "--"])
+        .arg(&program)
+        .arg("48")
+        .env("USWAP_PRELOAD", shim())
+        .env("LD_PRELOAD", &check)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"check\nexit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("{err}");
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\nverified\nok\n");
+    let report = err
+        .lines()
+        .find_map(|l| l.strip_prefix("uswap-malloc-check: engine-thread calls "))
+        .expect("the interposer reported");
+    let mut numbers = report.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty());
+    let engine_calls: u64 = numbers.next().unwrap().parse().unwrap();
+    let checked: u64 = numbers.next().unwrap().parse().unwrap();
+    assert!(checked > 0, "the interposer was not live: {report}");
+    assert_eq!(engine_calls, 0, "engine threads called malloc: {report}");
+    assert!(err.contains("far tier: 2 servers (2 up)"), "{err}");
+    std::fs::remove_file(&program).unwrap();
+    std::fs::remove_file(&check).unwrap();
+}
+
 fn python() -> Option<String> {
     let out =
         Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
@@ -276,6 +324,32 @@ fn python_objects_in_the_far_tier(objects: &str, server_mb: u32) {
     assert!(file > 20_000, "pages went to the far tier: {line}");
     assert!(err.contains("far tier: 3 servers (3 up)"), "{err}");
     assert!(err.contains("0 pages lost"), "{err}");
+    let sealed = err.lines().find(|l| l.contains("encryption (AES-256-GCM): ")).expect(&err);
+    let pages: u64 = sealed.split(": ").nth(2).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(pages >= file, "every page sent to the servers was sealed: {sealed}");
+}
+
+#[test]
+fn far_without_encryption_or_with_a_bad_url_is_refused_before_the_program_starts() {
+    let cases = [
+        (vec!["--far", "memcached://127.0.0.1:1", "--encrypt", "off"], "always encrypted"),
+        (vec!["--far", "redis://127.0.0.1:1"], "not memcached://"),
+        (vec!["--far", "memcached://127.0.0.1:1", "--far-replicas", "2"], "use 1..=1"),
+        (vec!["--far", "memcached://127.0.0.1:1"], "does not answer"),
+    ];
+    for (flags, expect) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .arg("run")
+            .args(&flags)
+            .args(["--", "/bin/true"])
+            .env("USWAP_PRELOAD", shim())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(err.contains(expect), "{flags:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
 }
 
 #[test]

@@ -85,12 +85,12 @@ impl Shared {
         self.servers.iter().filter(|s| s.is_up()).count()
     }
 
-    /// A request to `server` failed: marks it down, and has the repairer re-create its
-    /// copies if it was up.
+    /// A request to `server` failed: marks it down, and has the repairer make copies of its
+    /// slots on the servers up if it was up.
     pub(crate) fn server_failed(&self, server: usize) {
         Shared::add(&self.stats.request_errors);
         if self.servers[server].mark_down(&self.stats.servers[server]) {
-            self.repair.server_lost(self.servers[server].bit);
+            self.repair.server_down();
         }
     }
 
@@ -412,7 +412,8 @@ impl FarBackend {
         });
         let mut threads = Vec::new();
         for (name, work) in [
-            ("uswap-far-flush", Shared::flusher as fn(&Shared)),
+            ("uswap-far-flush0", Shared::flusher as fn(&Shared)),
+            ("uswap-far-flush1", Shared::flusher as fn(&Shared)),
             ("uswap-far-repair", Shared::repairer as fn(&Shared)),
         ] {
             let shared = shared.clone();

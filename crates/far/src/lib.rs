@@ -40,12 +40,20 @@
 //! **Faults**: every request has a timeout; a server that fails or times out is marked down,
 //! its connections dropped; reads go to the next holder (a failover, counted); writes are
 //! placed on the servers up. The repairer probes down servers, compares each server's
-//! identity (pid and start time from `stats`) every second, re-creates the copies of a server
-//! that went down or came back empty, and tops up slots with fewer than `replicas` copies.
+//! identity (pid and start time from `stats`) every second, makes new copies on servers up
+//! of the slots of a server that is down, forgets the copies of a server that came back
+//! empty (restarted) and re-creates them, so every slot keeps `replicas` copies on servers
+//! up.
 //! A page that no server returns good is [`backend::Error::Unavailable`], counted, and the
 //! engine poisons it: SIGBUS on access, never zeros or wrong data.
 //!
-//! Threads: the flusher (`uswap-far-flush`) and the repairer (`uswap-far-repair`), started by
+//! **Ordering of copies**: two stores of one slot never race. A slot is in one flusher's
+//! hands at a time (staging's in-flight mark), and the repairer stores its copies with the
+//! slot's stripe lock held, so a newer write (which takes that lock first) is flushed after.
+//! An older write's copy can therefore never land on a server after a newer one's.
+//!
+//! Threads: two flushers (`uswap-far-flush0`, `-flush1`: one waits for its servers' replies
+//! while the other sends) and the repairer (`uswap-far-repair`), started by
 //! [`FarBackend::connect`]. Everything allocates through Rust's allocator; sockets are std's.
 
 #![deny(unsafe_code)]

@@ -104,6 +104,30 @@ impl Conn {
         let _ = write!(self.wbuf, "md {key} q\r\n");
     }
 
+    /// Queues a command as given (tests).
+    pub(crate) fn push_raw(&mut self, command: &[u8]) {
+        self.wbuf.extend_from_slice(command);
+    }
+
+    /// Reads one reply to a get, whatever its length (tests): `None` for a miss.
+    ///
+    /// # Errors
+    /// As [`Conn::read_reply`].
+    pub(crate) fn read_any_value(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut line = [0u8; 256];
+        let n = self.read_line(&mut line)?;
+        let Some(rest) = line[..n].strip_prefix(b"VA ") else { return Ok(None) };
+        let len_text = rest.split(|&b| b == b' ').next().unwrap_or_default();
+        let len: usize = std::str::from_utf8(len_text)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| bad("bad value length"))?;
+        let mut value = vec![0u8; len + 2];
+        self.read_bytes(&mut value)?;
+        value.truncate(len);
+        Ok(Some(value))
+    }
+
     /// Queues `mn`, whose `MN` marks the end of a pipeline's replies.
     pub(crate) fn push_noop(&mut self) {
         self.wbuf.extend_from_slice(b"mn\r\n");

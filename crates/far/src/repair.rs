@@ -2,20 +2,29 @@
 //!
 //! ```text
 //!   every turn (woken, or every 200 ms):
-//!     servers that went down: drop their bits from every slot's holders (a scan), then sweep
-//!     down servers: probe (connect + stats); back → up, its identity compared (restarted?)
-//!     every second, up servers: identity compared; another one → restarted: its copies are
-//!       gone, dropped like a down server's
-//!     sweep (every 2 s, or when asked): copies per server (the stats gauges), and every slot
-//!       with fewer holders than replicas is repaired
-//!     repair: read a good copy from a holder (verified), store it on the next up servers of
-//!       the slot's ranking, add them to the holders if the slot was not written meanwhile
+//!     down servers: probe (connect + stats); back → up, its identity compared: another one
+//!       means restarted, its copies gone: its bits leave every slot's holders (a scan)
+//!     every second, up servers: identity compared, the same way
+//!     sweep (every 2 s, when a server went down or came back, or when asked): copies per
+//!       server (the stats gauges), and every slot with fewer holders *up* than replicas is
+//!       repaired
+//!     repair: read a good copy from a holder (verified), then, holding the slot's stripe
+//!     lock, check the slot was not written meanwhile, store the copy on the next up servers
+//!     of its ranking and add them to the holders
 //! ```
 //!
-//! A copy on a server that went down is dropped from the holders at once rather than kept
-//! for when the server comes back: a reader would otherwise wait on a dead server first, and
-//! the slot would stay one failure from lost. If the server comes back with its copies, they
-//! are merely unused (overwritten when the slots are written again).
+//! A server that goes down keeps its bits in the holders: it may only be slow (a timeout
+//! under load), and its copies are good if it comes back as the same process. Reads skip it
+//! while it is down (and try it last), and the sweep makes new copies on servers up, so no
+//! slot stays one failure from lost; a slot may then have more holders than replicas. Only
+//! a server seen restarted (another pid or start time) loses its bits. Dropping the bits of
+//! every server that went down made a slot whose two holders both timed out under load
+//! lose both, though both servers still held the page: a page lost in a run of 1 GiB of
+//! Python objects (cli far tests) on an overloaded machine.
+//!
+//! The stripe lock is held across the network on purpose (crate essay, "Ordering of
+//! copies"): a write of the slot, or of another slot of the stripe, waits at most one
+//! request's timeout.
 //!
 //! Slots the read path found bad are queued here (at most [`QUEUE_MAX`]; past that a sweep
 //! finds them).
@@ -43,8 +52,6 @@ struct State {
     slots: Vec<u64>,
     /// A sweep is needed (the queue overflowed, a server came back).
     sweep: bool,
-    /// Servers whose copies are to be dropped.
-    lost: u32,
 }
 
 /// Work for the repairer.
@@ -71,9 +78,9 @@ impl Repair {
         self.wake.notify_one();
     }
 
-    /// The server with holder bit `bit` lost its copies (down, or restarted).
-    pub(crate) fn server_lost(&self, bit: u32) {
-        self.state.lock().lost |= bit;
+    /// A server went down: its slots need copies on servers up.
+    pub(crate) fn server_down(&self) {
+        self.state.lock().sweep = true;
         self.wake.notify_one();
     }
 
@@ -87,24 +94,20 @@ impl Shared {
     pub(crate) fn repairer(&self) {
         let (mut last_identity, mut last_sweep) = (Instant::now(), Instant::now());
         while !self.shutdown.load(Relaxed) {
-            let (slots, mut sweep, lost) = {
+            let (slots, mut sweep) = {
                 let mut state = self.repair.state.lock();
-                if state.slots.is_empty() && !state.sweep && state.lost == 0 {
+                if state.slots.is_empty() && !state.sweep {
                     self.repair.wake.wait_for(&mut state, Duration::from_millis(200));
                 }
                 let state = std::mem::take(&mut *state);
-                (state.slots, state.sweep, state.lost)
+                (state.slots, state.sweep)
             };
             if self.shutdown.load(Relaxed) {
                 break;
             }
-            if lost != 0 {
-                self.drop_copies(lost);
-                sweep = true;
-            }
             sweep |= self.probe_down_servers();
             if last_identity.elapsed() >= IDENTITY_PERIOD {
-                self.check_identities();
+                sweep |= self.check_identities();
                 last_identity = Instant::now();
             }
             if sweep || last_sweep.elapsed() >= SWEEP_PERIOD {
@@ -116,7 +119,8 @@ impl Shared {
         }
     }
 
-    /// Takes the servers of `lost` out of every slot's holders.
+    /// Takes the servers of `lost` (restarted: their copies are gone) out of every slot's
+    /// holders.
     fn drop_copies(&self, lost: u32) {
         FarStats::add(&self.stats.scans, 1);
         self.table.for_each_written(|slot, snap| {
@@ -136,6 +140,7 @@ impl Shared {
             let old = server.set_identity(identity);
             if old != 0 && !Server::same_identity(old, identity) {
                 FarStats::add(&self.stats.servers[s].restarts, 1);
+                self.drop_copies(server.bit);
             }
             server.mark_up(&self.stats.servers[s]);
             back = true;
@@ -144,8 +149,9 @@ impl Shared {
     }
 
     /// Compares every up server's identity with the last one seen: a server restarted
-    /// between two requests kept none of its copies.
-    fn check_identities(&self) {
+    /// between two requests kept none of its copies. True if one was.
+    fn check_identities(&self) -> bool {
+        let mut restarted = false;
         for (s, server) in self.servers.iter().enumerate().filter(|(_, s)| s.is_up()) {
             match server.fetch_identity() {
                 Err(_) => self.server_failed(s),
@@ -154,10 +160,12 @@ impl Shared {
                     if old != 0 && !Server::same_identity(old, identity) {
                         FarStats::add(&self.stats.servers[s].restarts, 1);
                         self.drop_copies(server.bit);
+                        restarted = true;
                     }
                 }
             }
         }
+        restarted
     }
 
     /// Counts the copies per server (the gauges) and returns the slots with fewer holders
@@ -203,6 +211,7 @@ impl Shared {
         let order = &order[..n];
         let is_up = |s: &&u8| self.servers[**s as usize].is_up();
         let holder = |s: &&u8| snap.holders & self.servers[**s as usize].bit != 0;
+        // Copies on servers down count for nothing until they are back.
         let have = order.iter().filter(is_up).filter(holder).count();
         let missing = self.config.replicas.saturating_sub(have);
         let targets: u32 = order
@@ -216,6 +225,13 @@ impl Shared {
         }
         let Some(source) = order.iter().filter(is_up).find(holder) else { return };
         if !self.fetch_copy(*source as usize, slot, snap.seq, page) {
+            return;
+        }
+        // The slot's stripe is held while the copies are stored: a write of the slot waits,
+        // so its flush comes after, and a copy of this (older) write can never land on a
+        // server after the newer one's.
+        let Some(locked) = self.table.lock(slot) else { return };
+        if locked.get().seq != snap.seq {
             return;
         }
         let header = value_header(snap.seq, slot, page);
@@ -235,10 +251,8 @@ impl Shared {
                 Err(_) => self.server_failed(s),
             }
         }
-        if let Some(locked) = self.table.lock(slot) {
-            if locked.add_holders(snap.seq, stored) {
-                FarStats::add(&self.stats.rereplications, u64::from(stored.count_ones()));
-            }
+        if locked.add_holders(snap.seq, stored) {
+            FarStats::add(&self.stats.rereplications, u64::from(stored.count_ones()));
         }
     }
 

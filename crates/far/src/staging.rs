@@ -33,6 +33,10 @@ struct Entry {
     seq: u64,
     /// In the queue (not taken by the flusher since its last write).
     queued: bool,
+    /// A flusher is storing one of its writes: no other flusher takes the slot until that
+    /// one is committed or given back, so an older write's store never lands after a newer
+    /// one's.
+    in_flight: bool,
 }
 
 #[derive(Debug)]
@@ -103,11 +107,12 @@ impl Staging {
             },
         };
         inner.pages[index * PAGE..(index + 1) * PAGE].copy_from_slice(page);
-        let queued = inner.by_slot.get(&slot).is_some_and(|e| e.queued);
+        let (queued, in_flight) =
+            inner.by_slot.get(&slot).map_or((false, false), |e| (e.queued, e.in_flight));
         if !queued {
             inner.queue.push_back(slot);
         }
-        inner.by_slot.insert(slot, Entry { index, seq, queued: true });
+        inner.by_slot.insert(slot, Entry { index, seq, queued: true, in_flight });
         drop(inner);
         self.work.notify_one();
         Ok(())
@@ -150,10 +155,19 @@ impl Staging {
         if inner.queue.is_empty() && !inner.shutdown {
             self.work.wait_for(&mut inner, wait);
         }
-        while taken.len() < max {
+        // Each slot queued is looked at once per call: one in flight goes back to the end.
+        for _ in 0..inner.queue.len() {
+            if taken.len() >= max {
+                break;
+            }
             let Some(slot) = inner.queue.pop_front() else { break };
             let Some(entry) = inner.by_slot.get_mut(&slot) else { continue };
+            if entry.in_flight {
+                inner.queue.push_back(slot);
+                continue;
+            }
             entry.queued = false;
+            entry.in_flight = true;
             let (index, seq) = (entry.index, entry.seq);
             taken.push(Taken { slot, seq });
             pages.extend_from_slice(&inner.pages[index * PAGE..(index + 1) * PAGE]);
@@ -164,7 +178,9 @@ impl Staging {
     /// its page leaves, unless the slot was written again meanwhile.
     pub(crate) fn commit(&self, slot: u64, seq: u64) {
         let mut inner = self.inner.lock();
-        if let Some(entry) = inner.by_slot.get(&slot).copied() {
+        if let Some(entry) = inner.by_slot.get_mut(&slot) {
+            entry.in_flight = false;
+            let entry = *entry;
             if entry.seq == seq && !entry.queued {
                 inner.by_slot.remove(&slot);
                 inner.free.push(entry.index);
@@ -179,6 +195,7 @@ impl Staging {
     pub(crate) fn retry(&self, slot: u64, seq: u64) {
         let mut inner = self.inner.lock();
         if let Some(entry) = inner.by_slot.get_mut(&slot) {
+            entry.in_flight = false;
             if entry.seq == seq && !entry.queued {
                 entry.queued = true;
                 inner.queue.push_back(slot);
@@ -226,6 +243,8 @@ mod tests {
         assert_eq!(taken.len(), 2);
         assert_eq!(pages[PAGE], 2);
         s.put(1, 13, &[9u8; PAGE], t).unwrap(); // rewritten while in flight
+        s.take_batch(8, t, &mut taken, &mut pages);
+        assert!(taken.is_empty(), "a slot in flight is not taken again");
         s.commit(1, 10);
         let mut out = vec![0u8; PAGE];
         assert!(s.get(1, 13, &mut out) && out[0] == 9, "the newer write stays");

@@ -71,6 +71,24 @@ impl Memcached {
         }
     }
 
+    /// Stops the server (SIGSTOP): it holds its items and answers nothing, as a server
+    /// stalled under load.
+    pub fn pause(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = self.child.as_ref().and_then(|c| rustix::process::Pid::from_raw(c.id() as i32));
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+
     /// Kills the server (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -112,6 +130,19 @@ impl Memcached {
             }
         })?;
         found.ok_or_else(|| std::io::Error::other(format!("no stat {name}")))
+    }
+}
+
+impl Memcached {
+    /// The value stored under `key`, if any (`mg KEY v`).
+    ///
+    /// # Errors
+    /// The request's error.
+    pub fn get(&self, key: &str) -> std::io::Result<Option<Vec<u8>>> {
+        let mut conn = Conn::connect(&self.addr, Duration::from_secs(2))?;
+        conn.push_raw(format!("mg {key} v\r\n").as_bytes());
+        conn.send()?;
+        conn.read_any_value()
     }
 }
 

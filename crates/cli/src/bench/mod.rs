@@ -8,6 +8,7 @@
 mod compare;
 mod crypt;
 mod engine;
+mod far;
 mod fault;
 mod heap;
 mod seed;
@@ -57,6 +58,12 @@ pub enum Which {
     /// chacha20poly1305_seal_open_ns, file_pagein_ns_order0_encrypt_on, pagein_ratio_order0,
     /// pageout_ratio_order0, ...
     Crypt,
+    /// The far tier (three memcached servers on loopback, started here, two copies) against
+    /// the swap file, both encrypted, no pool: page-in p50/p99 per fault at order 0 and 4,
+    /// page-out throughput until every copy is stored, server bytes per swapped byte. Needs
+    /// memcached. JSON: far_pagein_p50_ns_order0, far_pagein_p99_ns_order0, writeback_mb_s,
+    /// server_bytes_per_swapped_byte, file_pagein_p50_ns_order0, ...
+    Far,
     /// Seed experiment 000: swap cache node memory with multi-index vs single entries after
     /// swapping out 2 MiB folios (the seed: -94%), and sequential swap-out and swap-in of
     /// zero pages. JSON: swapcache_node_ratio, zero_swapin_ns_order0, ...
@@ -126,6 +133,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Machine => machine(),
         Which::Engine => engine::run(&args.common)?,
         Which::Crypt => crypt::run(&args.common)?,
+        Which::Far => far::run(&args.common)?,
         Which::Seed000 => seed::seed_000(&args.common)?,
         Which::Seed004 => seed::seed_004(&args.common)?,
         Which::Seed002 => seed::seed_002(&args.common)?,
