@@ -293,8 +293,9 @@ fn python() -> Option<String> {
 }
 
 /// examples/python_objects.py with `objects` objects under --budget 128M and a pool of 1M
-/// beside it (its objects compress twentyfold: a larger pool would hold them all), three servers: the same checksum as without uswap, most pages out in the far
-/// tier.
+/// beside it (its objects compress twentyfold: a larger pool would hold them all), three
+/// servers of `server_mb` each: the same checksum as without uswap, most pages out in the
+/// far tier, every one sealed.
 fn python_objects_in_the_far_tier(objects: &str, server_mb: u32) {
     if !can_run() {
         return;

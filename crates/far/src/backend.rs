@@ -236,7 +236,10 @@ impl Shared {
             format!("no server returned a good copy ({})", why.trim_end_matches("; "))
         };
         if lost.is_power_of_two() {
-            eprintln!("uswap: {TIER}: page at slot {slot} lost, {why}: its access raises SIGBUS ({lost} pages lost so far)");
+            eprintln!(
+                "uswap: {TIER}: page at slot {slot} lost, {why}: its access raises SIGBUS \
+                 ({lost} pages lost so far)"
+            );
         }
         backend::Error::Unavailable { tier: TIER, op: "read", offset: slot, why }
     }

@@ -17,10 +17,10 @@
 //! under load), and its copies are good if it comes back as the same process. Reads skip it
 //! while it is down (and try it last), and the sweep makes new copies on servers up, so no
 //! slot stays one failure from lost; a slot may then have more holders than replicas. Only
-//! a server seen restarted (another pid or start time) loses its bits. Dropping the bits of
-//! every server that went down made a slot whose two holders both timed out under load
-//! lose both, though both servers still held the page: a page lost in a run of 1 GiB of
-//! Python objects (cli far tests) on an overloaded machine.
+//! a server seen restarted (another pid or start time) loses its bits: were a down server's
+//! bits dropped, a slot whose holders all timed out under load would be forgotten while
+//! every server still held it (tests/cluster.rs,
+//! `servers_that_stall_and_come_back_lose_no_page`).
 //!
 //! The stripe lock is held across the network on purpose (crate essay, "Ordering of
 //! copies"): a write of the slot, or of another slot of the stripe, waits at most one
