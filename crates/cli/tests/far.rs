@@ -336,7 +336,8 @@ fn far_without_encryption_or_with_a_bad_url_is_refused_before_the_program_starts
         (vec!["--far", "memcached://127.0.0.1:1", "--encrypt", "off"], "always encrypted"),
         (vec!["--far", "redis://127.0.0.1:1"], "not memcached://"),
         (vec!["--far", "memcached://127.0.0.1:1", "--far-replicas", "2"], "use 1..=1"),
-        (vec!["--far", "memcached://127.0.0.1:1"], "does not answer"),
+        (vec!["--far", "memcached://127.0.0.1:1", "--far-replicas", "1"], "does not answer"),
+        (vec!["--far", "memcached://127.0.0.1:1"], "--far-replicas 2: use 1..=1"),
     ];
     for (flags, expect) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
