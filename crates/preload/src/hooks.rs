@@ -167,6 +167,8 @@ pub struct ShimHooks {
     trace: Option<Mutex<Trace>>,
     counters: Counters,
     t0: Instant,
+    /// The live and final stats files.
+    stats_files: StatsFiles,
     /// `uswap run`'s idle pollers' page (told of every fault), if they run.
     idle: Option<uffd::idle::IdlePage>,
 }
@@ -226,6 +228,7 @@ impl ShimHooks {
             trace,
             counters: Counters::default(),
             t0: Instant::now(),
+            stats_files: StatsFiles::default(),
             idle,
         })
     }
@@ -468,18 +471,7 @@ impl ShimHooks {
     pub fn write_stats(&self, engine: &Engine, final_: bool) {
         let Some(started) = self.started.get() else { return };
         let dir = std::path::Path::new(&self.config.run_dir);
-        let text = self.stats(engine, final_).to_text();
-        let live = dir.join(format!("live-{}", started.pid));
-        let tmp = dir.join(format!(".live-{}", started.pid));
-        if final_ {
-            let name = format!("final-{}-{}", started.pid, unique_ns());
-            if std::fs::write(dir.join(&tmp), &text).is_ok() {
-                let _ = std::fs::rename(&tmp, dir.join(name));
-                let _ = std::fs::remove_file(&live);
-            }
-        } else if std::fs::write(&tmp, &text).is_ok() {
-            let _ = std::fs::rename(&tmp, &live);
-        }
+        self.stats_files.write(dir, started.pid, final_, || self.stats(engine, final_).to_text());
         if let Some(trace) = &self.trace {
             let mut trace = lock(trace);
             trace.closing |= final_;
@@ -637,6 +629,39 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A number that orders final files of one pid (exec'd images): ns since the epoch.
+/// A process's stats files: `live-PID`, replaced while it runs, then `final-PID-NS`.
+#[derive(Debug, Default)]
+struct StatsFiles {
+    /// Held while a file is written (live and final share the temporary name); true once
+    /// the final one is. A live file renamed in after the final one would be counted
+    /// twice by the summary.
+    finished: Mutex<bool>,
+}
+
+impl StatsFiles {
+    /// Writes `pid`'s live file, or its final one (a new name, and the live file
+    /// removed); nothing once the final one is written.
+    fn write(&self, dir: &std::path::Path, pid: i32, final_: bool, text: impl FnOnce() -> String) {
+        let mut finished = lock(&self.finished);
+        if *finished {
+            return;
+        }
+        let text = text();
+        let live = dir.join(format!("live-{pid}"));
+        let tmp = dir.join(format!(".live-{pid}"));
+        if final_ {
+            let name = format!("final-{pid}-{}", unique_ns());
+            if std::fs::write(&tmp, &text).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(name));
+                let _ = std::fs::remove_file(&live);
+            }
+            *finished = true;
+        } else if std::fs::write(&tmp, &text).is_ok() {
+            let _ = std::fs::rename(&tmp, &live);
+        }
+    }
+}
+
 pub fn unique_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
@@ -656,5 +681,25 @@ mod tests {
         assert!((later as i64 - (4 << 20)).abs() < 4096, "halved after one half-life: {later}");
         assert_eq!(burst.note(6 << 20, t0 + BURST_HALF_LIFE), 6 << 20, "a larger one wins");
         assert!(burst.note(0, t0 + 20 * BURST_HALF_LIFE) < 16, "forgotten");
+    }
+
+    /// The summary once added a live file renamed in after the final one, and printed
+    /// every far server twice with their addresses summed.
+    #[test]
+    fn a_live_stats_write_after_the_final_one_leaves_one_file() {
+        let dir = std::env::temp_dir().join(format!("uswap-stats-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = StatsFiles::default();
+        files.write(&dir, 7, false, || "final 0\n".into());
+        files.write(&dir, 7, true, || "final 1\n".into());
+        files.write(&dir, 7, false, || "final 0\n".into());
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].starts_with("final-7-"), "{names:?}");
     }
 }
