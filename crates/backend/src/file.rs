@@ -30,12 +30,21 @@
 //! file system refuses the flag (tried once, at creation), creation fails and says so.
 //! Every error is returned and counted ([`FileStats`]).
 //!
+//! The descriptor is out of the program's way (crate `fds`): placed at a high number and
+//! registered, so a program inside `uswap run` that closes every descriptor, or dups a file
+//! of its own onto ours, leaves the swap file alone. Every write, read and discard checks
+//! its identity first: one closed or replaced by a direct system call is never written
+//! through (the program's file would be), and from then on every write is refused and the
+//! backend reports itself out of space, so reclaim stops and pages stay in the pool or in
+//! memory; a read fails (the engine poisons the page: SIGBUS, never other bytes).
+//!
 //! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
 
 use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -87,10 +96,18 @@ pub struct FileStats {
     pub refused_low_disk: AtomicU64,
 }
 
+/// The registry's name for the swap file.
+static SWAP_FILE: fds::Kind = fds::Kind {
+    what: "swap file",
+    if_lost: "no page goes to it any more (they stay in the pool or in memory), and a page \
+              only it held reads back as SIGBUS",
+    keep: true,
+};
+
 /// A sparse swap file.
 #[derive(Debug)]
 pub struct FileBackend {
-    file: File,
+    fd: fds::Fd,
     /// Where it was created (gone from the file system unless `keep`).
     path: PathBuf,
     nr_pages: u64,
@@ -168,7 +185,7 @@ impl FileBackend {
         let nr_pages = size_bytes / PAGE_SIZE as u64;
         let uncached = options.uncached;
         let backend = FileBackend {
-            file,
+            fd: fds::Fd::place(file.into(), &SWAP_FILE),
             path,
             nr_pages,
             uncached,
@@ -200,7 +217,7 @@ impl FileBackend {
         let Some(keep_free) = self.keep_free_bytes else { return };
         self.looked_ns.store(self.created.elapsed().as_nanos() as u64, Ordering::Relaxed);
         // A failed statvfs of an open file says nothing about the space: writes go on.
-        if let Ok(stat) = rustix::fs::fstatvfs(&self.file) {
+        if let Ok(stat) = self.fd.with(|fd| rustix::fs::fstatvfs(fd)) {
             let free = stat.f_bavail.saturating_mul(stat.f_frsize);
             self.disk_low.store(free < keep_free, Ordering::Relaxed);
         }
@@ -300,20 +317,40 @@ fn all_of(
     Ok(())
 }
 
-/// `pwritev2(RWF_DONTCACHE)` of all of `data` at `pos`.
-fn write_all_uncached(file: &File, data: &[u8], pos: u64) -> std::io::Result<()> {
+/// `pwrite` (`pwritev2(RWF_DONTCACHE)` if `uncached`) of all of `data` at `pos`.
+fn write_all_at(fd: BorrowedFd<'_>, data: &[u8], pos: u64, uncached: bool) -> std::io::Result<()> {
     all_of(data.len(), ErrorKind::WriteZero, |done| {
-        let slice = [std::io::IoSlice::new(&data[done..])];
-        rustix::io::pwritev2(file, &slice, pos + done as u64, dontcache())
+        let at = pos + done as u64;
+        if uncached {
+            let slice = [std::io::IoSlice::new(&data[done..])];
+            rustix::io::pwritev2(fd, &slice, at, dontcache())
+        } else {
+            rustix::io::pwrite(fd, &data[done..], at)
+        }
     })
 }
 
-/// `preadv2(RWF_DONTCACHE)` of all of `buf` at `pos`.
-fn read_exact_uncached(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+/// `pread` (`preadv2(RWF_DONTCACHE)` if `uncached`) of all of `buf` at `pos`.
+fn read_exact_at(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    pos: u64,
+    uncached: bool,
+) -> std::io::Result<()> {
     all_of(buf.len(), ErrorKind::UnexpectedEof, |done| {
-        let mut slice = [std::io::IoSliceMut::new(&mut buf[done..])];
-        rustix::io::preadv2(file, &mut slice, pos + done as u64, dontcache())
+        let at = pos + done as u64;
+        if uncached {
+            let mut slice = [std::io::IoSliceMut::new(&mut buf[done..])];
+            rustix::io::preadv2(fd, &mut slice, at, dontcache())
+        } else {
+            rustix::io::pread(fd, &mut buf[done..], at)
+        }
     })
+}
+
+/// The I/O error a lost descriptor's transfer reports (counted as the transfer's own).
+fn lost(error: fds::Error) -> std::io::Error {
+    error.into()
 }
 
 impl Backend for FileBackend {
@@ -325,12 +362,8 @@ impl Backend for FileBackend {
             return Err(self.io_error("write", offset, full));
         }
         let pos = offset * PAGE_SIZE as u64;
-        let written = if self.uncached {
-            write_all_uncached(&self.file, data, pos)
-        } else {
-            self.file.write_all_at(data, pos)
-        };
-        written.map_err(|e| self.io_error("write", offset, e))?;
+        let written = self.fd.checked(|fd| write_all_at(fd, data, pos, self.uncached));
+        written.map_err(lost).and_then(|w| w).map_err(|e| self.io_error("write", offset, e))?;
         self.stats.write_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -338,12 +371,8 @@ impl Backend for FileBackend {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let nr = check_request(offset, buf.len(), self.nr_pages)?;
         let pos = offset * PAGE_SIZE as u64;
-        let read = if self.uncached {
-            read_exact_uncached(&self.file, buf, pos)
-        } else {
-            self.file.read_exact_at(buf, pos)
-        };
-        read.map_err(|e| self.io_error("read", offset, e))?;
+        let read = self.fd.checked(|fd| read_exact_at(fd, buf, pos, self.uncached));
+        read.map_err(lost).and_then(|r| r).map_err(|e| self.io_error("read", offset, e))?;
         self.stats.read_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -352,8 +381,11 @@ impl Backend for FileBackend {
         check_range(offset, nr, self.nr_pages)?;
         let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
         let (pos, len) = (offset * PAGE_SIZE as u64, nr * PAGE_SIZE as u64);
-        rustix::fs::fallocate(&self.file, flags, pos, len)
-            .map_err(|e| self.io_error("discard", offset, e.into()))?;
+        let punched = self.fd.checked(|fd| rustix::fs::fallocate(fd, flags, pos, len));
+        punched
+            .map_err(lost)
+            .and_then(|p| p.map_err(std::io::Error::from))
+            .map_err(|e| self.io_error("discard", offset, e))?;
         self.stats.discard_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -367,8 +399,12 @@ impl Backend for FileBackend {
     }
 
     /// While the disk is low, looked up again every [`DISK_LOW_RECHECK`] at most (a
-    /// refused device gets no writes, which would otherwise pace the looks).
+    /// refused device gets no writes, which would otherwise pace the looks); for good once
+    /// the descriptor is lost (module essay).
     fn out_of_space(&self) -> bool {
+        if self.fd.is_lost() {
+            return true;
+        }
         if !self.disk_low.load(Ordering::Relaxed) {
             return false;
         }

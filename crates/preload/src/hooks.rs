@@ -132,7 +132,7 @@ impl Burst {
 /// The trace being written.
 #[derive(Debug)]
 struct Trace {
-    writer: TraceWriter<BufWriter<std::fs::File>>,
+    writer: TraceWriter<BufWriter<TraceFile>>,
     /// Thread ids seen, by recording number (bounded: later threads share the last).
     threads: Vec<u32>,
     /// The final stats are written: the process is exiting, and nothing will flush the
@@ -186,6 +186,7 @@ impl ShimHooks {
             Some(path) => {
                 let file = std::fs::File::create(path)
                     .map_err(|e| format!("cannot create the trace file {path}: {e}"))?;
+                let file = TraceFile(fds::Fd::place(file.into(), &TRACE));
                 let start_ns = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64);
@@ -436,7 +437,7 @@ impl ShimHooks {
             }
             file.set("pid", started.pid as u64);
         }
-        if let Ok(mem) = uffd::MemStatus::read() {
+        if let Some(mem) = mem_status() {
             file.set("vm_rss_bytes", mem.rss_bytes);
             file.set("vm_hwm_bytes", mem.hwm_bytes);
         }
@@ -455,6 +456,9 @@ impl ShimHooks {
             ("shim_trace_errors", &c.trace_errors),
         ] {
             file.set(name, value.load(Relaxed));
+        }
+        for (name, value) in fds::stats() {
+            file.set(name, value);
         }
         file.set("shim_efault_retries", crate::io::EFAULT_RETRIES.load(Relaxed));
         file.set("shim_efault_failed", crate::io::EFAULT_FAILED.load(Relaxed));
@@ -620,8 +624,60 @@ fn list_present(
 ///
 /// Context: the handler thread; reads /proc/self/status (allocates from the shim's arena).
 pub fn charge_the_rest(engine: &Engine) -> u64 {
-    let Ok(mem) = uffd::MemStatus::read() else { return 0 };
+    let Some(mem) = mem_status() else { return 0 };
     engine.charge_outside_from_rss(mem.rss_bytes)
+}
+
+/// The registry's names for the shim's files (crate `fds`).
+static STATUS: fds::Kind = fds::Kind {
+    what: "/proc/self/status descriptor",
+    if_lost: "the budget no longer counts memory outside the managed set",
+    keep: false,
+};
+static TRACE: fds::Kind =
+    fds::Kind { what: "trace file", if_lost: "the trace (--record) ends there", keep: false };
+static STATS_FILE: fds::Kind =
+    fds::Kind { what: "stats file", if_lost: "that stats file is not written", keep: false };
+
+/// The process's memory counters, from /proc/self/status kept open out of the program's
+/// way (crate `fds`) and read from offset 0.
+///
+/// Context: the handler thread, or the exiting thread; allocates from the shim's arena.
+fn mem_status() -> Option<uffd::MemStatus> {
+    static FILE: OnceLock<Option<fds::ProcFile>> = OnceLock::new();
+    let file = FILE.get_or_init(|| fds::ProcFile::open(c"/proc/self/status", &STATUS).ok());
+    let mut text = Vec::with_capacity(4096);
+    file.as_ref()?.read(&mut text).ok()?;
+    Some(uffd::MemStatus::parse(&String::from_utf8_lossy(&text)))
+}
+
+/// Writes `text` to a new file at `path` (replaced if there; not through a symbolic link).
+/// The descriptor is placed out of the program's way at once, and checked to be the file
+/// now at `path` before a byte is written: a program thread that put a file of its own at
+/// the number in the moment after the open gets nothing written to it (crate `fds`).
+fn write_file(path: &std::path::Path, text: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
+    let Ok(fd) = fds::Fd::open(&name, flags, 0o600, &STATS_FILE) else { return false };
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
+    let id = fd.identity();
+    (meta.dev(), meta.ino()) == (id.dev, id.ino) && fd.write_all(text).is_ok()
+}
+
+/// The trace's descriptor, placed out of the program's way; every write checked.
+#[derive(Debug)]
+struct TraceFile(fds::Fd);
+
+impl std::io::Write for TraceFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -651,12 +707,12 @@ impl StatsFiles {
         let tmp = dir.join(format!(".live-{pid}"));
         if final_ {
             let name = format!("final-{pid}-{}", unique_ns());
-            if std::fs::write(&tmp, &text).is_ok() {
+            if write_file(&tmp, text.as_bytes()) {
                 let _ = std::fs::rename(&tmp, dir.join(name));
                 let _ = std::fs::remove_file(&live);
             }
             *finished = true;
-        } else if std::fs::write(&tmp, &text).is_ok() {
+        } else if write_file(&tmp, text.as_bytes()) {
             let _ = std::fs::rename(&tmp, &live);
         }
     }

@@ -56,6 +56,7 @@
 #![deny(unsafe_code)]
 
 mod altstack;
+mod fdcalls;
 mod hooks;
 mod interpose;
 mod io;

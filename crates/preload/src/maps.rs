@@ -10,13 +10,13 @@
 //! threads made), named `[anon:uswap...]` where the kernel supports names, and recorded in
 //! [`Exclusions`] by address in any case.
 //!
-//! Reading: one `read` loop into a buffer kept across scans (the shim's allocator, never
-//! glibc's: this runs on the handler thread). A line the parser does not understand is
-//! skipped, never managed.
+//! Reading: the file is opened once, at a high number out of the program's way (crate
+//! `fds`), and read whole with `pread` from offset 0 into a buffer kept across scans (the
+//! shim's allocator, never glibc's: this runs on the handler thread), so a scan makes no
+//! descriptor a program could close or reuse under it. A line the parser does not
+//! understand is skipped, never managed.
 
 #![allow(unsafe_code)]
-
-use std::io::Read;
 
 /// One mapping that may be managed (the parser keeps no others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,14 +102,22 @@ pub fn insert(ranges: &mut Vec<(usize, usize)>, range: (usize, usize)) {
     ranges.insert(at, range);
 }
 
+/// The registry's name for /proc/self/maps.
+static MAPS: fds::Kind = fds::Kind {
+    what: "/proc/self/maps descriptor",
+    if_lost: "new mappings are no longer found, nor managed",
+    keep: false,
+};
+
 /// Reads /proc/self/maps into `buf` (cleared first).
 ///
 /// # Errors
-/// The read's I/O error.
-pub fn read(buf: &mut Vec<u8>) -> std::io::Result<()> {
-    buf.clear();
-    std::fs::File::open("/proc/self/maps")?.read_to_end(buf)?;
-    Ok(())
+/// The file cannot be opened or read (or its descriptor was lost: crate `fds`).
+pub fn read(buf: &mut Vec<u8>) -> Result<(), fds::Error> {
+    static FILE: std::sync::OnceLock<Result<fds::ProcFile, fds::Error>> =
+        std::sync::OnceLock::new();
+    let file = FILE.get_or_init(|| fds::ProcFile::open(c"/proc/self/maps", &MAPS));
+    file.as_ref().map_err(Clone::clone)?.read(buf)
 }
 
 /// The candidates of a maps text, in address order. With `skip_stacks`, a writable

@@ -123,6 +123,10 @@ fn start() -> Result<(), String> {
     install_panic_hook();
     // The thread-local registry's key, made now among the process's first (src/tls.rs).
     crate::tls::init().ok_or("cannot make a pthread key for thread-local destructors")?;
+    // Second references to the userfaultfds and the swap file, from which one a program
+    // closes by a direct system call is taken back (crate fds); without io_uring, a lost
+    // descriptor is said and stays lost.
+    let _ = fds::keep();
     let hooks = Arc::new(ShimHooks::new(config.clone())?);
     let swap = build(&config, hooks.clone())?;
     let text = settled_maps()?;

@@ -182,6 +182,16 @@ pub struct Summary {
     pub opened: u64,
     /// Pages that failed to authenticate (each a SIGBUS on access, never data).
     pub auth_failures: u64,
+    /// The program's closes of uswap's descriptors, reported done and ignored (crate fds).
+    pub fds_closes_ignored: u64,
+    /// Its ranges of closes, made around uswap's descriptors.
+    pub fds_ranges_closed: u64,
+    /// Its dups onto uswap's descriptors, which moved them first.
+    pub fds_moves: u64,
+    /// uswap's descriptors closed or replaced by direct system calls, lost for good.
+    pub fds_lost: u64,
+    /// Those taken back from uswap's second reference.
+    pub fds_recovered: u64,
     /// The far tier, if the swap device is one.
     pub far: Option<FarSummary>,
 }
@@ -336,6 +346,11 @@ impl Summary {
             sealed: file.get("crypt_sealed_pages"),
             opened: file.get("crypt_opened_pages"),
             auth_failures: file.get("crypt_auth_failures"),
+            fds_closes_ignored: file.get("fds_closes_ignored"),
+            fds_ranges_closed: file.get("fds_ranges_closed"),
+            fds_moves: file.get("fds_moves"),
+            fds_lost: file.get("fds_lost"),
+            fds_recovered: file.get("fds_recovered"),
             far: FarSummary::of(file),
         }
     }
@@ -406,7 +421,8 @@ impl Summary {
                 self.swap_full
             ));
         }
-        if self.no_space > 0 {
+        lines.extend(self.process_lines(prefix));
+        if self.no_space > 0 && self.fds_lost == 0 {
             lines.push(format!(
                 "{prefix}the swap file's disk was low on space: reclaim stopped {} times, and \
                  the budget could not be kept meanwhile (free some, or give a --swap-file on \
@@ -437,6 +453,27 @@ impl Summary {
             ));
         }
         lines.extend(self.cpu_lines(prefix));
+        lines
+    }
+
+    /// Lines on what the program did to the process around uswap: its descriptor calls
+    /// on uswap's descriptors.
+    fn process_lines(&self, prefix: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.fds_closes_ignored + self.fds_ranges_closed + self.fds_moves > 0 {
+            lines.push(format!(
+                "{prefix}descriptors: the program closed uswap's {} times (ignored), closed {} \
+                 ranges around them, and dup'd onto them {} times (moved first)",
+                self.fds_closes_ignored, self.fds_ranges_closed, self.fds_moves
+            ));
+        }
+        if self.fds_lost + self.fds_recovered > 0 {
+            lines.push(format!(
+                "{prefix}descriptors closed or replaced by direct system calls: {} taken back \
+                 from uswap's second reference, {} lost (said above)",
+                self.fds_recovered, self.fds_lost
+            ));
+        }
         lines
     }
 
@@ -561,6 +598,17 @@ mod tests {
         assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
         assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
+        assert!(!lines.iter().any(|l| l.contains("descriptors")), "{lines:?}");
+        // A swap file lost to a direct system call refuses writes as a full disk does: the
+        // lost line says why, not the disk's.
+        let mut lost = troubled.clone();
+        lost.set("fds_lost", 1);
+        lost.set("fds_recovered", 2);
+        lost.set("fds_closes_ignored", 7);
+        let lines = Summary::of(&lost).to_lines("uswap: ");
+        assert!(!lines.iter().any(|l| l.contains("disk was low on space")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("2 taken back") && l.contains("1 lost")));
+        assert!(lines.iter().any(|l| l.contains("closed uswap's 7 times (ignored)")));
         assert!(!lines.iter().any(|l| l.contains("encryption")), "{lines:?}");
         let mut sealed = file.clone();
         sealed.set("crypt_sealed_pages", 30);

@@ -166,6 +166,9 @@ pub enum Error {
     Register { range: Range, errno: Errno },
     /// Reading a /proc file.
     Proc { path: &'static str, error: std::io::Error },
+    /// A descriptor was closed or replaced by a direct system call behind uswap's back
+    /// (crate `fds`): nothing was read or written through it.
+    DescriptorLost { what: String },
 
     // --- the library (Uswap, Builder, Region) ---
     /// A value given to the builder or to `map` is unusable; the text names it.
@@ -327,6 +330,7 @@ impl core::fmt::Display for Error {
             ),
             Error::Register { range, errno } => write!(f, "UFFDIO_REGISTER {range:?}: {errno}"),
             Error::Proc { path, error } => write!(f, "reading {path}: {error}"),
+            Error::DescriptorLost { what } => write!(f, "{what}"),
             Error::Config { what } => write!(f, "bad configuration: {what}"),
             Error::SwapFile { path, why } => {
                 write!(f, "swap file {}: {why}", path.display())

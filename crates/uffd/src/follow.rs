@@ -54,6 +54,13 @@ pub(crate) struct FollowCounters {
     pub(crate) failed: AtomicU64,
 }
 
+/// The registry's name for a followed thread's stat file.
+static TASK_STAT: fds::Kind = fds::Kind {
+    what: "thread stat file",
+    if_lost: "the handler stops following that thread",
+    keep: false,
+};
+
 /// The follower's state, kept by the handler thread.
 #[derive(Debug)]
 pub(crate) struct Follower {
@@ -67,6 +74,8 @@ pub(crate) struct Follower {
     since: Instant,
     /// The CPU the handler is held on; `None`: free on `allowed`.
     held: Option<usize>,
+    /// The followed thread's stat file, open (`thread_cpu`).
+    stat: Option<(u32, fds::ProcFile)>,
 }
 
 impl Follower {
@@ -80,7 +89,21 @@ impl Follower {
             total: 0,
             since: Instant::now(),
             held: None,
+            stat: None,
         })
+    }
+
+    /// The CPU thread `tid` last ran on, from its stat file, kept open (out of the
+    /// program's way: crate `fds`) while the same thread is followed, and read from offset 0.
+    fn thread_cpu(&mut self, tid: u32) -> Option<usize> {
+        if self.stat.as_ref().is_none_or(|(held, _)| *held != tid) {
+            self.stat = None;
+            let path = std::ffi::CString::new(format!("/proc/self/task/{tid}/stat")).ok()?;
+            self.stat = Some((tid, fds::ProcFile::open(&path, &TASK_STAT).ok()?));
+        }
+        let mut buf = [0u8; 1024];
+        let n = self.stat.as_ref()?.1.read_into(&mut buf).ok()?;
+        process::stat_cpu(&buf[..n])
     }
 
     /// Counts a fault of `thread_id` (0: unknown, not counted).
@@ -109,7 +132,7 @@ impl Follower {
         self.since = Instant::now();
         match decision {
             Decision::Keep => {}
-            Decision::Follow(tid) => match process::thread_cpu(tid) {
+            Decision::Follow(tid) => match self.thread_cpu(tid) {
                 Some(cpu) if self.held != Some(cpu) && self.allowed.contains(&cpu) => {
                     self.hold(cpu, engine, counters);
                 }
@@ -190,6 +213,7 @@ mod tests {
             total: 0,
             since: Instant::now(),
             held: None,
+            stat: None,
         }
     }
 

@@ -88,7 +88,7 @@ use crate::uffd::{Uffd, READ_BATCH};
 use crate::PAGE_SIZE;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -107,6 +107,13 @@ pub const CHILD_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// Poll timeout while faults wait for a retry or orphans wait for a restore.
 const RETRY_POLL: Duration = Duration::from_millis(1);
+
+/// The registry's name for the handler's eventfd.
+static WAKE: fds::Kind = fds::Kind {
+    what: "fault handler's eventfd",
+    if_lost: "the handler is woken by its poll timeout instead (at most 100 ms)",
+    keep: false,
+};
 
 /// Counters of the handler thread.
 #[derive(Debug, Default)]
@@ -256,7 +263,7 @@ struct State {
 /// Shared between the handler thread, its owner and the fork hooks.
 #[derive(Debug)]
 pub struct Control {
-    wake: OwnedFd,
+    wake: fds::Fd,
     stop: AtomicBool,
     readonly_requests: AtomicU32,
     state: Mutex<State>,
@@ -276,6 +283,7 @@ pub struct Control {
 impl Control {
     fn new(forward: Option<Forward>) -> Result<Control, Error> {
         let wake = call::eventfd().map_err(|e| Error::os(crate::error::Op::Eventfd, e))?;
+        let wake = fds::Fd::place(wake, &WAKE);
         Ok(Control {
             wake,
             stop: AtomicBool::new(false),
@@ -298,7 +306,7 @@ impl Control {
         let forward = self.forward.as_ref()?;
         // The eventfd only while this process's descriptor is still the owner's (forward.rs).
         let wake = || {
-            let ours = process::shares_file_with(self.pid, self.wake.as_raw_fd());
+            let ours = process::shares_file_with(self.pid, self.wake.number());
             if ours {
                 self.signal();
             }
@@ -358,7 +366,8 @@ impl Control {
     }
 
     fn signal(&self) {
-        call::eventfd_signal(self.wake.as_fd());
+        // Checked: the write must never land in a file of the program's at this number.
+        let _ = self.wake.checked(call::eventfd_signal);
     }
 
     /// Wakes the handler thread (to give [`Hooks::work`] a turn). Async-signal-safe: one
@@ -575,6 +584,8 @@ struct Reader {
     served: Vec<Served>,
     pollfds: Vec<libc::pollfd>,
     pollfds_stale: bool,
+    /// The descriptor registry's generation when `pollfds` was built.
+    pollfds_generation: u64,
     batch: Vec<Event>,
     /// Read messages with the time they were read.
     pending: Vec<(MmId, Event, Instant)>,
@@ -649,6 +660,7 @@ impl Handler {
             served: Vec::with_capacity(16),
             pollfds: Vec::with_capacity(17),
             pollfds_stale: true,
+            pollfds_generation: 0,
             batch: Vec::with_capacity(READ_BATCH),
             pending: Vec::with_capacity(PENDING_MAX),
             faults: Vec::with_capacity(PENDING_MAX),
@@ -796,15 +808,17 @@ impl Reader {
     fn rebuild_pollfds(&mut self) {
         self.pollfds.clear();
         let fd = |raw| libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
-        self.pollfds.push(fd(self.control.wake.as_raw_fd()));
+        self.pollfds_generation = fds::generation();
+        self.pollfds.push(fd(self.control.wake.number()));
         for served in &self.served {
-            self.pollfds.push(fd(served.uffd.as_fd().as_raw_fd()));
+            self.pollfds.push(fd(served.uffd.raw_fd()));
         }
         self.pollfds_stale = false;
     }
 
     fn poll(&mut self, timeout: Duration) {
-        if self.pollfds_stale {
+        // A descriptor moved out of a program's way has a new number (crate `fds`).
+        if self.pollfds_stale || self.pollfds_generation != fds::generation() {
             self.rebuild_pollfds();
         }
         for p in &mut self.pollfds {
@@ -814,7 +828,7 @@ impl Reader {
         // EINTR and the like: the loop polls again.
         let _ = call::poll_many(&mut self.pollfds, ms);
         if self.pollfds[0].revents != 0 {
-            call::eventfd_drain(self.control.wake.as_fd());
+            let _ = self.control.wake.checked(call::eventfd_drain);
         }
     }
 
@@ -837,7 +851,17 @@ impl Reader {
             if fresh {
                 served.source.fence().write();
             }
-            let n = served.uffd.read_events(&mut self.batch, room.min(READ_BATCH)).unwrap_or(0);
+            let read = served.uffd.read_events(&mut self.batch, room.min(READ_BATCH));
+            if served.mm == MmId::DEFAULT && served.uffd.is_lost() {
+                // Closed by a direct system call and not taken back (crate fds, said on
+                // stderr): the managed memory is the kernel's plain memory now, and a page
+                // the engine holds would read as zeros. The program ends here instead.
+                process::end_with_sigbus(
+                    b"uswap: the program's memory can no longer be served: \
+                                           ending it with SIGBUS\n",
+                );
+            }
+            let n = read.unwrap_or(0);
             if self.batch.iter().any(|event| !matches!(event, Event::PageFault { .. })) {
                 served.source.fence().hold();
                 served.fenced = true;

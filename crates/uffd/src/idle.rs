@@ -170,9 +170,9 @@ pub struct IdleStats {
 /// ```
 #[derive(Debug)]
 pub struct IdlePage {
+    /// The page (the mapping holds the file: no descriptor is kept, none for a program
+    /// inside `uswap run` to close or reuse).
     map: Mapping,
-    /// Kept open for the mapping's life.
-    _file: File,
 }
 
 impl IdlePage {
@@ -202,7 +202,8 @@ impl IdlePage {
     fn map(file: File) -> std::io::Result<IdlePage> {
         let map = Mapping::shared_file(file.as_fd(), crate::PAGE_SIZE)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(IdlePage { map, _file: file })
+        drop(file);
+        Ok(IdlePage { map })
     }
 
     fn epoch(&self) -> &AtomicU32 {

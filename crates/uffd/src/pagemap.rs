@@ -21,7 +21,6 @@ use crate::error::{Error, Op};
 use crate::sys::{self, call};
 use crate::types::Range;
 use std::fs::File;
-use std::os::fd::AsFd;
 
 /// `PAGE_IS_*` categories (a flag set over the kernel's word).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -128,11 +127,18 @@ pub struct ScanResult {
     pub walk_end: usize,
 }
 
-/// An open `/proc/<pid>/pagemap`.
+/// An open `/proc/<pid>/pagemap`, placed out of the program's way (crate `fds`).
 #[derive(Debug)]
 pub struct PageMap {
-    file: File,
+    fd: fds::Fd,
 }
+
+/// The registry's name for a pagemap descriptor.
+static PAGEMAP: fds::Kind = fds::Kind {
+    what: "pagemap",
+    if_lost: "page scans stop (new ranges are adopted as their pages fault)",
+    keep: false,
+};
 
 /// The most runs one [`PageMap::scan`] reports (bounds the stack buffer: 64 x 24 B).
 pub const SCAN_BATCH: usize = 64;
@@ -154,12 +160,12 @@ impl PageMap {
         let path = format!("/proc/{pid}/pagemap");
         let file = File::open(&path)
             .map_err(|error| Error::Proc { path: "/proc/<pid>/pagemap", error })?;
-        Ok(PageMap { file })
+        Ok(PageMap { fd: fds::Fd::place(file.into(), &PAGEMAP) })
     }
 
     fn open_path(path: &'static str) -> Result<PageMap, Error> {
         let file = File::open(path).map_err(|error| Error::Proc { path, error })?;
-        Ok(PageMap { file })
+        Ok(PageMap { fd: fds::Fd::place(file.into(), &PAGEMAP) })
     }
 
     /// Scans `range`, appending at most [`SCAN_BATCH`] runs to `out`.
@@ -195,7 +201,9 @@ impl PageMap {
             ..sys::pm_scan_arg::default()
         };
         let mut buf = [sys::page_region::default(); SCAN_BATCH];
-        let n = call::pagemap_scan(self.file.as_fd(), &mut arg, &mut buf)
+        let scanned = self.fd.checked(|fd| call::pagemap_scan(fd, &mut arg, &mut buf));
+        let n = scanned
+            .map_err(|e| Error::DescriptorLost { what: e.to_string() })?
             .map_err(|e| Error::os(Op::PagemapScan, e))?;
         for r in &buf[..n] {
             out.push(PageRegion {

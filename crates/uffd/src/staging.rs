@@ -72,7 +72,7 @@ pub struct StagingStats {
 #[derive(Debug)]
 pub struct Staging {
     map: Mapping,
-    uffd_fd: i32,
+    uffd: fds::Identity,
     slots: usize,
     allocated: Vec<u64>,
     present: Vec<u64>,
@@ -110,7 +110,7 @@ impl Staging {
         let words = slots.div_ceil(64);
         Ok(Staging {
             map,
-            uffd_fd: uffd.raw_fd(),
+            uffd: uffd.identity(),
             slots,
             allocated: vec![0; words],
             present: vec![0; words],
@@ -305,7 +305,7 @@ impl Staging {
 
     /// Checks a run before a move; returns the address of its first slot.
     pub(crate) fn begin_move(&self, uffd: &Uffd, run: SlotRun, present: bool) -> usize {
-        assert_eq!(uffd.raw_fd(), self.uffd_fd, "staging used with another uffd");
+        assert_eq!(uffd.identity(), self.uffd, "staging used with another uffd");
         for s in run.slots() {
             assert!(s < self.slots && bit(&self.allocated, s), "slot {s} not allocated");
             assert_eq!(bit(&self.present, s), present, "slot {s}: present must be {present}");

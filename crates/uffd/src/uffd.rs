@@ -16,6 +16,11 @@
 //! kernel installed in *our* fd table; it arrives as an owned `Uffd` inside the event, so it
 //! is closed exactly once, when the event (or the `Uffd` moved out of it) is dropped.
 //!
+//! The descriptor is out of the program's way (crate `fds`): placed at a high number,
+//! registered, and used through a guard, so a program that closes every descriptor or dups
+//! onto ours leaves it working. Reading messages checks its identity first: a uffd closed or
+//! replaced by a direct system call is never read from (the program's file would be).
+//!
 //! Which methods are `unsafe`: only [`Uffd::move_pages`], whose *source* loses its pages
 //! (it and the safe [`Uffd::move_from`] are defined in `sys::moves`). The populating
 //! ioctls are safe: the kernel accepts their
@@ -31,7 +36,7 @@ use crate::event::Event;
 use crate::probe::{self, Attempts, Verdict};
 use crate::sys::{self, call, Errno};
 use crate::types::{CopyMode, Features, Ioctls, Range, RegisterMode, Wake};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// How a uffd is (or was) created.
@@ -115,6 +120,7 @@ impl UffdBuilder {
         let (fd, via) = self.create()?;
         let granted = handshake(fd.as_fd(), features)?;
         debug_assert!(granted.contains(features), "kernel granted {granted:?} < {features:?}");
+        let fd = fds::Fd::place(fd, &UFFD);
         Ok(Uffd { fd, features, user_mode_only: self.user_mode_only, via })
     }
 
@@ -167,10 +173,23 @@ fn handshake(fd: BorrowedFd<'_>, features: Features) -> Result<Features, Error> 
     Ok(Features::from_bits(api.features))
 }
 
+/// The registry's name for a uffd, and what its loss costs.
+static UFFD: fds::Kind = fds::Kind {
+    what: "userfaultfd",
+    if_lost: "the memory it serves can no longer be brought back",
+    keep: true,
+};
+/// A forked child's uffd.
+static CHILD_UFFD: fds::Kind = fds::Kind {
+    what: "userfaultfd of a forked child",
+    if_lost: "that child's swapped-out memory can no longer be brought back",
+    keep: true,
+};
+
 /// One userfaultfd (see the module essay).
 #[derive(Debug)]
 pub struct Uffd {
-    fd: OwnedFd,
+    fd: fds::Fd,
     features: Features,
     user_mode_only: bool,
     via: Via,
@@ -207,7 +226,7 @@ impl Uffd {
     /// A child's uffd from a FORK event: same features and mode as its parent's.
     pub(crate) fn from_fork(fd: OwnedFd, parent: &Uffd) -> Uffd {
         Uffd {
-            fd,
+            fd: fds::Fd::place(fd, &CHILD_UFFD),
             features: parent.features,
             user_mode_only: parent.user_mode_only,
             via: Via::Fork,
@@ -236,7 +255,8 @@ impl Uffd {
     /// not support), EBUSY (registered with another uffd), EPERM (not writable), ENOMEM.
     pub fn register(&self, range: Range, mode: RegisterMode) -> Result<Ioctls, Error> {
         let mut arg = sys::uffdio_register { range: range.raw(), mode: mode.bits(), ioctls: 0 };
-        call::register(self.fd.as_fd(), &mut arg)
+        self.fd
+            .with(|fd| call::register(fd, &mut arg))
             .map_err(|errno| Error::Register { range, errno })?;
         Ok(Ioctls::from_bits(arg.ioctls))
     }
@@ -246,7 +266,9 @@ impl Uffd {
     /// # Errors
     /// [`Error::Invalid`] or [`Error::Os`] with the kernel's errno.
     pub fn unregister(&self, range: Range) -> Result<(), Error> {
-        call::unregister(self.fd.as_fd(), range.raw()).map_err(|e| Error::os(Op::Unregister, e))
+        self.fd
+            .with(|fd| call::unregister(fd, range.raw()))
+            .map_err(|e| Error::os(Op::Unregister, e))
     }
 
     /// Wakes the threads waiting on faults in `range` (after `DONTWAKE` resolves).
@@ -254,7 +276,7 @@ impl Uffd {
     /// # Errors
     /// [`Error::Invalid`] for a bad range.
     pub fn wake(&self, range: Range) -> Result<(), Error> {
-        call::wake(self.fd.as_fd(), range.raw()).map_err(|e| Error::os(Op::Wake, e))
+        self.fd.with(|fd| call::wake(fd, range.raw())).map_err(|e| Error::os(Op::Wake, e))
     }
 
     /// `UFFDIO_COPY`: maps new pages at `dst` holding `src`; returns `src.len()`.
@@ -283,7 +305,7 @@ impl Uffd {
             mode: mode.bits(),
             copy: 0,
         };
-        let result = call::copy(self.fd.as_fd(), &mut arg);
+        let result = self.fd.with(|fd| call::copy(fd, &mut arg));
         finish(Op::Copy, result, arg.copy, len)
     }
 
@@ -294,7 +316,7 @@ impl Uffd {
     pub fn zeropage(&self, range: Range, wake: Wake) -> Result<usize, Error> {
         let mode = if wake == Wake::DontWake { sys::UFFDIO_ZEROPAGE_MODE_DONTWAKE } else { 0 };
         let mut arg = sys::uffdio_zeropage { range: range.raw(), mode, zeropage: 0 };
-        let result = call::zeropage(self.fd.as_fd(), &mut arg);
+        let result = self.fd.with(|fd| call::zeropage(fd, &mut arg));
         finish(Op::ZeroPage, result, arg.zeropage, range.len_bytes())
     }
 
@@ -313,7 +335,8 @@ impl Uffd {
             0
         };
         let mut arg = sys::uffdio_writeprotect { range: range.raw(), mode };
-        call::writeprotect(self.fd.as_fd(), &mut arg)
+        self.fd
+            .with(|fd| call::writeprotect(fd, &mut arg))
             .map_err(|errno| Error::resolve(Op::WriteProtect, errno, 0))
     }
 
@@ -325,7 +348,7 @@ impl Uffd {
     pub fn poison(&self, range: Range, wake: Wake) -> Result<usize, Error> {
         let mode = if wake == Wake::DontWake { sys::UFFDIO_POISON_MODE_DONTWAKE } else { 0 };
         let mut arg = sys::uffdio_poison { range: range.raw(), mode, updated: 0 };
-        let result = call::poison(self.fd.as_fd(), &mut arg);
+        let result = self.fd.with(|fd| call::poison(fd, &mut arg));
         finish(Op::Poison, result, arg.updated, range.len_bytes())
     }
 
@@ -342,13 +365,15 @@ impl Uffd {
     ///
     /// # Errors
     /// [`Error::Os`] with the errno of read(2) (EINVAL before the handshake is impossible
-    /// here; EBADF/EFAULT are bugs).
+    /// here; EBADF/EFAULT are bugs); [`Error::DescriptorLost`] when the descriptor was
+    /// closed or replaced by a direct system call (nothing is read).
     ///
     /// May allocate: only if `out` lacks capacity for the batch.
     pub fn read_events(&self, out: &mut Vec<Event>, max: usize) -> Result<usize, Error> {
         let mut buf = [sys::uffd_msg::ZERO; READ_BATCH];
         let want = max.clamp(1, READ_BATCH);
-        let n = match call::read_msgs(self.fd.as_fd(), &mut buf[..want]) {
+        let read = self.fd.checked(|fd| call::read_msgs(fd, &mut buf[..want]));
+        let n = match read.map_err(|e| Error::DescriptorLost { what: e.to_string() })? {
             Ok(n) => n,
             Err(Errno(libc::EAGAIN)) => return Ok(0),
             Err(errno) => return Err(Error::os(Op::Read, errno)),
@@ -366,22 +391,34 @@ impl Uffd {
     /// [`Error::Os`] with poll(2)'s errno.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, Error> {
         let ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
-        match call::poll_in(self.fd.as_fd(), ms) {
+        // Unguarded: a blocking wait must not hold up a move; the kernel's poll keeps the
+        // file it started on, and a moved number is read through the guard afterwards.
+        match call::poll_in_raw(self.fd.number(), ms) {
             Ok(ready) => Ok(ready),
             Err(Errno(libc::EINTR)) => Ok(false),
             Err(errno) => Err(Error::os(Op::Poll, errno)),
         }
     }
 
-    /// The raw descriptor number (for the SIGBUS resolver's table).
+    /// The raw descriptor number now (for the SIGBUS resolver's table, and a poll set:
+    /// [`fds::generation`] says when a move made it stale).
     pub(crate) fn raw_fd(&self) -> i32 {
-        self.fd.as_raw_fd()
+        self.fd.number()
     }
-}
 
-impl AsFd for Uffd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// Runs `f` with the descriptor, in the registry's guard (module essay).
+    pub(crate) fn with_fd<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> R {
+        self.fd.with(f)
+    }
+
+    /// The descriptor's identity (its own inode: a uffd's is unique).
+    pub fn identity(&self) -> fds::Identity {
+        self.fd.identity()
+    }
+
+    /// Whether the descriptor was found closed or replaced behind uswap's back.
+    pub fn is_lost(&self) -> bool {
+        self.fd.is_lost()
     }
 }
 

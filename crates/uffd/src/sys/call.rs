@@ -153,6 +153,15 @@ pub fn poll_in(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool, Errno> {
     Ok(check(libc::c_long::from(ret))? > 0)
 }
 
+/// [`poll_in`] of a raw number (a registered descriptor's, polled without its guard).
+pub fn poll_in_raw(fd: i32, timeout_ms: i32) -> Result<bool, Errno> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: `pfd` is one live pollfd and the count says 1; a number that is not open is
+    // reported in `revents` (POLLNVAL), not undefined.
+    let ret = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    Ok(check(libc::c_long::from(ret))? > 0)
+}
+
 /// `poll(2)` over several descriptors (each `events` set by the caller); returns how many
 /// have `revents` set. EINTR is returned as is (the caller loops).
 pub fn poll_many(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {

@@ -26,7 +26,6 @@ use crate::sys;
 use crate::types::MoveMode;
 use crate::uffd::{finish, Uffd};
 use crate::PAGE_SIZE;
-use std::os::fd::AsFd;
 
 impl Uffd {
     /// `UFFDIO_MOVE` (6.8): moves the pages at `src` to `dst` without copying. `dst` must be
@@ -56,7 +55,7 @@ impl Uffd {
             r#move: 0,
         };
         // SAFETY: the caller's contract covers the source range.
-        let result = unsafe { call::move_pages(self.as_fd(), &mut arg) };
+        let result = self.with_fd(|fd| unsafe { call::move_pages(fd, &mut arg) });
         finish(crate::error::Op::Move, result, arg.r#move, len)
     }
 

@@ -75,6 +75,34 @@ pub fn write_stderr(line: &[u8]) {
     unsafe { libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len()) };
 }
 
+/// Says `line` on stderr and ends the process with SIGBUS, its default action (a core
+/// dump), whatever the program set for it; SIGKILL if that has not ended it within a
+/// second (every thread blocking SIGBUS).
+pub fn end_with_sigbus(line: &[u8]) -> ! {
+    write_stderr(line);
+    /// The kernel's `struct sigaction` (rt_sigaction): handler, flags, restorer, mask.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: (1) rt_sigaction reads a live kernel sigaction of the size given (8-byte
+    // mask), SIG_DFL needing no restorer; (2) kill and getpid take integers.
+    unsafe {
+        libc::syscall(libc::SYS_rt_sigaction, libc::SIGBUS, &default, 0usize, 8usize);
+        libc::syscall(libc::SYS_kill, libc::getpid(), libc::SIGBUS);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_kill, libc::getpid(), libc::SIGKILL) };
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 /// `sched_yield(2)` (async-signal-safe).
 pub fn sched_yield() {
     // SAFETY: sched_yield has no preconditions.
@@ -170,7 +198,7 @@ pub fn thread_cpu(tid: u32) -> Option<usize> {
 
 /// Field 39 (`processor`) of a `/proc/PID/stat` line. The second field, the command, is in
 /// parentheses and may hold spaces and parentheses: counting starts after the last `)`.
-fn stat_cpu(stat: &[u8]) -> Option<usize> {
+pub(crate) fn stat_cpu(stat: &[u8]) -> Option<usize> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     // After the command come fields 3, 4, ...: field 39 is the 37th.
