@@ -54,7 +54,9 @@ fn main() {
         Command::Stat(args) => stat::run(args),
     };
     if let Err(error) = result {
-        eprintln!("uswap: {error:#}");
+        use std::io::Write as _;
+        // A closed stderr must not turn the error's exit status into a panic's.
+        let _ = writeln!(std::io::stderr(), "uswap: {error:#}");
         std::process::exit(1);
     }
 }

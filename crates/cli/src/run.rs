@@ -19,6 +19,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use uffd::idle::{IdlePage, IdlePolling, IdleStats, Pollers};
 
+/// A line on stderr that a closed stderr does not turn into a panic: nothing `uswap run`
+/// says may change the exit status it passes on (`... 2>&1 | true` closes the pipe).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// An order-0 folio: the smallest budget is one folio of the order in force.
 const PAGE_BYTES: u64 = 4096;
 /// The default budget's share of MemAvailable, percent.
@@ -170,13 +179,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     let dir = RunDir::create()?;
     if let Some(note) = &plan.swap_note {
-        eprintln!("uswap: note: {note}");
+        say!("uswap: note: {note}");
     }
     let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
     // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
     let pollers = start_pollers(plan.idle_poll, &dir.path).unwrap_or_else(|e| {
-        eprintln!("uswap: note: idle polling is off for this run: {e:#}");
+        say!("uswap: note: idle polling is off for this run: {e:#}");
         None
     });
     config.idle_page = pollers.as_ref().map(|_| dir.path.join(IDLE_PAGE).display().to_string());
@@ -193,19 +202,19 @@ pub fn run(args: RunArgs) -> Result<i32> {
     total.set("vm_hwm_bytes", hwm);
     total.set("budget_bytes", config.budget_bytes);
     total.set("pool_size_bytes", config.pool_bytes.unwrap_or(0));
-    eprintln!(
+    say!(
         "uswap: {} exited with status {} after {:.2} s",
         plan.cmd[0],
         outcome.status,
         started.elapsed().as_secs_f64()
     );
     for line in Summary::of(&total).to_lines("uswap: ") {
-        eprintln!("{line}");
+        say!("{line}");
     }
     if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
-        eprintln!("uswap: note: the shim could not start in {} (its reason is above)", plan.cmd[0]);
+        say!("uswap: note: the shim could not start in {} (its reason is above)", plan.cmd[0]);
     } else if total.get("shim_scans") == 0 {
-        eprintln!(
+        say!(
             "uswap: note: the program wrote no stats (it exited before the shim's first scan)"
         );
     }
@@ -645,7 +654,10 @@ fn report_live(
                     let _ = file.write_all(lines.as_bytes());
                 }
             }
-            None => eprint!("{lines}"),
+            None => {
+                use std::io::Write as _;
+                let _ = std::io::stderr().write_all(lines.as_bytes());
+            }
         }
     }
 }

@@ -33,7 +33,10 @@ static FINI: extern "C" fn() = fini;
 
 extern "C" fn init() {
     if let Err(message) = start() {
-        eprintln!("uswap: {message}");
+        // Not eprintln!: a closed stderr would be a panic, not this exit status.
+        let line = format!("uswap: {message}\n");
+        // SAFETY: writes the line's initialized bytes to stderr.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
         // SAFETY: ends the process at once; nothing of the program has run.
         unsafe { libc::_exit(env::START_FAILED) };
     }
