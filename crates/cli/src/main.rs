@@ -11,6 +11,8 @@ mod bench;
 mod cpus;
 mod report;
 mod run;
+mod rundir;
+mod signals;
 mod sim;
 mod stat;
 

@@ -177,7 +177,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if let Some(cpus) = &plan.cpus {
         cpus.apply()?;
     }
-    let dir = RunDir::create()?;
+    // Directories of runs whose members are all gone (killed) go first.
+    crate::rundir::sweep(&std::env::temp_dir());
+    let dir = crate::rundir::RunDir::create()?;
     if let Some(note) = &plan.swap_note {
         say!("uswap: note: {note}");
     }
@@ -579,37 +581,6 @@ pub(crate) fn find_shim() -> Result<PathBuf> {
         })
 }
 
-/// The private run directory, removed on drop.
-#[derive(Debug)]
-struct RunDir {
-    path: PathBuf,
-}
-
-impl RunDir {
-    fn create() -> Result<RunDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        for attempt in 0..100u32 {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
-            let path = base.join(format!("uswap-run-{}-{nanos:x}-{attempt}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(RunDir { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => bail!("cannot create a run directory in {}: {e}", base.display()),
-            }
-        }
-        bail!("cannot create a run directory in {}", base.display())
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 /// Every image's stats in a run directory, added up (final files, and live files of
 /// images that ended without writing one: killed, or `_exit`).
 pub fn collect(dir: &Path) -> StatsFile {
@@ -668,7 +639,7 @@ fn report_live(
 mod sys {
     use super::*;
     use std::process::Command;
-    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
     /// How the program ended.
     #[derive(Debug)]
@@ -678,14 +649,6 @@ mod sys {
         /// Its peak resident set (ru_maxrss).
         pub maxrss_bytes: u64,
     }
-
-    static SIGNALLED: AtomicI32 = AtomicI32::new(0);
-
-    extern "C" fn note_signal(signal: libc::c_int) {
-        SIGNALLED.store(signal, SeqCst);
-    }
-
-    const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
     /// `GLIBC_TUNABLES` with glibc's restartable sequences off, for SIGBUS delivery. The
     /// kernel writes each thread's `struct rseq` (in its thread control block, in managed
@@ -717,16 +680,7 @@ mod sys {
         if config.sigbus_delivery() {
             command.env("GLIBC_TUNABLES", without_rseq(std::env::var("GLIBC_TUNABLES").ok()));
         }
-        for signal in FORWARDED {
-            // SAFETY: installs a handler that only stores to an atomic (async-signal-safe),
-            // without SA_RESTART so wait4 returns EINTR and the signal is forwarded.
-            // Handlers (unlike SIG_IGN) are reset by exec: the program gets the defaults.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = note_signal as *const () as libc::sighandler_t;
-                libc::sigaction(signal, &action, std::ptr::null_mut());
-            }
-        }
+        let signals = crate::signals::Signals::block();
         let child =
             command.spawn().with_context(|| format!("cannot start {}", program.display()))?;
         let pid = child.id() as libc::pid_t;
@@ -736,7 +690,7 @@ mod sys {
                 (PathBuf::from(&config.run_dir), run.stats_file.clone(), done.clone());
             std::thread::spawn(move || report_live(dir, Duration::from_secs_f64(secs), to, &done))
         });
-        let outcome = wait(pid);
+        let outcome = wait(&signals, pid);
         done.store(true, SeqCst);
         if let Some(reporter) = reporter {
             let _ = reporter.join();
@@ -827,31 +781,14 @@ mod sys {
         unsafe { libc::_exit(code) }
     }
 
-    fn wait(pid: libc::pid_t) -> Result<Outcome> {
-        loop {
-            let mut status = 0;
-            // SAFETY: rusage is plain data, filled by the kernel.
-            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: waits for our own child with valid out-pointers.
-            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-            if r == pid {
-                let code = if libc::WIFEXITED(status) {
-                    libc::WEXITSTATUS(status)
-                } else {
-                    128 + libc::WTERMSIG(status)
-                };
-                return Ok(Outcome { status: code, maxrss_bytes: usage.ru_maxrss as u64 * 1024 });
-            }
-            let errno = std::io::Error::last_os_error();
-            if errno.raw_os_error() != Some(libc::EINTR) {
-                bail!("waiting for the program: {errno}");
-            }
-            let signal = SIGNALLED.swap(0, SeqCst);
-            if signal != 0 {
-                // SAFETY: signals our own child.
-                unsafe { libc::kill(pid, signal) };
-            }
-        }
+    fn wait(signals: &crate::signals::Signals, pid: libc::pid_t) -> Result<Outcome> {
+        let (status, usage) = signals.wait(pid)?;
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        Ok(Outcome { status: code, maxrss_bytes: usage.ru_maxrss as u64 * 1024 })
     }
 }
 

@@ -10,6 +10,7 @@
 use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
 use runstat::env::{self, RunConfig};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 use uffd::{CompressorKind, Delivery, HandlerOptions, PageMap, Uswap};
 
@@ -19,6 +20,40 @@ struct State {
     swap: Uswap,
     hooks: Arc<ShimHooks>,
     pid: i32,
+    /// This image's shared lock on the run directory (`uswap run`'s rundir.rs: the last
+    /// member out removes it).
+    run_lock: Option<fds::Fd>,
+    run_dir: String,
+}
+
+/// The registry's name for the run directory's lock.
+static RUN_LOCK: fds::Kind = fds::Kind {
+    what: "run directory lock",
+    if_lost: "the run directory may be left for a later uswap run to remove",
+    keep: false,
+};
+
+/// Joins the run: a shared lock on the run directory's lock file, held for this image's
+/// life; `None` without one.
+fn join_run(config: &RunConfig) -> Option<fds::Fd> {
+    let path = std::path::Path::new(&config.run_dir).join(env::RUN_LOCK);
+    let path = std::ffi::CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
+    let fd = fds::Fd::open(&path, libc::O_RDONLY | libc::O_NOFOLLOW, 0, &RUN_LOCK).ok()?;
+    // SAFETY: flock on a descriptor the registry's guard holds.
+    let locked = fd.with(|raw| unsafe { libc::flock(raw.as_raw_fd(), libc::LOCK_SH) }) == 0;
+    locked.then_some(fd)
+}
+
+/// Leaves the run: the directory goes if no other member is in it (`uswap run` killed).
+fn leave_run(state: &State) {
+    let Some(lock) = &state.run_lock else { return };
+    // SAFETY: flock on a descriptor the registry's guard holds.
+    let last = lock.with(|raw| unsafe {
+        libc::flock(raw.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)
+    }) == 0;
+    if last {
+        let _ = std::fs::remove_dir_all(&state.run_dir);
+    }
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -51,6 +86,7 @@ extern "C" fn fini() {
     if let Ok(engine) = state.swap.engine() {
         state.hooks.finish(engine);
     }
+    leave_run(state);
 }
 
 /// Set once the engine's set-up is over and the program's memory may be managed.
@@ -123,6 +159,7 @@ fn start() -> Result<(), String> {
         return Ok(());
     }
     retire_previous_image(&config, pid);
+    let run_lock = join_run(&config);
     install_panic_hook();
     // The thread-local registry's key, made now among the process's first (src/tls.rs).
     crate::tls::init().ok_or("cannot make a pthread key for thread-local destructors")?;
@@ -149,7 +186,8 @@ fn start() -> Result<(), String> {
     let started =
         Started { uffd, register_mode, control: control.clone(), source, exclusions, pagemap, pid };
     hooks.start(started);
-    let _ = STATE.set(State { swap, hooks, pid });
+    let run_dir = config.run_dir.clone();
+    let _ = STATE.set(State { swap, hooks, pid, run_lock, run_dir });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()

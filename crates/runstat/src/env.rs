@@ -18,6 +18,10 @@ pub const START_FAILED: i32 = 125;
 /// memory, and the failed writes are counted).
 pub const SWAP_FILE_KEEP_FREE_BYTES: u64 = 64 << 20;
 
+/// The lock file in the run directory: every member of the run holds it shared, and the
+/// last one out removes the directory (`uswap run`'s rundir.rs).
+pub const RUN_LOCK: &str = "lock";
+
 /// The run directory (private, 0700): stats files, the default swap file.
 pub const RUN_DIR: &str = "USWAP_RUN_DIR";
 /// `uswap run`'s pid: the shim manages the process whose parent this is.
