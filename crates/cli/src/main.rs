@@ -9,6 +9,7 @@
 
 mod bench;
 mod cpus;
+mod preflight;
 mod report;
 mod run;
 mod rundir;

@@ -329,7 +329,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     };
     let idle_poll: IdlePolling = args.idle_poll.parse().map_err(|e| anyhow!("--idle-poll {e}"))?;
     let program = find_program(name)?;
-    check_dynamic(&program)?;
+    crate::preflight::check_loadable(&program)?;
     if let Some(path) = &args.swap_file {
         check_swap_file(path)?;
     }
@@ -474,44 +474,6 @@ fn find_program(name: &str) -> Result<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| anyhow!("{name}: command not found in PATH"))
-}
-
-/// Refuses a statically linked ELF (no PT_INTERP: the dynamic loader, which loads the shim,
-/// never runs). Scripts (`#!`) pass: their interpreter is checked by the kernel and loads
-/// the shim itself.
-fn check_dynamic(program: &Path) -> Result<()> {
-    let bytes = std::fs::read(program).with_context(|| format!("reading {}", program.display()))?;
-    if bytes.starts_with(b"#!") {
-        return Ok(());
-    }
-    match elf_interp(&bytes) {
-        Some(true) => Ok(()),
-        Some(false) => bail!(
-            "{} is statically linked: the uswap shim is loaded by the dynamic loader \
-             (LD_PRELOAD) and cannot run in it",
-            program.display()
-        ),
-        None => bail!("{} is not an ELF program or a script", program.display()),
-    }
-}
-
-/// Whether a 64-bit little-endian ELF has a PT_INTERP header (`None`: not such an ELF).
-pub fn elf_interp(bytes: &[u8]) -> Option<bool> {
-    if bytes.get(..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
-        return None;
-    }
-    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
-    let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)? as usize, u16_at(0x38)?);
-    const PT_INTERP: u32 = 3;
-    for i in 0..phnum as usize {
-        let at = phoff.checked_add(i * phentsize)?;
-        let kind = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
-        if kind == PT_INTERP {
-            return Some(true);
-        }
-    }
-    Some(false)
 }
 
 fn check_swap_file(path: &Path) -> Result<()> {
@@ -789,18 +751,5 @@ mod sys {
             128 + libc::WTERMSIG(status)
         };
         Ok(Outcome { status: code, maxrss_bytes: usage.ru_maxrss as u64 * 1024 })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn elf_headers_say_dynamic_or_static() {
-        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-        assert_eq!(elf_interp(&me), Some(true), "test binaries are dynamically linked");
-        assert_eq!(elf_interp(b"#!/bin/sh\n"), None);
-        assert_eq!(elf_interp(b"\x7fELF"), None, "truncated");
     }
 }

@@ -1,5 +1,6 @@
 //! `uswap run` and what programs and their callers do to the process around it (docs/RUN.md,
-//! docs/SAFETY.md). Each test is named after the defect it guards against.
+//! docs/SAFETY.md): signals sent to `uswap run`, `uswap run` killed, a closed stderr. Each
+//! test is named after the defect it guards against.
 
 use std::io::BufRead;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -179,4 +180,116 @@ fn a_closed_stderr_keeps_the_programs_exit_status() {
     assert_eq!(status.code(), Some(7));
     let out = uswap(&["run", "--budget", "8M", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+}
+
+/// Whether this test process is root (set-id files to make, setpriv to drop to nobody).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: not root (cannot make set-id files for other users)");
+    }
+    root
+}
+
+/// A copy of a dynamically linked program (the shell) at `dir/name`, mode `mode`, owned
+/// by `uid:gid`.
+fn set_id_copy(dir: &TempDir, name: &str, mode: u32, uid: u32, gid: u32) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.0.join(name);
+    std::fs::copy("/bin/sh", &path).unwrap();
+    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Programs the loader runs in secure mode (AT_SECURE: it ignores LD_PRELOAD) are refused
+/// in one line before they start: set-user-ID to another user, set-group-ID to another
+/// group, a script whose interpreter is one of those or statically linked. Before, they
+/// ran unmanaged at 201 MiB under a 64M budget and exited 0. A set-user-ID program owned
+/// by the caller changes no id, and runs managed.
+#[test]
+fn a_secure_mode_program_is_refused_before_it_starts() {
+    if !can_run() || !root() {
+        return;
+    }
+    let dir = TempDir::new("secure");
+    let setuid = set_id_copy(&dir, "setuid", 0o4755, 65534, 0);
+    let setgid = set_id_copy(&dir, "setgid", 0o2755, 0, 65534);
+    let own = set_id_copy(&dir, "own", 0o4755, 0, 0);
+    let script = dir.0.join("script");
+    std::fs::write(&script, format!("#!{setgid}\necho hi\n")).unwrap();
+    let script = script.to_str().unwrap();
+    let marker = dir.0.join("ran");
+    let touch = format!("touch {}", marker.display());
+    for (program, expect) in [
+        (setuid.as_str(), "is set-user-ID (owner uid 65534)"),
+        (setgid.as_str(), "is set-group-ID (group gid 65534)"),
+        (script, "(the interpreter of"),
+    ] {
+        let out = uswap(&["run", "--budget", "64M", "--", program, "-c", &touch]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{program}: {err}");
+        assert!(err.contains(expect) && err.contains("secure mode (AT_SECURE)"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!marker.exists(), "{program} ran");
+    }
+    let out = uswap(&["run", "--budget", "64M", "--", &own, "-c", "exit 4"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pages out:"), "managed: {}", stderr(&out));
+}
+
+/// A program with file capabilities that would raise the caller's (here nobody's)
+/// permitted set is refused, before `uswap run` looks at userfaultfd.
+#[test]
+fn a_program_with_file_capabilities_is_refused_for_an_unprivileged_caller() {
+    if !root() {
+        return;
+    }
+    let has = |tool: &str| Command::new(tool).arg("--help").output().is_ok();
+    if !has("setcap") || !has("setpriv") {
+        eprintln!("skipped: setcap or setpriv not installed (.ci/setup installs libcap2-bin)");
+        return;
+    }
+    let dir = TempDir::new("caps");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let capped = set_id_copy(&dir, "capped", 0o755, 0, 0);
+    let set = Command::new("setcap").args(["cap_net_raw+ep", &capped]).status().unwrap();
+    assert!(set.success(), "setcap");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "64M", "--", &capped, "-c", "true"])
+        .env("USWAP_PRELOAD", shim())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("given file capabilities") && err.contains("AT_SECURE"), "{err}");
+}
+
+/// A `#!` script whose interpreter is statically linked is refused as the interpreter
+/// itself is (the loader that would load the shim never runs). Before, it ran unmanaged.
+#[test]
+fn a_script_whose_interpreter_is_static_is_refused() {
+    let dir = TempDir::new("static-interp");
+    let src = dir.0.join("s.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let exe = dir.0.join("static");
+    let built = Command::new("cc").args(["-static", "-o"]).arg(&exe).arg(&src).status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: no static libc to build a static program with");
+        return;
+    }
+    let script = dir.0.join("script");
+    std::fs::write(&script, format!("#!{}\n", exe.display())).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = uswap(&["run", "--budget", "64M", "--", script.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("(the interpreter of") && err.contains("statically linked"), "{err}");
 }
