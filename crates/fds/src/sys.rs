@@ -86,9 +86,9 @@ pub fn is_open(fd: RawFd) -> bool {
 pub fn nofile_soft() -> u64 {
     let mut limit = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
     let none: *const libc::rlimit64 = std::ptr::null();
+    let which = libc::RLIMIT_NOFILE;
     // SAFETY: `limit` is a live, writable rlimit64; the new limit is null (not set).
-    let ret =
-        unsafe { libc::syscall(libc::SYS_prlimit64, 0, libc::RLIMIT_NOFILE, none, &mut limit) };
+    let ret = unsafe { libc::syscall(libc::SYS_prlimit64, 0, which, none, &mut limit) };
     if ret < 0 {
         1024
     } else {
@@ -105,10 +105,9 @@ pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
 
 /// `openat(AT_FDCWD, path, flags | O_CLOEXEC, mode)`.
 pub fn open(path: &std::ffi::CStr, flags: i32, mode: u32) -> Result<OwnedFd, Errno> {
-    let flags = flags | libc::O_CLOEXEC;
+    let (at, flags) = (libc::AT_FDCWD, flags | libc::O_CLOEXEC);
     // SAFETY: `path` is NUL-terminated and outlives the call.
-    let ret =
-        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, mode) };
+    let ret = unsafe { libc::syscall(libc::SYS_openat, at, path.as_ptr(), flags, mode) };
     let fd = result(ret)? as RawFd;
     // SAFETY: a new descriptor the kernel just returned, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
