@@ -10,6 +10,33 @@ use std::sync::Mutex;
 /// The reservation: address space only (MAP_NORESERVE). 16 GiB covers the metadata of
 /// terabytes of managed memory (about 10 MiB per GiB) plus a pool of many GiB.
 pub const ARENA_BYTES: usize = 16 << 30;
+/// The least reservation under an address-space limit.
+pub const MIN_RESERVATION_BYTES: usize = 64 << 20;
+
+/// The reservation made under an address-space limit (`RLIMIT_AS`, bytes; `None`: none):
+/// [`ARENA_BYTES`], or a quarter of the limit if that is less, at least
+/// [`MIN_RESERVATION_BYTES`], in whole 2 MiB. A limit of 4 GB (`ulimit -v 4000000`) refused
+/// 16 GiB outright, and the shim's first allocation aborted the program. A quarter leaves
+/// the program most of its limit; the managed memory, and so the engine's tables (about
+/// 10 MiB per GiB), is bounded by the limit too (`uswap run` checks that the pool and the
+/// tables fit before the program starts).
+pub fn reservation_bytes(as_limit: Option<u64>) -> usize {
+    let Some(limit) = as_limit else { return ARENA_BYTES };
+    let quarter = usize::try_from(limit / 4).unwrap_or(ARENA_BYTES);
+    quarter.clamp(MIN_RESERVATION_BYTES, ARENA_BYTES) / ALIGN_MAX * ALIGN_MAX
+}
+
+/// This process's soft `RLIMIT_AS`, if it has one (the bare system call: no libc state).
+pub fn address_space_limit() -> Option<u64> {
+    let mut limit = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+    let none: *const libc::rlimit64 = std::ptr::null();
+    // SAFETY: `limit` is a live, writable rlimit64; the new limit is null (not set).
+    let ret = unsafe { libc::syscall(libc::SYS_prlimit64, 0, libc::RLIMIT_AS, none, &mut limit) };
+    (ret == 0 && limit.rlim_cur != libc::RLIM64_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// [`Arena::base`] while the first allocation maps the reservation.
+const RESERVING: usize = 1;
 /// The smallest block.
 const MIN_SHIFT: u32 = 4;
 /// Classes below 64 bytes and up to it: 16, 32, 48, 64.
@@ -38,8 +65,11 @@ const UNIT: usize = 1 << MIN_SHIFT;
 /// The allocator (module essay).
 #[derive(Debug)]
 pub struct Arena {
-    /// The reservation's address; 0 until the first allocation maps it.
+    /// The reservation's address; 0 until the first allocation maps it ([`RESERVING`]
+    /// while it does).
     base: AtomicUsize,
+    /// The reservation's length ([`reservation_bytes`]), set before `base`.
+    size: AtomicUsize,
     /// The two bump offsets in units of [`UNIT`], changed together: the low half is where
     /// the bottom's blocks end, the high half where the top's begin (see [`Bumps`]).
     bumps: AtomicU64,
@@ -72,6 +102,7 @@ impl Arena {
     pub const fn new() -> Arena {
         Arena {
             base: AtomicUsize::new(0),
+            size: AtomicUsize::new(0),
             bumps: AtomicU64::new(Bumps { bottom: 0, top: ARENA_BYTES }.pack()),
             free: [const { Mutex::new(FreeList { head: 0, blocks: 0 }) }; CLASSES],
         }
@@ -81,8 +112,13 @@ impl Arena {
     ///
     /// Context: takes each class's lock in turn (a diagnostic, not for a hot path).
     pub fn stats(&self) -> ArenaStats {
+        let size = self.size.load(SeqCst);
         ArenaStats {
-            bumped_bytes: Bumps::unpack(self.bumps.load(SeqCst)).bumped(),
+            bumped_bytes: if size == 0 {
+                0
+            } else {
+                Bumps::unpack(self.bumps.load(SeqCst)).bumped(size)
+            },
             free_bytes: (0..CLASSES).map(|c| lock(&self.free[c]).blocks * class_size(c)).sum(),
         }
     }
@@ -90,26 +126,36 @@ impl Arena {
     /// The reservation `(start, end)`, if mapped.
     pub fn range(&self) -> Option<(usize, usize)> {
         let base = self.base.load(SeqCst);
-        (base != 0).then_some((base, base + ARENA_BYTES))
+        (base > RESERVING).then(|| (base, base + self.size.load(SeqCst)))
     }
 
-    /// Maps the reservation if nobody has; the base, or 0 if mmap failed.
+    /// Maps the reservation if nobody has (sized to the address-space limit:
+    /// [`reservation_bytes`]); the base, or 0 if mmap failed. One thread maps while the
+    /// others wait (the first allocation of a process, on its first thread, in practice).
     fn base(&self) -> usize {
-        let base = self.base.load(SeqCst);
-        if base != 0 {
-            return base;
-        }
-        let mapped = reserve();
-        if mapped == 0 {
-            return 0;
-        }
-        match self.base.compare_exchange(0, mapped, SeqCst, SeqCst) {
-            Ok(_) => mapped,
-            Err(winner) => {
-                // SAFETY: `mapped` is our own fresh reservation, never handed out.
-                unsafe { libc::syscall(libc::SYS_munmap, mapped, ARENA_BYTES) };
-                winner
+        loop {
+            match self.base.load(SeqCst) {
+                0 => {}
+                RESERVING => {
+                    // SAFETY: sched_yield has no arguments.
+                    unsafe { libc::syscall(libc::SYS_sched_yield) };
+                    continue;
+                }
+                base => return base,
             }
+            if self.base.compare_exchange(0, RESERVING, SeqCst, SeqCst).is_err() {
+                continue;
+            }
+            let size = reservation_bytes(address_space_limit());
+            let mapped = reserve(size);
+            if mapped == 0 {
+                self.base.store(0, SeqCst);
+                return 0;
+            }
+            self.size.store(size, SeqCst);
+            self.bumps.store(Bumps { bottom: 0, top: size }.pack(), SeqCst);
+            self.base.store(mapped, SeqCst);
+            return mapped;
         }
     }
 
@@ -181,9 +227,10 @@ impl Bumps {
         Bumps { bottom: units(packed), top: units(packed >> 32) }
     }
 
-    /// Bytes handed out from both ends (with the alignment gaps).
-    fn bumped(self) -> usize {
-        self.bottom + (ARENA_BYTES - self.top)
+    /// Bytes handed out from both ends (with the alignment gaps) of a reservation of
+    /// `size` bytes.
+    fn bumped(self, size: usize) -> usize {
+        self.bottom + (size - self.top)
     }
 }
 
@@ -240,15 +287,16 @@ fn class_of(layout: Layout) -> Option<(usize, usize)> {
     (class < CLASSES).then(|| (class, layout.align().max(class_align(class))))
 }
 
-/// Maps the reservation (raw system calls: no libc state, no interposed symbol).
-fn reserve() -> usize {
+/// Maps a reservation of `size` bytes (raw system calls: no libc state, no interposed
+/// symbol).
+fn reserve(size: usize) -> usize {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: a fresh anonymous mapping at an address the kernel chooses.
     let addr = unsafe {
         libc::syscall(
             libc::SYS_mmap,
             0usize,
-            ARENA_BYTES,
+            size,
             libc::PROT_READ | libc::PROT_WRITE,
             flags,
             -1i32,
@@ -259,7 +307,7 @@ fn reserve() -> usize {
         return 0;
     }
     let addr = addr as usize;
-    name_mapping(addr, ARENA_BYTES, c"uswap-arena");
+    name_mapping(addr, size, c"uswap-arena");
     addr
 }
 
@@ -336,6 +384,17 @@ fn name_mapping(addr: usize, len: usize, name: &std::ffi::CStr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under an address-space limit the reservation is a quarter of it, within its bounds,
+    /// in whole 2 MiB (`ulimit -v 4000000`, 3.8 GiB: 976 MiB).
+    #[test]
+    fn the_reservation_fits_an_address_space_limit() {
+        assert_eq!(reservation_bytes(None), ARENA_BYTES);
+        assert_eq!(reservation_bytes(Some(4_000_000 << 10)), 976 << 20);
+        assert_eq!(reservation_bytes(Some(100 << 20)), MIN_RESERVATION_BYTES);
+        assert_eq!(reservation_bytes(Some(1 << 40)), ARENA_BYTES);
+        assert_eq!(reservation_bytes(Some(u64::MAX)), ARENA_BYTES);
+    }
 
     #[test]
     fn classes_grow_cover_their_requests_and_waste_at_most_a_fifth() {

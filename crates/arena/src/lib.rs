@@ -51,4 +51,6 @@
 
 mod arena;
 
-pub use arena::{Arena, ArenaStats, ARENA_BYTES};
+pub use arena::{
+    address_space_limit, reservation_bytes, Arena, ArenaStats, ARENA_BYTES, MIN_RESERVATION_BYTES,
+};

@@ -12,6 +12,11 @@
 //! - **Scripts**: the kernel runs a `#!` script's interpreter (at most four levels of
 //!   scripts deep, as `binfmt_script` allows), so the interpreter is what is checked; the
 //!   script's own set-id bits are ignored by Linux.
+//!
+//! And that the sizes can work ([`check_budget`], [`check_address_space`]): a size the
+//! engine or the pool refuses made the shim give up inside the program (exit 125), and a
+//! budget below what the process needs at all thrashed. A swap file in memory is only said
+//! ([`swap_in_memory`]).
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -30,9 +35,9 @@ pub fn check_loadable(program: &Path) -> Result<()> {
     for _ in 0..=SCRIPT_LEVELS {
         match interpreter(&path)? {
             Some(next) => {
-                path = next
-                    .canonicalize()
-                    .map_err(|e| anyhow!("{}: its interpreter {}: {e}", path.display(), next.display()))?;
+                path = next.canonicalize().map_err(|e| {
+                    anyhow!("{}: its interpreter {}: {e}", path.display(), next.display())
+                })?;
             }
             None => return check_binary(program, &path),
         }
@@ -88,7 +93,9 @@ fn read_head(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut bytes = Vec::with_capacity(64 << 10);
-    file.take(64 << 10).read_to_end(&mut bytes).with_context(|| format!("reading {}", path.display()))?;
+    file.take(64 << 10)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
     Ok(bytes)
 }
 
@@ -118,7 +125,8 @@ fn file_permitted_caps(path: &Path) -> u64 {
     let Ok(n) = rustix::fs::getxattr(path, "security.capability", &mut buf) else { return 0 };
     // vfs_cap_data: magic_etc (u32), then {permitted, inheritable} (u32 each) for the low
     // and, from revision 2, the high 32 capabilities.
-    let word = |at: usize| buf.get(at..at + 4).map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    let word =
+        |at: usize| buf.get(at..at + 4).map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
     let low = u64::from(word(4));
     let high = if n >= 20 { u64::from(word(12)) } else { 0 };
     low | high << 32
@@ -133,6 +141,117 @@ fn own_permitted_caps() -> u64 {
             u64::from_str_radix(&line, 16).ok()
         })
         .unwrap_or(0)
+}
+
+/// The least budget: what a process needs to run under the shim at all, the loader, libc,
+/// the shim and its engine (5.8-6.3 MiB peak for `/bin/true`, measured with each pool). A
+/// budget below it has every page the program touches paged out again at once (about 100
+/// faults a page).
+pub const MIN_BUDGET_BYTES: u64 = 6 << 20;
+
+/// Checks the budget against what can work: [`MIN_BUDGET_BYTES`], and a pool share (with a
+/// pool that is a share of the budget) in the range the pool takes.
+///
+/// # Errors
+/// One line naming the flags and the bound.
+pub fn check_budget(budget_bytes: u64, zswap: &str, percent: u32, pool: Option<u64>) -> Result<()> {
+    use runstat::format_size;
+    if budget_bytes < MIN_BUDGET_BYTES {
+        bail!(
+            "--budget {} is below {}, what a process needs to run under uswap at all (the \
+             loader, libc, the shim and its engine): give at least that",
+            format_size(budget_bytes),
+            format_size(MIN_BUDGET_BYTES)
+        );
+    }
+    if zswap == "off" || pool.is_some() {
+        return Ok(());
+    }
+    let share = (u128::from(budget_bytes) * u128::from(percent) / 100) as u64;
+    let (min, max) = (zswap::config::MIN_POOL_BYTES, zswap::config::MAX_POOL_BYTES);
+    if !(min..=max).contains(&share) {
+        let fix = if share > max {
+            "lower --pool-percent, give --pool-size, or --zswap off"
+        } else {
+            "raise --budget or --pool-percent"
+        };
+        bail!(
+            "--budget {} with --pool-percent {percent}: a pool of {}, and the pool takes {} to \
+             {}: {fix}",
+            format_size(budget_bytes),
+            format_size(share),
+            format_size(min),
+            format_size(max)
+        );
+    }
+    Ok(())
+}
+
+/// What the shim maps besides its arena: its threads' stacks, staging and discard areas,
+/// the forwarding board (a generous bound).
+const SHIM_MAPPINGS_BYTES: u64 = 64 << 20;
+
+/// The budget to take when none is given: `wanted`, or half the address-space limit if
+/// there is one and that is less.
+pub fn default_budget(wanted: u64) -> u64 {
+    arena::address_space_limit().map_or(wanted, |limit| wanted.min(limit / 2))
+}
+
+/// Checks an address-space limit (`ulimit -v`): the shim's arena is sized to a quarter of
+/// it (`arena::reservation_bytes`); the shim's own mappings must leave the program at least
+/// half, and the pool (`pool_bytes` at most) and the engine's tables (about 10 MiB per GiB
+/// of managed memory, which the limit bounds) must fit the arena. Before, the arena's
+/// 16 GiB reservation failed under `ulimit -v 4000000` and the program aborted ("memory
+/// allocation of 29 bytes failed", exit 134).
+///
+/// # Errors
+/// One line naming the limit and what it would take.
+pub fn check_address_space(pool_bytes: u64) -> Result<()> {
+    use runstat::format_size;
+    let Some(limit) = arena::address_space_limit() else { return Ok(()) };
+    let arena = arena::reservation_bytes(Some(limit)) as u64;
+    let shim = arena + SHIM_MAPPINGS_BYTES;
+    if shim.saturating_mul(2) > limit {
+        bail!(
+            "the address-space limit (ulimit -v) of {} is too small for the uswap shim, which \
+             maps about {} of its own: give at least {}",
+            format_size(limit),
+            format_size(shim),
+            format_size(shim * 2)
+        );
+    }
+    let tables = limit / 64 + (16 << 20);
+    if pool_bytes + tables > arena {
+        bail!(
+            "the address-space limit (ulimit -v) of {} leaves the shim {} for the pool (up to \
+             {}) and the engine's tables (up to {}): lower --budget, --pool-percent or \
+             --pool-size, or raise the limit",
+            format_size(limit),
+            format_size(arena),
+            format_size(pool_bytes),
+            format_size(tables)
+        );
+    }
+    Ok(())
+}
+
+/// A note when `dir` (where the swap file goes) is in memory (tmpfs, ramfs): pages paged out
+/// there stay in RAM, so the swap file saves nothing.
+pub fn swap_in_memory(dir: &Path) -> Option<String> {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let stat = rustix::fs::statfs(dir).ok()?;
+    let kind = stat.f_type as u64;
+    let name = match kind {
+        TMPFS_MAGIC => "a tmpfs",
+        RAMFS_MAGIC => "a ramfs",
+        _ => return None,
+    };
+    Some(format!(
+        "the swap file goes in {} ({name}): its pages stay in memory, and it saves nothing; \
+         give --swap-file on a disk",
+        dir.display()
+    ))
 }
 
 /// Whether a 64-bit little-endian ELF has a PT_INTERP header (`None`: not such an ELF).

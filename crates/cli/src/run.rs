@@ -180,7 +180,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // Directories of runs whose members are all gone (killed) go first.
     crate::rundir::sweep(&std::env::temp_dir());
     let dir = crate::rundir::RunDir::create()?;
-    if let Some(note) = &plan.swap_note {
+    for note in &plan.swap_notes {
         say!("uswap: note: {note}");
     }
     let mut config = plan.config.clone();
@@ -216,9 +216,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
         say!("uswap: note: the shim could not start in {} (its reason is above)", plan.cmd[0]);
     } else if total.get("shim_scans") == 0 {
-        say!(
-            "uswap: note: the program wrote no stats (it exited before the shim's first scan)"
-        );
+        say!("uswap: note: the program wrote no stats (it exited before the shim's first scan)");
     }
     Ok(outcome.status)
 }
@@ -231,8 +229,9 @@ struct Plan {
     config: RunConfig,
     cpus: Option<crate::cpus::Cpus>,
     idle_poll: IdlePolling,
-    /// That the swap file may grow past the free disk space, said as the run starts.
-    swap_note: Option<String>,
+    /// Said as the run starts: that the swap file may grow past the free disk space, or
+    /// that it would be in memory; both when both hold.
+    swap_notes: Vec<String>,
 }
 
 /// The idle pollers' page in the run directory.
@@ -297,7 +296,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     };
     let budget_bytes = match &args.budget {
         Some(text) => parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?,
-        None => mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100,
+        None => {
+            crate::preflight::default_budget(mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100)
+        }
     };
     let swap_dir =
         args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
@@ -318,6 +319,13 @@ fn plan(args: &RunArgs) -> Result<Plan> {
             PAGE_BYTES << args.folio_order
         );
     }
+    crate::preflight::check_budget(budget_bytes, &args.zswap, args.pool_percent, pool_bytes)?;
+    let pool_max = match (args.zswap.as_str(), pool_bytes) {
+        ("off", _) => 0,
+        (_, Some(bytes)) => bytes,
+        _ => budget_bytes * u64::from(args.pool_percent) / 100,
+    };
+    crate::preflight::check_address_space(pool_max)?;
     let cpus = args.cpus.as_deref().map(crate::cpus::Cpus::parse).transpose()?;
     let reclaim_cpus = match &args.reclaim_cpus {
         Some(text) => {
@@ -333,7 +341,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     if let Some(path) = &args.swap_file {
         check_swap_file(path)?;
     }
-    let (swap_size_bytes, swap_note) = swap_size(args.swap_size.as_deref(), &swap_dir)?;
+    let (swap_size_bytes, size_note) = swap_size(args.swap_size.as_deref(), &swap_dir)?;
+    let in_memory = crate::preflight::swap_in_memory(&swap_dir);
+    let swap_notes = size_note.into_iter().chain(in_memory).collect();
     if !matches!(args.swap_file_cache.as_str(), "keep" | "drop") {
         bail!("--swap-file-cache {}: use keep or drop", args.swap_file_cache);
     }
@@ -375,7 +385,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far: args.far.clone(),
         far_replicas: args.far_replicas,
     };
-    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_note })
+    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes })
 }
 
 /// The swap file's size: `--swap-size` or [`DEFAULT_SWAP_BYTES`], and a note when it is

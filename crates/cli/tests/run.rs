@@ -180,6 +180,8 @@ fn a_swap_file_larger_than_the_disk_keeps_the_data() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("the swap file may grow to 8.00 GiB and"), "{err}");
+    // The small disk is a tmpfs: that is said too, beside the note on its size.
+    assert!(err.contains("(a tmpfs): its pages stay in memory"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"verify_errors\":0"), "{err}");
     assert!(err.contains("the swap file's disk was low on space: reclaim stopped"), "{err}");
     let peak = peak_mib(&err);

@@ -293,3 +293,99 @@ fn a_script_whose_interpreter_is_static_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("(the interpreter of") && err.contains("statically linked"), "{err}");
 }
+
+/// Budgets that cannot work are refused in one line before the program starts: below what
+/// a process needs under the shim at all (6 MiB), and ones whose pool share the pool
+/// refuses (64K-320K gave a pool under 64 KiB, 330G one over 64 GiB: the shim gave up
+/// inside the program, exit 125; 1M-5M thrashed at about 100 faults a page).
+#[test]
+fn budgets_that_cannot_work_are_refused_before_the_program_starts() {
+    let dir = TempDir::new("bounds");
+    let marker = dir.0.join("ran");
+    let touch = ["/usr/bin/touch", marker.to_str().unwrap()];
+    let cases: [(&[&str], &str); 6] = [
+        (&["--budget", "64K"], "is below 6.00 MiB, what a process needs"),
+        (&["--budget", "320K"], "is below 6.00 MiB, what a process needs"),
+        (&["--budget", "5M"], "is below 6.00 MiB, what a process needs"),
+        (&["--budget", "330G"], "a pool of 66.0 GiB, and the pool takes 64.0 KiB to 64.0 GiB"),
+        (&["--budget", "6M", "--pool-percent", "1"], "raise --budget or --pool-percent"),
+        (&["--budget", "100G", "--pool-percent", "80"], "lower --pool-percent"),
+    ];
+    for (flags, expect) in cases {
+        let args = [&["run"][..], flags, &["--"], &touch].concat();
+        let out = uswap(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(err.contains(expect), "{flags:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!marker.exists(), "{flags:?} started the program");
+    }
+    // The same budgets with the pool sized apart, or none, pass the pool's check.
+    for flags in
+        [&["--budget", "330G", "--zswap", "off"][..], &["--budget", "6M", "--pool-size", "1M"]]
+    {
+        let args = [&["run"][..], flags, &["--", "true"]].concat();
+        let out = uswap(&args);
+        assert!(out.status.success() || !can_run(), "{flags:?}: {}", stderr(&out));
+    }
+}
+
+/// `uswap run` under an address-space limit, as `ulimit -v` sets: 4 GB runs (the shim's
+/// arena is sized to a quarter of the limit), Python's objects come back whole; 195 MiB
+/// is refused in one line. Before, the 16 GiB reservation failed and the program aborted
+/// ("memory allocation of 29 bytes failed", exit 134).
+#[test]
+fn an_address_space_limit_is_kept_or_refused_in_one_line() {
+    if !can_run() {
+        return;
+    }
+    let uswap_bin = env!("CARGO_BIN_EXE_uswap");
+    let script = "x=[bytes([i%251])*4000 for i in range(12000)]; \
+                  print(sum(b == bytes([i%251])*4000 for i, b in enumerate(x)))";
+    let run = |kib: u32, budget: &str| {
+        let line = format!(
+            "ulimit -v {kib} && exec {uswap_bin} run --budget {budget} -- python3 -c \"{script}\""
+        );
+        let out = Command::new("bash").args(["-c", &line]).env("USWAP_PRELOAD", shim()).output();
+        let out = out.unwrap();
+        eprintln!("{}", stderr(&out));
+        out
+    };
+    let out = run(4_000_000, "16M");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "12000");
+    assert!(stderr(&out).contains("pages out:"), "{}", stderr(&out));
+    let out = run(200_000, "16M");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("address-space limit (ulimit -v) of 195 MiB"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// A swap file that would live in memory (TMPDIR on a tmpfs) is said in one line naming
+/// `--swap-file`; the run goes on. Before, it saved nothing, silently.
+#[test]
+fn a_swap_file_in_memory_is_said() {
+    if !can_run() {
+        return;
+    }
+    let is_tmpfs = rustix::fs::statfs("/dev/shm").is_ok_and(|s| s.f_type as u64 == 0x0102_1994);
+    if !is_tmpfs {
+        eprintln!("skipped: /dev/shm is not a tmpfs here");
+        return;
+    }
+    let dir = std::path::PathBuf::from(format!("/dev/shm/uswap-tmpfs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "8M", "--", "true"])
+        .env("USWAP_PRELOAD", shim())
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let note = err.lines().filter(|l| l.contains("(a tmpfs)")).collect::<Vec<_>>();
+    assert_eq!(note.len(), 1, "{err}");
+    assert!(note[0].contains("give --swap-file on a disk"), "{err}");
+}

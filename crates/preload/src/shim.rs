@@ -47,10 +47,11 @@ fn join_run(config: &RunConfig) -> Option<fds::Fd> {
 /// Leaves the run: the directory goes if no other member is in it (`uswap run` killed).
 fn leave_run(state: &State) {
     let Some(lock) = &state.run_lock else { return };
-    // SAFETY: flock on a descriptor the registry's guard holds.
-    let last = lock.with(|raw| unsafe {
-        libc::flock(raw.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)
-    }) == 0;
+    let exclusive = |raw: std::os::fd::BorrowedFd<'_>| {
+        // SAFETY: flock on a descriptor the registry's guard holds.
+        unsafe { libc::flock(raw.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }
+    };
+    let last = lock.with(exclusive) == 0;
     if last {
         let _ = std::fs::remove_dir_all(&state.run_dir);
     }
