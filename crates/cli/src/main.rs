@@ -9,6 +9,7 @@
 
 mod bench;
 mod cpus;
+mod outputs;
 mod preflight;
 mod report;
 mod run;

@@ -94,12 +94,17 @@ pub struct RunArgs {
     /// Print the live figures every SECS seconds (to stderr, or --stats-file).
     #[arg(long, value_name = "SECS")]
     stats_every: Option<f64>,
-    /// Where --stats-every writes (appends) instead of stderr.
+    /// Where --stats-every writes instead of stderr: a new file (see --force).
     #[arg(long)]
     stats_file: Option<PathBuf>,
-    /// Write a trace of faults, evictions and events (the simulator's format) to FILE.
+    /// Write a trace of faults, evictions and events (the simulator's format) to FILE, a new
+    /// file (see --force); every image of a program that execs adds its records to it.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
+    /// Let --record replace an existing file and --stats-file append to one. Without it an
+    /// existing file is refused; a symbolic link always is (docs/RUN.md).
+    #[arg(long)]
+    force: bool,
     /// The folio order: a first touch maps, and page-out moves, up to 2^N pages at once (0
     /// = 4 KiB pages only, 4 = 64 KiB folios like the kernel's mTHP; at most 9). At order
     /// 4 one fault maps 16 pages of memory walked in order (see --large-folios).
@@ -177,13 +182,19 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if let Some(cpus) = &plan.cpus {
         cpus.apply()?;
     }
+    let mut config = plan.config.clone();
+    let stats_out = (args.stats_file.as_deref())
+        .map(|path| crate::outputs::open_output("--stats-file", path, args.force, false))
+        .transpose()?;
+    if let Some(path) = &args.record {
+        config.record_file = Some(crate::outputs::start_trace(path, args.force)?);
+    }
     // Directories of runs whose members are all gone (killed) go first.
     crate::rundir::sweep(&std::env::temp_dir());
     let dir = crate::rundir::RunDir::create()?;
     for note in &plan.swap_notes {
         say!("uswap: note: {note}");
     }
-    let mut config = plan.config.clone();
     config.run_dir = dir.path.display().to_string();
     // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
     let pollers = start_pollers(plan.idle_poll, &dir.path).unwrap_or_else(|e| {
@@ -192,7 +203,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     });
     config.idle_page = pollers.as_ref().map(|_| dir.path.join(IDLE_PAGE).display().to_string());
     let started = Instant::now();
-    let outcome = sys::spawn_and_wait(&plan.program, &plan.cmd[1..], &plan.cmd[0], &config, &args)?;
+    let outcome = sys::spawn_and_wait(&plan, &config, &args, stats_out)?;
     let mut total = collect(&dir.path);
     if let Some(pollers) = pollers {
         let idle = pollers.stop();
@@ -368,6 +379,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         swap_size_bytes,
         swap_file_cache: args.swap_file_cache.clone(),
         record: args.record.as_ref().map(|p| absolute(p).display().to_string()),
+        record_file: None,
         // The live file is rewritten at least as often as --stats-every prints it.
         stats_interval_ms: args
             .stats_every
@@ -577,7 +589,7 @@ pub fn collect(dir: &Path) -> StatsFile {
 fn report_live(
     dir: PathBuf,
     every: Duration,
-    to: Option<PathBuf>,
+    mut to: Option<std::fs::File>,
     done: &std::sync::atomic::AtomicBool,
 ) {
     use std::io::Write as _;
@@ -590,12 +602,9 @@ fn report_live(
         next += every;
         let summary = Summary::of(&collect(&dir));
         let lines = summary.to_lines("uswap live: ").join("\n") + "\n";
-        match &to {
-            Some(path) => {
-                let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
-                if let Ok(mut file) = file {
-                    let _ = file.write_all(lines.as_bytes());
-                }
+        match &mut to {
+            Some(file) => {
+                let _ = file.write_all(lines.as_bytes());
             }
             None => {
                 use std::io::Write as _;
@@ -636,12 +645,12 @@ mod sys {
 
     /// Spawns the program with the shim, forwards signals to it, waits.
     pub fn spawn_and_wait(
-        program: &Path,
-        args: &[String],
-        argv0: &str,
+        plan: &Plan,
         config: &RunConfig,
         run: &RunArgs,
+        stats_out: Option<std::fs::File>,
     ) -> Result<Outcome> {
+        let (program, args, argv0) = (&plan.program, &plan.cmd[1..], &plan.cmd[0]);
         let preload = match std::env::var("LD_PRELOAD") {
             Ok(old) if !old.is_empty() => format!("{}:{old}", config.preload_path),
             _ => config.preload_path.clone(),
@@ -658,8 +667,7 @@ mod sys {
         let pid = child.id() as libc::pid_t;
         let done = std::sync::Arc::new(AtomicBool::new(false));
         let reporter = run.stats_every.filter(|s| *s > 0.0).map(|secs| {
-            let (dir, to, done) =
-                (PathBuf::from(&config.run_dir), run.stats_file.clone(), done.clone());
+            let (dir, to, done) = (PathBuf::from(&config.run_dir), stats_out, done.clone());
             std::thread::spawn(move || report_live(dir, Duration::from_secs_f64(secs), to, &done))
         });
         let outcome = wait(&signals, pid);

@@ -389,3 +389,85 @@ fn a_swap_file_in_memory_is_said() {
     assert_eq!(note.len(), 1, "{err}");
     assert!(note[0].contains("give --swap-file on a disk"), "{err}");
 }
+
+/// The figure after `key` on the final summary's `pages out:` line.
+fn pages_out_figure(err: &str, key: &str) -> u64 {
+    let line = err.lines().find(|l| l.starts_with("uswap: pages out:"));
+    let line = line.unwrap_or_else(|| panic!("{err}"));
+    let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {line}"));
+    rest.trim_start().split([',', ')', ';', ' ']).next().unwrap().parse().unwrap()
+}
+
+/// `--record` and `--stats-file` never write through a symbolic link, nor over an existing
+/// file without `--force` (a root user could be made to overwrite any file through a link
+/// planted in a shared directory); with `--force` the trace is replaced and the stats file
+/// appended to. Before, both followed links and silently replaced what was there.
+#[test]
+fn files_written_for_the_user_refuse_links_and_existing_files() {
+    let dir = TempDir::new("outputs");
+    let victim = dir.0.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let link = dir.0.join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let (link, victim_s) = (link.to_str().unwrap(), victim.to_str().unwrap());
+    for (flag, path, force, expect) in [
+        ("--record", link, false, "is a symbolic link"),
+        ("--record", link, true, "is a symbolic link"),
+        ("--stats-file", link, true, "is a symbolic link"),
+        ("--record", victim_s, false, "already exists: give --force"),
+        ("--stats-file", victim_s, false, "already exists: give --force"),
+    ] {
+        let mut args = vec!["run", "--budget", "8M", flag, path];
+        if force {
+            args.push("--force");
+        }
+        args.extend(["--", "true"]);
+        let out = uswap(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(expect) && err.trim().lines().count() == 1, "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n", "written through");
+    if !can_run() {
+        return;
+    }
+    let args = ["run", "--budget", "8M", "--force", "--stats-every", "0.05"];
+    let out = uswap(&[&args[..], &["--stats-file", victim_s, "--", "sleep", "0.3"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&victim).unwrap();
+    assert!(text.starts_with("precious\nuswap live: "), "appended to: {text}");
+}
+
+/// `--record` with a program that execs itself: every image's records are in the trace
+/// (each appends to the file `uswap run` made, and flushes every handler pass), about as
+/// many evictions as both images' page-outs. Before, each image created the file anew:
+/// the trace held the last image's only (47,553 page-outs lost in the run that found it).
+#[test]
+fn a_recorded_program_that_execs_keeps_every_images_records() {
+    if !can_run() {
+        return;
+    }
+    let (exe, dir) = (compile("exec_check"), TempDir::new("record-exec"));
+    let trace = dir.0.join("t.trace");
+    let args = ["run", "--budget", "8M", "--stats-every", "0.05", "--record"];
+    let out = uswap(&[&args[..], &[trace.to_str().unwrap(), "--", exe.to_str().unwrap()]].concat());
+    let _ = std::fs::remove_file(&exe);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let (_, records) = runstat::trace::decode(&std::fs::read(&trace).unwrap()).expect("a trace");
+    let page = 4096;
+    let evicted: u64 = records
+        .iter()
+        .filter(|r| r.kind == runstat::trace::RecordKind::Evict)
+        .map(|r| r.len / page)
+        .sum();
+    let counted =
+        ["zero ", "pool ", "file "].iter().map(|k| pages_out_figure(&err, k)).sum::<u64>()
+            - pages_out_figure(&err, "written back ");
+    // Each image writes 24 MiB under 8M: at least 16 MiB, 4096 pages, go out of each.
+    assert!(counted >= 2 * 4096, "both images' page-outs counted: {err}");
+    assert!(evicted * 10 >= counted * 9, "trace {evicted} pages, stats {counted}: {err}");
+    let mut times: Vec<u64> = records.iter().map(|r| r.time_ns).collect();
+    times.dedup();
+    assert!(times.windows(2).filter(|w| w[1] < w[0]).count() < 16, "one time base for both");
+}

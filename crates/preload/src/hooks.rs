@@ -133,6 +133,8 @@ impl Burst {
 #[derive(Debug)]
 struct Trace {
     writer: TraceWriter<BufWriter<TraceFile>>,
+    /// The trace's start on the monotonic clock (`uswap run`'s, for every image).
+    t0_ns: u64,
     /// Thread ids seen, by recording number (bounded: later threads share the last).
     threads: Vec<u32>,
     /// The final stats are written: the process is exiting, and nothing will flush the
@@ -181,23 +183,9 @@ impl ShimHooks {
     /// # Errors
     /// A message if the trace file cannot be created.
     pub fn new(config: RunConfig) -> Result<ShimHooks, String> {
-        let trace = match &config.record {
-            None => None,
-            Some(path) => {
-                let file = std::fs::File::create(path)
-                    .map_err(|e| format!("cannot create the trace file {path}: {e}"))?;
-                let file = TraceFile(fds::Fd::place(file.into(), &TRACE));
-                let start_ns = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                let writer = TraceWriter::new(
-                    BufWriter::with_capacity(1 << 16, file),
-                    PAGE as u32,
-                    start_ns,
-                )
-                .map_err(|e| format!("cannot write the trace file {path}: {e}"))?;
-                Some(Mutex::new(Trace { writer, threads: Vec::with_capacity(64), closing: false }))
-            }
+        let trace = match (&config.record, &config.record_file) {
+            (Some(path), Some(file)) => Some(Mutex::new(open_trace(path, file)?)),
+            _ => None,
         };
         let idle = (config.idle_page.as_deref())
             .map(|path| {
@@ -267,7 +255,7 @@ impl ShimHooks {
             }
             None => THREADS_MAX - 1,
         };
-        let time_ns = self.t0.elapsed().as_nanos() as u64;
+        let time_ns = uffd::sys::process::monotonic_ns().saturating_sub(trace.t0_ns);
         let mut written = trace.writer.record_all(&make(time_ns, thread as u32));
         if trace.closing {
             written = written.and_then(|()| trace.writer.flush());
@@ -567,6 +555,13 @@ impl uffd::Hooks for ShimHooks {
         } else if asked {
             wait = SCAN_GAP.saturating_sub(since_scan);
         }
+        // The trace's buffer goes out every pass: an exec discards the image, buffer and
+        // all, so what it recorded is on disk by the next pass at the latest.
+        if let Some(trace) = &self.trace {
+            if lock(trace).writer.flush().is_err() {
+                self.counters.trace_errors.fetch_add(1, Relaxed);
+            }
+        }
         let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));
         if sc.last_stats.is_none_or(|t| now - t >= interval) {
             sc.last_stats = Some(now);
@@ -664,6 +659,27 @@ fn write_file(path: &std::path::Path, text: &[u8]) -> bool {
     let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
     let id = fd.identity();
     (meta.dev(), meta.ino()) == (id.dev, id.ino) && fd.write_all(text).is_ok()
+}
+
+/// Opens the trace `uswap run` made at `path` (docs/RUN.md, "Stats and traces"): by name,
+/// appending, never created nor followed through a link, and only if it is the file
+/// `uswap run` made (`file`: runstat's `RECORD_FILE`, `DEV:INO:T0`); this image's records go
+/// after every earlier image's.
+fn open_trace(path: &str, file: &str) -> Result<Trace, String> {
+    let mut fields = file.split(':').map(str::parse::<u64>);
+    let (Some(Ok(dev)), Some(Ok(ino)), Some(Ok(t0_ns))) =
+        (fields.next(), fields.next(), fields.next())
+    else {
+        return Err(format!("{}: {file:?} is not DEV:INO:T0", runstat::env::RECORD_FILE));
+    };
+    let name = std::ffi::CString::new(path).map_err(|e| format!("--record {path}: {e}"))?;
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW;
+    let fd = fds::Fd::open(&name, flags, 0, &TRACE).map_err(|e| format!("--record: {e}"))?;
+    if (fd.identity().dev, fd.identity().ino) != (dev, ino) {
+        return Err(format!("--record {path}: not the trace uswap run made (replaced meanwhile)"));
+    }
+    let writer = TraceWriter::appending(BufWriter::with_capacity(1 << 16, TraceFile(fd)));
+    Ok(Trace { writer, t0_ns, threads: Vec::with_capacity(64), closing: false })
 }
 
 /// The trace's descriptor, placed out of the program's way; every write checked.

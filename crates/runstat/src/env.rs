@@ -40,6 +40,10 @@ pub const SWAP_FILE: &str = "USWAP_SWAP_FILE";
 pub const SWAP_SIZE: &str = "USWAP_SWAP_SIZE";
 /// Where to write the fault/eviction trace.
 pub const RECORD: &str = "USWAP_RECORD";
+/// The trace `uswap run` made at [`RECORD`], as `DEV:INO:T0`: the file's device and inode
+/// (each image opens it by name, appending, and writes only to that file) and the
+/// monotonic clock's nanoseconds at its start (every image's records count from there).
+pub const RECORD_FILE: &str = "USWAP_RECORD_FILE";
 /// How often the shim rewrites its live stats file, in milliseconds.
 pub const STATS_INTERVAL_MS: &str = "USWAP_STATS_INTERVAL_MS";
 /// The shim's own path, to take it out of `LD_PRELOAD` in unmanaged processes.
@@ -73,7 +77,7 @@ pub const FAR: &str = "USWAP_FAR";
 pub const FAR_REPLICAS: &str = "USWAP_FAR_REPLICAS";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 22] = [
+pub const ALL: [&str; 23] = [
     RUN_DIR,
     PARENT_PID,
     BUDGET,
@@ -83,6 +87,7 @@ pub const ALL: [&str; 22] = [
     SWAP_FILE,
     SWAP_SIZE,
     RECORD,
+    RECORD_FILE,
     STATS_INTERVAL_MS,
     PRELOAD_PATH,
     FOLIO_ORDER,
@@ -121,6 +126,8 @@ pub struct RunConfig {
     pub swap_file_cache: String,
     /// The trace to write, if any.
     pub record: Option<String>,
+    /// The trace's identity and time base ([`RECORD_FILE`]).
+    pub record_file: Option<String>,
     /// The live stats file's period.
     pub stats_interval_ms: u64,
     /// The shim's path.
@@ -196,6 +203,9 @@ impl RunConfig {
         if let Some(path) = &self.record {
             vars.push((RECORD, path.clone()));
         }
+        if let Some(file) = &self.record_file {
+            vars.push((RECORD_FILE, file.clone()));
+        }
         if let Some(path) = &self.idle_page {
             vars.push((IDLE_PAGE, path.clone()));
         }
@@ -225,6 +235,7 @@ impl RunConfig {
             swap_size_bytes: number(SWAP_SIZE)?,
             swap_file_cache: need(SWAP_FILE_CACHE)?,
             record: get(RECORD),
+            record_file: get(RECORD_FILE),
             stats_interval_ms: number(STATS_INTERVAL_MS)?,
             preload_path: need(PRELOAD_PATH)?,
             folio_order: number(FOLIO_ORDER)? as u32,
@@ -267,6 +278,7 @@ mod tests {
             swap_size_bytes: 4 << 30,
             swap_file_cache: "drop".into(),
             record: Some("/tmp/t".into()),
+            record_file: Some("2049:77:123".into()),
             stats_interval_ms: 1000,
             preload_path: "/x/libuswap_preload.so".into(),
             folio_order: 4,

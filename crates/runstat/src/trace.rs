@@ -180,6 +180,12 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter { out, records: 0 })
     }
 
+    /// A writer of records after a header written before (by `uswap run`, for every image
+    /// of a program that execs to append to).
+    pub fn appending(out: W) -> Self {
+        TraceWriter { out, records: 0 }
+    }
+
     /// Appends one record.
     ///
     /// # Errors

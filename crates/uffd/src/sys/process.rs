@@ -30,6 +30,15 @@ pub fn atfork(
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine (a trace's
+/// images count their records' times from one start).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// `getpid(2)` (async-signal-safe).
 pub fn getpid() -> i32 {
     // SAFETY: getpid has no preconditions.
