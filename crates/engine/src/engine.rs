@@ -91,6 +91,9 @@ pub(crate) struct Core {
     /// The background reclaimer's thread id, once it runs (0 before, or without one).
     pub(crate) kswapd_tid: std::sync::atomic::AtomicI32,
     pub(crate) shutdown: AtomicBool,
+    /// The program locked all its memory ([`Engine::set_all_locked`]): reclaim takes
+    /// nothing.
+    pub(crate) all_locked: AtomicBool,
     /// Told of every page-out once set ([`Engine::set_page_out_hook`]). Set once; read
     /// without a lock.
     pub(crate) page_out_hook: std::sync::OnceLock<Arc<dyn PageOutHook>>,
@@ -232,6 +235,7 @@ impl Engine {
             kswapd_running: Mutex::new(()),
             kswapd_tid: std::sync::atomic::AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
+            all_locked: AtomicBool::new(false),
             page_out_hook: std::sync::OnceLock::new(),
             config,
         });
@@ -738,6 +742,19 @@ impl Engine {
     /// The budget in force, in bytes ([`Engine::set_budget`]; at first the configured one).
     pub fn budget_bytes(&self) -> u64 {
         self.core.budget.budget_bytes()
+    }
+
+    /// The program locked all its memory (`mlockall(MCL_CURRENT)`; `false`: it unlocked it,
+    /// `munlockall`). Locked pages are never paged out, as the kernel's are not (the
+    /// kernel's unevictable list), and they count against the budget: while set, reclaim
+    /// stops at once (counted in `reclaim_locked`) instead of failing to take every page it
+    /// scans, and the budget is exceeded by what the program locked. Pages a program locks
+    /// range by range (`mlock`) are refused one take at a time (the kernel moves pages only
+    /// between ranges locked alike).
+    ///
+    /// Context: lock-free.
+    pub fn set_all_locked(&self, locked: bool) {
+        self.core.all_locked.store(locked, Ordering::SeqCst);
     }
 
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool (or,

@@ -119,6 +119,11 @@ impl Core {
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
         let (mut total, mut fruitless) = (0, 0);
         while more() {
+            if self.all_locked.load(Ordering::SeqCst) {
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                Stats::add(&self.stats.counters.reclaim_locked, 1);
+                break;
+            }
             if self.swap_full() {
                 // Every page-out starts with a slot: none can succeed (the kernel's
                 // can_reclaim_anon_pages). Scanning on split every large folio and failed

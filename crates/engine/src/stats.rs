@@ -113,6 +113,9 @@ counters! {
     /// Of those, the ones stopped because the swap device refused writes for lack of disk
     /// space (`Backend::out_of_space`) and no pool could take the pages instead.
     swap_no_space,
+    /// Of those, the ones stopped because the program locked all its memory
+    /// (`Engine::set_all_locked`): nothing may be paged out.
+    reclaim_locked,
     /// Folios activated by second chance (referenced while inactive).
     pgactivate,
     /// Folios moved from the active to the inactive list.

@@ -176,6 +176,48 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, offset) }
 }
 
+/// `mlockall(2)`: the system call, then, when it locked the mappings there are
+/// (`MCL_CURRENT`), the engine's staging areas are unlocked again
+/// ([`uffd::UffdSource::unlock_lanes`]): pages move only between ranges locked alike, so
+/// the engine's takes from the program's now locked memory are refused, as under `mlock`,
+/// and what the program locked stays resident; the engine stops reclaiming at once
+/// (`Engine::set_all_locked`) rather than fail on every page (docs/RUN.md, "mlock"). The
+/// shim's arena is mapped with no access where unused, so no lock makes it resident
+/// (crate arena), and it is unlocked again so that it is not counted as locked.
+///
+/// # Safety
+/// The caller's contract is mlockall's own.
+#[no_mangle]
+pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
+    // SAFETY: the caller's flags, passed on.
+    let result = unsafe { libc::syscall(libc::SYS_mlockall, flags) };
+    if result != 0 {
+        return -1;
+    }
+    // SAFETY: getpid has no preconditions.
+    if flags & libc::MCL_CURRENT != 0 && unsafe { libc::getpid() } == OWNER.load(SeqCst) {
+        crate::shim::program_locked_all(true);
+    }
+    0
+}
+
+/// `munlockall(2)`: the system call, then the engine may page out again ([`mlockall`]).
+///
+/// # Safety
+/// The caller's contract is munlockall's own.
+#[no_mangle]
+pub unsafe extern "C" fn munlockall() -> c_int {
+    // SAFETY: munlockall takes no argument.
+    if unsafe { libc::syscall(libc::SYS_munlockall) } != 0 {
+        return -1;
+    }
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } == OWNER.load(SeqCst) {
+        crate::shim::program_locked_all(false);
+    }
+    0
+}
+
 /// `mremap(2)`. C declares it variadic (the new address only with `MREMAP_FIXED`); on
 /// x86-64 a variadic argument travels in the register a fifth argument would, so the fifth
 /// parameter reads it, and is only passed on when the flag says it was given.

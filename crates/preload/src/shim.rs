@@ -135,6 +135,26 @@ pub fn bring_in_pages() -> u64 {
     (budget.unwrap_or(0) / uffd::PAGE_SIZE as u64 / 4).clamp(1, 64)
 }
 
+/// After the program's `mlockall(MCL_CURRENT)` (interpose.rs): the engine's staging areas
+/// and the arena are unlocked again (the arena's unused part, mapped with no access, is
+/// then not counted as locked), and the engine told that the program's memory is all
+/// locked (`locked`), or no longer (`munlockall`).
+pub fn program_locked_all(locked: bool) {
+    let Some(state) = STATE.get() else { return };
+    if locked {
+        if let Ok(source) = state.swap.source() {
+            source.unlock_lanes();
+        }
+        if let Some((start, end)) = crate::ARENA.range() {
+            // SAFETY: munlock only clears the lock state of the shim's own reservation.
+            unsafe { libc::munlock(start as *const libc::c_void, end - start) };
+        }
+    }
+    if let Ok(engine) = state.swap.engine() {
+        engine.set_all_locked(locked);
+    }
+}
+
 /// Sets `MADV_NOHUGEPAGE` on a range about to be managed (raw: may run anywhere).
 pub fn no_huge_pages(start: usize, len: usize) {
     // SAFETY: advice only; an unmapped range is ENOMEM, ignored.

@@ -160,6 +160,8 @@ pub struct Summary {
     pub write_errors: u64,
     /// Reclaim passes stopped because the swap file's disk was low on space.
     pub no_space: u64,
+    /// Reclaim passes stopped because the program locked all its memory (mlockall).
+    pub locked: u64,
     /// Pages mapped to the zero page write-protected, uncharged.
     pub zero_mapped: u64,
     /// Of those, pages the program wrote (a write-protect fault each made them resident).
@@ -335,6 +337,7 @@ impl Summary {
             swap_full: file.get("swap_full"),
             write_errors: file.get("swpout_error"),
             no_space: file.get("swap_no_space"),
+            locked: file.get("reclaim_locked"),
             zero_mapped: file.get("zero_mapped"),
             zero_written: file.get("zero_mapped_written"),
             efault_retries: file.get("shim_efault_retries"),
@@ -457,7 +460,7 @@ impl Summary {
     }
 
     /// Lines on what the program did to the process around uswap: its descriptor calls
-    /// on uswap's descriptors.
+    /// on uswap's descriptors, and its locks.
     fn process_lines(&self, prefix: &str) -> Vec<String> {
         let mut lines = Vec::new();
         if self.fds_closes_ignored + self.fds_ranges_closed + self.fds_moves > 0 {
@@ -465,6 +468,14 @@ impl Summary {
                 "{prefix}descriptors: the program closed uswap's {} times (ignored), closed {} \
                  ranges around them, and dup'd onto them {} times (moved first)",
                 self.fds_closes_ignored, self.fds_ranges_closed, self.fds_moves
+            ));
+        }
+        if self.locked > 0 {
+            lines.push(format!(
+                "{prefix}the program locked its memory (mlockall): locked pages are never paged \
+                 out and count against the budget, which could not be kept meanwhile (reclaim \
+                 stopped {} times)",
+                self.locked
             ));
         }
         if self.fds_lost + self.fds_recovered > 0 {
@@ -594,10 +605,12 @@ mod tests {
         troubled.set("swap_full", 3);
         troubled.set("swpout_error", 17);
         troubled.set("swap_no_space", 5);
+        troubled.set("reclaim_locked", 4);
         let lines = Summary::of(&troubled).to_lines("uswap: ");
         assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
         assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
+        assert!(lines.iter().any(|l| l.contains("(mlockall)") && l.contains("stopped 4 times")));
         assert!(!lines.iter().any(|l| l.contains("descriptors")), "{lines:?}");
         // A swap file lost to a direct system call refuses writes as a full disk does: the
         // lost line says why, not the disk's.

@@ -687,6 +687,23 @@ impl UffdSource {
         lock(&self.orphans).iter().any(|o| o.addr >= addr && o.addr < addr + len)
     }
 
+    /// Unlocks the lanes' staging and discard areas (`munlock`), after the program locked
+    /// every mapping (`mlockall(MCL_CURRENT)`): a page moves only between ranges of the
+    /// same lock state, so with staging unlocked a take from memory the program locked is
+    /// refused (EINVAL), as it is under `mlock` of the program's own ranges, and its pages
+    /// stay resident; the drains (staging to discard) keep working.
+    ///
+    /// Context: takes each lane's lock in turn; one system call per area.
+    pub fn unlock_lanes(&self) {
+        let Some(lanes) = &self.lanes else { return };
+        for lane in lanes.lanes.iter() {
+            let lane = lock(lane);
+            for range in [lane.staging.range(), lane.discard.range()] {
+                let _ = crate::sys::mem::munlock(range.start(), range.len_bytes());
+            }
+        }
+    }
+
     /// Whether orphans wait to be restored.
     pub fn has_orphans(&self) -> bool {
         self.orphan_count.load(Relaxed) > 0

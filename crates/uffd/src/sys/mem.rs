@@ -171,6 +171,12 @@ pub unsafe fn atomic_u64<'a>(addr: usize) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(addr as *mut u64) }
 }
 
+/// `munlock(addr, len)`. Safe: unlocking changes no content and no access right.
+pub fn munlock(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: munlock only clears the range's lock state.
+    check(libc::c_long::from(unsafe { libc::munlock(addr as *const _, len) })).map(drop)
+}
+
 /// `mincore(2)`: one byte per page of `[addr, addr + vec.len() pages)`, bit 0 set when the
 /// page is resident. Safe: the kernel only reads page tables and writes `vec`; an unmapped
 /// range is ENOMEM.
