@@ -162,6 +162,8 @@ pub struct Summary {
     pub no_space: u64,
     /// Reclaim passes stopped because the program locked all its memory (mlockall).
     pub locked: u64,
+    /// Pages found resident when the shim adopted their mapping (touched before its scan).
+    pub adopted_pages: u64,
     /// Pages mapped to the zero page write-protected, uncharged.
     pub zero_mapped: u64,
     /// Of those, pages the program wrote (a write-protect fault each made them resident).
@@ -338,6 +340,7 @@ impl Summary {
             write_errors: file.get("swpout_error"),
             no_space: file.get("swap_no_space"),
             locked: file.get("reclaim_locked"),
+            adopted_pages: file.get("shim_pages_adopted"),
             zero_mapped: file.get("zero_mapped"),
             zero_written: file.get("zero_mapped_written"),
             efault_retries: file.get("shim_efault_retries"),
@@ -463,6 +466,19 @@ impl Summary {
     /// on uswap's descriptors, and its locks.
     fn process_lines(&self, prefix: &str) -> Vec<String> {
         let mut lines = Vec::new();
+        // A budget passed by more than one of its sixteenths (a few folios in flight per
+        // faulting thread are the engine's bound: engine_stress) is said, with its causes.
+        let peak = self.charged_peak_bytes.max(self.peak_rss_bytes);
+        if self.budget_bytes > 0 && peak > self.budget_bytes / 16 * 17 {
+            lines.push(format!(
+                "{prefix}the budget was exceeded (peak {}): pages a program touches in memory \
+                 glibc maps on its own are found by a scan every 10 ms, and are resident until \
+                 then ({} adopted so in this run), and every faulting thread holds up to a \
+                 folio in flight",
+                format_size(peak),
+                format_size(self.adopted_pages * 4096)
+            ));
+        }
         if self.fds_closes_ignored + self.fds_ranges_closed + self.fds_moves > 0 {
             lines.push(format!(
                 "{prefix}descriptors: the program closed uswap's {} times (ignored), closed {} \
@@ -611,6 +627,13 @@ mod tests {
         assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
         assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
         assert!(lines.iter().any(|l| l.contains("(mlockall)") && l.contains("stopped 4 times")));
+        assert!(!lines.iter().any(|l| l.contains("budget was exceeded")), "{lines:?}");
+        let mut over = troubled.clone();
+        over.set("used_bytes_peak", 400 << 20);
+        over.set("shim_pages_adopted", 25600);
+        let lines = Summary::of(&over).to_lines("uswap: ");
+        let line = lines.iter().find(|l| l.contains("budget was exceeded")).expect("said");
+        assert!(line.contains("(peak 400 MiB)") && line.contains("100 MiB adopted"), "{line}");
         assert!(!lines.iter().any(|l| l.contains("descriptors")), "{lines:?}");
         // A swap file lost to a direct system call refuses writes as a full disk does: the
         // lost line says why, not the disk's.

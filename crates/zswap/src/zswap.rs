@@ -47,6 +47,25 @@ thread_local! {
         RefCell::new(vec![0u8; crate::compress::COMPRESS_OUT_BYTES].into_boxed_slice());
 }
 
+/// Runs `f` with this thread's compression buffer, or with one on the stack when the
+/// thread's is gone or in use: a thread that is exiting has destroyed its thread-locals,
+/// and under the shim's SIGBUS delivery such a thread still faults (its last `free`, its
+/// thread-local destructors touching swapped memory) and serves the fault itself, here
+/// (200 threads under 48M died so in 4 runs of 5: "cannot access a Thread Local Storage
+/// value during or after destruction").
+fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let mut f = Some(f);
+    let done = SCRATCH.try_with(|scratch| {
+        let mut scratch = scratch.try_borrow_mut().ok()?;
+        f.take().map(|f| f(&mut scratch))
+    });
+    match (done, f) {
+        (Ok(Some(result)), _) => result,
+        (_, Some(f)) => f(&mut [0u8; crate::compress::COMPRESS_OUT_BYTES]),
+        (_, None) => unreachable!("the buffer's closure ran without a result"),
+    }
+}
+
 /// A compressed pool in front of one swap device. `Send + Sync`: share it by reference or
 /// `Arc`.
 ///
@@ -242,9 +261,8 @@ impl Zswap {
         if self.check_limits() {
             return Err(Reject::PoolLimit);
         }
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let object = self.compress(entry, page, &mut scratch)?;
+        with_scratch(|scratch| {
+            let object = self.compress(entry, page, scratch)?;
             let handle = self.alloc_object(object.len())?;
             self.pool.write(handle, object);
             self.lru.prepare(slot_of(entry));
@@ -514,8 +532,7 @@ impl Zswap {
         if self.exclusive_load {
             return self.load_exclusive(entry, page);
         }
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
+        with_scratch(|scratch| {
             let found = {
                 let (tree, key) = self.trees.lock(entry.offset());
                 let Some(found) = self.find(&tree, key, entry) else {
@@ -525,7 +542,7 @@ impl Zswap {
                 self.lru.mark_referenced(slot_of(entry));
                 found
             };
-            self.read_into(found.handle, found.raw, page, &mut scratch)?;
+            self.read_into(found.handle, found.raw, page, scratch)?;
             bump(&self.counters.zswpin);
             Ok(true)
         })
@@ -586,35 +603,32 @@ impl Zswap {
             }
             self.check_type(first);
         }
-        SCRATCH
-            .with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                self.pool.read_each(&handles, &mut scratch, |i, n, bytes| {
-                    let pages = &mut folio[i * PAGE_SIZE..(i + n) * PAGE_SIZE];
-                    // Only a raw page is a whole page in the pool (`new`: the compressor's
-                    // threshold is below the huge class's size), so `n > 1` is raw pages.
-                    if raw[i] {
-                        pages.copy_from_slice(bytes);
-                        return Ok(());
-                    }
-                    let page: &mut [u8; PAGE_SIZE] = pages.try_into().expect("one page");
-                    self.compressor.decompress(bytes, page)
-                })
+        with_scratch(|scratch| {
+            self.pool.read_each(&handles, scratch, |i, n, bytes| {
+                let pages = &mut folio[i * PAGE_SIZE..(i + n) * PAGE_SIZE];
+                // Only a raw page is a whole page in the pool (`new`: the compressor's
+                // threshold is below the huge class's size), so `n > 1` is raw pages.
+                if raw[i] {
+                    pages.copy_from_slice(bytes);
+                    return Ok(());
+                }
+                let page: &mut [u8; PAGE_SIZE] = pages.try_into().expect("one page");
+                self.compressor.decompress(bytes, page)
             })
-            .inspect_err(|_| bump(&self.counters.decompress_fail))?;
+        })
+        .inspect_err(|_| bump(&self.counters.decompress_fail))?;
         self.counters.zswpin.fetch_add(nr as u64, Relaxed);
         Ok(true)
     }
 
     fn load_exclusive(&self, entry: SwapEntry, page: &mut [u8; PAGE_SIZE]) -> Result<bool, Error> {
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
+        with_scratch(|scratch| {
             let (mut tree, key) = self.trees.lock(entry.offset());
             let Some(found) = self.find(&tree, key, entry) else {
                 bump(&self.counters.load_misses);
                 return Ok(false);
             };
-            self.read_into(found.handle, found.raw, page, &mut scratch)?;
+            self.read_into(found.handle, found.raw, page, scratch)?;
             let erased = self.erase_locked(&mut tree, key, entry);
             drop(tree);
             if let Some(erased) = erased {
