@@ -50,9 +50,9 @@ thread_local! {
 /// Runs `f` with this thread's compression buffer, or with one on the stack when the
 /// thread's is gone or in use: a thread that is exiting has destroyed its thread-locals,
 /// and under the shim's SIGBUS delivery such a thread still faults (its last `free`, its
-/// thread-local destructors touching swapped memory) and serves the fault itself, here
-/// (200 threads under 48M died so in 4 runs of 5: "cannot access a Thread Local Storage
-/// value during or after destruction").
+/// thread-local destructors touching swapped memory) and serves the fault itself, here;
+/// `with` would panic there ("cannot access a Thread Local Storage value during or after
+/// destruction").
 fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
     let mut f = Some(f);
     let done = SCRATCH.try_with(|scratch| {
