@@ -143,6 +143,8 @@ impl Slot {
     /// Publishes `number` as the descriptor's, then waits until no guard still uses the
     /// old one (each a system call long).
     fn flip(&self, number: i32) {
+        // Lowered first: a close of the new number must find it ours from the moment it is.
+        LOWEST.fetch_min(number, SeqCst);
         let cur = self.current.load(SeqCst);
         let epoch = ((cur >> 32) as u32).wrapping_add(1);
         self.current.store(pack(epoch, number), SeqCst);
@@ -234,7 +236,6 @@ impl Slot {
             None => (sys::identity(low) == Ok(self.identity())).then_some(low),
         };
         if let Some(number) = number {
-            LOWEST.fetch_min(number, SeqCst);
             self.flip(number);
         }
         self.transient.store(-1, SeqCst);
