@@ -101,8 +101,8 @@ pub struct RunArgs {
     /// file (see --force); every image of a program that execs adds its records to it.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// Let --record replace an existing file and --stats-file append to one. Without it an
-    /// existing file is refused; a symbolic link always is (docs/RUN.md).
+    /// Let --record replace an existing regular file and --stats-file append to one.
+    /// Without it such a file is refused; a symbolic link always is (docs/RUN.md).
     #[arg(long)]
     force: bool,
     /// The folio order: a first touch maps, and page-out moves, up to 2^N pages at once (0

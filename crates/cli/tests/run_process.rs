@@ -401,7 +401,8 @@ fn pages_out_figure(err: &str, key: &str) -> u64 {
 /// `--record` and `--stats-file` never write through a symbolic link, nor over an existing
 /// file without `--force` (a root user could be made to overwrite any file through a link
 /// planted in a shared directory); with `--force` the trace is replaced and the stats file
-/// appended to. Before, both followed links and silently replaced what was there.
+/// appended to; /dev/null is written as it is. Before, both followed links and silently
+/// replaced what was there.
 #[test]
 fn files_written_for_the_user_refuse_links_and_existing_files() {
     let dir = TempDir::new("outputs");
@@ -436,6 +437,10 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&victim).unwrap();
     assert!(text.starts_with("precious\nuswap live: "), "appended to: {text}");
+    // A file of another kind holds nothing to lose: written without --force.
+    let args = ["run", "--budget", "8M", "--stats-every", "0.05", "--stats-file", "/dev/null"];
+    let out = uswap(&[&args[..], &["--", "sleep", "0.2"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 /// `--record` with a program that execs itself: every image's records are in the trace
