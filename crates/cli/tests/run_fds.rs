@@ -87,6 +87,7 @@ fn pages_out_figure(err: &str, key: &str) -> u64 {
 }
 
 /// A shell script that builds a few MiB of strings (20 MiB of words under an 8M budget),
+/// sends descriptors 5 and 6 to /dev/null (`exec 5>/dev/null 6>/dev/null`), builds more,
 /// redirects descriptors 3 to 9 to files of its own with `exec N>>file`, builds more and
 /// prints a checksum of it all: the same output as without uswap, and empty files. Before,
 /// the shell's heap pages went into its log, or it died of SIGSEGV.
@@ -97,10 +98,12 @@ fn a_shell_exec_onto_descriptors_3_to_9_keeps_its_data_and_files() {
     }
     let script = "D=$1\n\
                   printf -v a '%s-' {1..60000}\n\
+                  exec 5>/dev/null 6>/dev/null\n\
+                  printf -v c '%s=' {1..30000}\n\
                   exec 3>>\"$D/f3\" 4>>\"$D/f4\" 5>>\"$D/f5\" 6>>\"$D/f6\" 7>>\"$D/f7\" \
                   8>>\"$D/f8\" 9>>\"$D/f9\"\n\
                   printf -v b '%s+' {60000..1}\n\
-                  echo ${#a} ${#b} $(printf '%s%s' \"$a\" \"$b\" | cksum)\n";
+                  echo ${#a} ${#b} ${#c} $(printf '%s%s%s' \"$a\" \"$b\" \"$c\" | cksum)\n";
     let (plain_dir, dir) = (TempDir::new("sh-plain"), TempDir::new("sh"));
     let plain =
         std::process::Command::new("bash").args(["-c", script, "sh", plain_dir.path()]).output();
