@@ -617,35 +617,6 @@ mod tests {
         let lines = Summary::of(&followed).to_lines("uswap: ");
         assert!(lines.last().unwrap().ends_with(", 2 placements failed"), "{lines:?}");
         assert!(!lines.iter().any(|l| l.contains("swap file") || l.contains("swap device")));
-        let mut troubled = file.clone();
-        troubled.set("swap_full", 3);
-        troubled.set("swpout_error", 17);
-        troubled.set("swap_no_space", 5);
-        troubled.set("reclaim_locked", 4);
-        let lines = Summary::of(&troubled).to_lines("uswap: ");
-        assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
-        assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
-        assert!(lines.iter().any(|l| l.contains("(mlockall)") && l.contains("stopped 4 times")));
-        assert!(!lines.iter().any(|l| l.contains("budget was exceeded")), "{lines:?}");
-        let mut over = troubled.clone();
-        over.set("used_bytes_peak", 400 << 20);
-        over.set("shim_pages_adopted", 25600);
-        let lines = Summary::of(&over).to_lines("uswap: ");
-        let line = lines.iter().find(|l| l.contains("budget was exceeded")).expect("said");
-        assert!(line.contains("(peak 400 MiB)") && line.contains("100 MiB adopted"), "{line}");
-        assert!(!lines.iter().any(|l| l.contains("descriptors")), "{lines:?}");
-        // A swap file lost to a direct system call refuses writes as a full disk does: the
-        // lost line says why, not the disk's.
-        let mut lost = troubled.clone();
-        lost.set("fds_lost", 1);
-        lost.set("fds_recovered", 2);
-        lost.set("fds_closes_ignored", 7);
-        let lines = Summary::of(&lost).to_lines("uswap: ");
-        assert!(!lines.iter().any(|l| l.contains("disk was low on space")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("2 taken back") && l.contains("1 lost")));
-        assert!(lines.iter().any(|l| l.contains("closed uswap's 7 times (ignored)")));
-        assert!(!lines.iter().any(|l| l.contains("encryption")), "{lines:?}");
         let mut sealed = file.clone();
         sealed.set("crypt_sealed_pages", 30);
         sealed.set("crypt_opened_pages", 20);
@@ -677,6 +648,42 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("5 pages could not be read from any server"), "{text}");
+    }
+
+    /// The lines on a run's troubles: reclaim stopped (a full swap, failed writes, a disk
+    /// low on space, mlockall), a budget passed and why, descriptors lost or taken back.
+    #[test]
+    fn troubles_are_said_with_their_causes() {
+        let file = sample();
+        let mut troubled = file.clone();
+        troubled.set("swap_full", 3);
+        troubled.set("swpout_error", 17);
+        troubled.set("swap_no_space", 5);
+        troubled.set("reclaim_locked", 4);
+        let lines = Summary::of(&troubled).to_lines("uswap: ");
+        assert!(lines.iter().any(|l| l.contains("reclaim stopped 3 times")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
+        assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
+        assert!(lines.iter().any(|l| l.contains("(mlockall)") && l.contains("stopped 4 times")));
+        assert!(!lines.iter().any(|l| l.contains("budget was exceeded")), "{lines:?}");
+        let mut over = troubled.clone();
+        over.set("used_bytes_peak", 400 << 20);
+        over.set("shim_pages_adopted", 25600);
+        let lines = Summary::of(&over).to_lines("uswap: ");
+        let line = lines.iter().find(|l| l.contains("budget was exceeded")).expect("said");
+        assert!(line.contains("(peak 400 MiB)") && line.contains("100 MiB adopted"), "{line}");
+        assert!(!lines.iter().any(|l| l.contains("descriptors")), "{lines:?}");
+        // A swap file lost to a direct system call refuses writes as a full disk does: the
+        // lost line says why, not the disk's.
+        let mut lost = troubled.clone();
+        lost.set("fds_lost", 1);
+        lost.set("fds_recovered", 2);
+        lost.set("fds_closes_ignored", 7);
+        let lines = Summary::of(&lost).to_lines("uswap: ");
+        assert!(!lines.iter().any(|l| l.contains("disk was low on space")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("2 taken back") && l.contains("1 lost")));
+        assert!(lines.iter().any(|l| l.contains("closed uswap's 7 times (ignored)")));
+        assert!(!lines.iter().any(|l| l.contains("encryption")), "{lines:?}");
     }
 
     #[test]
