@@ -754,7 +754,10 @@ impl Engine {
     ///
     /// Context: lock-free.
     pub fn set_all_locked(&self, locked: bool) {
-        self.core.all_locked.store(locked, Ordering::SeqCst);
+        let was = self.core.all_locked.swap(locked, Ordering::SeqCst);
+        if locked && !was {
+            Stats::add(&self.core.stats.counters.all_locked, 1);
+        }
     }
 
     /// What the budget charges now, in bytes: resident and swap-cache pages, the pool (or,

@@ -116,6 +116,9 @@ counters! {
     /// Of those, the ones stopped because the program locked all its memory
     /// (`Engine::set_all_locked`): nothing may be paged out.
     reclaim_locked,
+    /// Times the program locked all its memory (`Engine::set_all_locked`): said in the
+    /// summary whether or not reclaim ran into it afterwards.
+    all_locked,
     /// Folios activated by second chance (referenced while inactive).
     pgactivate,
     /// Folios moved from the active to the inactive list.

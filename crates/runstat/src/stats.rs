@@ -162,6 +162,8 @@ pub struct Summary {
     pub no_space: u64,
     /// Reclaim passes stopped because the program locked all its memory (mlockall).
     pub locked: u64,
+    /// Times the program locked all its memory (mlockall).
+    pub all_locked: u64,
     /// Pages found resident when the shim adopted their mapping (touched before its scan).
     pub adopted_pages: u64,
     /// Pages mapped to the zero page write-protected, uncharged.
@@ -340,6 +342,7 @@ impl Summary {
             write_errors: file.get("swpout_error"),
             no_space: file.get("swap_no_space"),
             locked: file.get("reclaim_locked"),
+            all_locked: file.get("all_locked"),
             adopted_pages: file.get("shim_pages_adopted"),
             zero_mapped: file.get("zero_mapped"),
             zero_written: file.get("zero_mapped_written"),
@@ -486,12 +489,14 @@ impl Summary {
                 self.fds_closes_ignored, self.fds_ranges_closed, self.fds_moves
             ));
         }
-        if self.locked > 0 {
+        if self.locked + self.all_locked > 0 {
+            let stopped = match self.locked {
+                0 => String::new(),
+                n => format!(" (reclaim stopped {n} times)"),
+            };
             lines.push(format!(
                 "{prefix}the program locked its memory (mlockall): locked pages are never paged \
-                 out and count against the budget, which could not be kept meanwhile (reclaim \
-                 stopped {} times)",
-                self.locked
+                 out and count against the budget, which could not be kept meanwhile{stopped}"
             ));
         }
         if self.fds_lost + self.fds_recovered > 0 {
@@ -665,6 +670,12 @@ mod tests {
         assert!(lines.iter().any(|l| l.contains("17 page writes to the swap file failed")));
         assert!(lines.iter().any(|l| l.contains("low on space: reclaim stopped 5 times")));
         assert!(lines.iter().any(|l| l.contains("(mlockall)") && l.contains("stopped 4 times")));
+        // Locked with no reclaim pass since (everything brought in by mlockall itself): said.
+        let mut locked = file.clone();
+        locked.set("all_locked", 1);
+        let lines = Summary::of(&locked).to_lines("");
+        let line = lines.iter().find(|l| l.contains("(mlockall)")).expect("said");
+        assert!(line.ends_with("could not be kept meanwhile"), "{line}");
         assert!(!lines.iter().any(|l| l.contains("budget was exceeded")), "{lines:?}");
         let mut over = troubled.clone();
         over.set("used_bytes_peak", 400 << 20);
