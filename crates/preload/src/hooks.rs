@@ -700,7 +700,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A number that orders final files of one pid (exec'd images): ns since the epoch.
 /// A process's stats files: `live-PID`, replaced while it runs, then `final-PID-NS`.
 #[derive(Debug, Default)]
 struct StatsFiles {
@@ -734,6 +733,7 @@ impl StatsFiles {
     }
 }
 
+/// A number that orders final files of one pid (exec'd images): ns since the epoch.
 pub fn unique_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
