@@ -27,6 +27,9 @@
 //!   [`Error::Authentication`], never data. Subsumes the checksum layer.
 //! - [`FaultBackend`]: wraps any backend and fails, tears or loses chosen reads and writes,
 //!   with counters, so the layers above can prove they lose nothing.
+//! - [`OverlayBackend`]: a forked child's device over the one it inherited: its own
+//!   writes go to a backend of its own, inherited slots are read from the parent's until
+//!   the child writes them.
 //!
 //! Invariants every backend keeps:
 //! - a read returns the bytes of the last completed write of that slot, or an error; never
@@ -43,6 +46,7 @@ mod error;
 mod fault;
 mod file;
 mod memory;
+mod overlay;
 
 pub use checksum::{ChecksumBackend, ChecksumStats};
 pub use crypt::{CryptBackend, CryptStats, CHUNK_SLOTS, SEAL_BYTES};
@@ -50,6 +54,7 @@ pub use error::Error;
 pub use fault::{FaultBackend, FaultKind, FaultPlan, FaultStats};
 pub use file::{FileBackend, FileOptions, FileStats};
 pub use memory::MemoryBackend;
+pub use overlay::OverlayBackend;
 
 /// Bytes in one page, and so in one slot (x86-64 base page).
 pub const PAGE_SIZE: usize = 4096;

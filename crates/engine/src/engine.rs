@@ -94,6 +94,8 @@ pub(crate) struct Core {
     /// The program locked all its memory ([`Engine::set_all_locked`]): reclaim takes
     /// nothing.
     pub(crate) all_locked: AtomicBool,
+    /// Stops the engine's own reclaim for a fork ([`crate::quiesce`]).
+    pub(crate) fork_pause: crate::quiesce::ForkPause,
     /// Told of every page-out once set ([`Engine::set_page_out_hook`]). Set once; read
     /// without a lock.
     pub(crate) page_out_hook: std::sync::OnceLock<Arc<dyn PageOutHook>>,
@@ -109,7 +111,9 @@ pub type AddrRanges = Vec<(u64, u64)>;
 #[derive(Debug)]
 pub struct Engine {
     pub(crate) core: Arc<Core>,
-    kswapd: Option<std::thread::JoinHandle<()>>,
+    /// The background reclaimer, if configured (a forked child starts its own:
+    /// [`Engine::after_fork_in_child`]).
+    kswapd: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for dyn PageSource {
@@ -148,12 +152,20 @@ fn make_backend(config: &EngineConfig) -> Result<Arc<dyn Backend>, Error> {
         }
         BackendConfig::Custom(backend) => backend.clone(),
     };
-    // One integrity layer, never two: a GCM tag authenticates what a crc32c would check.
-    if swap.encrypt {
+    wrap_backend(config, plain)
+}
+
+/// `plain` with the layers the configuration asks for on top: every page sealed
+/// (AES-256-GCM under a key made now), or a crc32c per slot. One integrity layer, never
+/// two: a GCM tag authenticates what a crc32c would check. A forked child's own backend
+/// gets the same layers under a key of its own (one key never seals two pages with one
+/// nonce, and the parent's key goes on counting from the same nonce).
+fn wrap_backend(config: &EngineConfig, plain: Arc<dyn Backend>) -> Result<Arc<dyn Backend>, Error> {
+    if config.swap.encrypt {
         let sealed = CryptBackend::new(ArcBackend(plain))
             .map_err(|e| Error::Config(format!("swap encryption: {e}")))?;
         Ok(Arc::new(sealed))
-    } else if swap.checksums {
+    } else if config.swap.checksums {
         Ok(Arc::new(ChecksumBackend::new(ArcBackend(plain))))
     } else {
         Ok(plain)
@@ -236,25 +248,12 @@ impl Engine {
             kswapd_tid: std::sync::atomic::AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
             all_locked: AtomicBool::new(false),
+            fork_pause: crate::quiesce::ForkPause::default(),
             page_out_hook: std::sync::OnceLock::new(),
             config,
         });
-        let kswapd = if core.config.background_reclaim {
-            let core = core.clone();
-            let handle = std::thread::Builder::new()
-                .name("uswap-kswapd".into())
-                .spawn(move || {
-                    let tid = rustix::thread::gettid().as_raw_nonzero().get();
-                    core.kswapd_tid.store(tid, std::sync::atomic::Ordering::Release);
-                    core.place_reclaimer();
-                    core.kswapd();
-                })
-                .map_err(|e| Error::Config(format!("cannot start the reclaimer thread: {e}")))?;
-            Some(handle)
-        } else {
-            None
-        };
-        Ok(Engine { core, kswapd })
+        let kswapd = core.spawn_reclaimer()?;
+        Ok(Engine { core, kswapd: std::sync::Mutex::new(kswapd) })
     }
 
     /// Manages `len` bytes at `start` (page aligned; all pages untouched so far) in the
@@ -414,14 +413,28 @@ impl Engine {
     /// Context: takes the regions lock (read), then each region's page-table lock in turn;
     /// allocates.
     pub fn swapped_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        self.ranges_where(mm, |pte| matches!(pte, Pte::Swap(_)))
+    }
+
+    /// The runs of pages of address space `mm` mapped to the zero page, write-protected
+    /// and uncharged ([`Pte::ZeroMapped`]), as `(address, pages)`: a forked child protects
+    /// them again (its page tables lost the protection with the fork).
+    ///
+    /// Context: as [`Engine::swapped_ranges`].
+    pub fn zero_mapped_ranges(&self, mm: MmId) -> Vec<(u64, u64)> {
+        self.ranges_where(mm, |pte| matches!(pte, Pte::ZeroMapped))
+    }
+
+    fn ranges_where(&self, mm: MmId, keep: impl Fn(&Pte) -> bool) -> Vec<(u64, u64)> {
         let regions: Vec<Arc<Region>> = {
             let regions = self.core.regions.read();
-            regions.mms.get(&mm).map(|s| s.by_start.values().cloned().collect()).unwrap_or_default()
+            let Some(space) = regions.mms.get(&mm) else { return Vec::new() };
+            space.by_start.values().cloned().collect()
         };
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for region in regions {
             let found = region.lock().entries(0, region.nr_pages() - 1);
-            for f in found.into_iter().filter(|f| matches!(f.pte, Pte::Swap(_))) {
+            for f in found.into_iter().filter(|f| keep(&f.pte)) {
                 let (addr, pages) = (region.addr_of(f.first), 1u64 << f.order);
                 match runs.last_mut() {
                     Some((a, n)) if *a + *n * PAGE_SIZE as u64 == addr => *n += pages,
@@ -521,6 +534,22 @@ impl Engine {
         self.core.fork(parent, child_source)
     }
 
+    /// Keeps, for a child this process forked without `UFFD_FEATURE_EVENT_FORK`, a
+    /// reference on every swap slot the engine's own address space refers to now: the
+    /// child reads them through its copy of the engine, so they must not be freed and
+    /// written again until it exits or execs ([`Engine::exit_mm`] of the returned address
+    /// space releases them). An address space of references only: it has no source and
+    /// is never faulted in (the kernel's `copy_page_range` takes the same references).
+    ///
+    /// # Errors
+    /// As [`Engine::fork`].
+    ///
+    /// Context: the engine quiescent ([`Engine::pause_for_fork`], faults stopped);
+    /// allocates the copy's page tables; time in proportion to the swapped pages.
+    pub fn hold_for_child(&self) -> Result<MmId, Error> {
+        self.core.fork(MmId::DEFAULT, Arc::new(crate::page_source::NoSource))
+    }
+
     /// An address space is gone (the process exited or exec'd): drop its regions and the
     /// swap references they held.
     pub fn exit_mm(&self, mm: MmId) {
@@ -530,6 +559,7 @@ impl Engine {
     /// Reclaims until the free budget reaches the high watermark or nothing more can go
     /// (what the background reclaimer does). Returns pages reclaimed.
     pub fn reclaim(&self) -> u64 {
+        let Some(_busy) = self.core.fork_pause.enter() else { return 0 };
         let reclaimed = self.core.reclaim_to(Pressure::None, false);
         self.core.shrink_pool();
         reclaimed
@@ -739,6 +769,59 @@ impl Engine {
         Ok(())
     }
 
+    /// Stops the engine's own reclaim (the background reclaimer's passes, direct reclaim
+    /// in faults, [`Engine::pageout`], pool writeback and compaction) and waits until none
+    /// is in flight, so the engine's memory is consistent when the process forks
+    /// ([`crate::quiesce`]). Faults are still served: the caller stops the other threads'.
+    ///
+    /// Context: the forking thread; yields while a reclaim batch ends.
+    pub fn pause_for_fork(&self) {
+        self.core.fork_pause.pause();
+    }
+
+    /// Lets reclaim run again after [`Engine::pause_for_fork`] (in the parent).
+    pub fn resume_after_fork(&self) {
+        self.core.fork_pause.resume();
+        self.core.wake_kswapd_if_short();
+    }
+
+    /// In a forked child, on its only thread, before anything else uses this engine: the
+    /// copy it inherited becomes the child's own. Its swap device writes to `own` from now
+    /// on (a new backend of the same size, wrapped as the configuration asks), reading
+    /// the slots it inherited from its parent's backend until it writes them (backend's
+    /// `OverlayBackend`: the parent keeps them for it, [`Engine::hold_for_child`]). The
+    /// parent's reclaimer thread does not exist here (its handle is forgotten, never
+    /// joined), so a new one starts; the event counters start from zero (the child's
+    /// summary counts its own events; the state, pages and charges are the copy's);
+    /// reclaim runs again.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if `own` is not the device's size (nothing changed then) or the
+    /// reclaimer thread cannot start.
+    pub fn after_fork_in_child(&self, own: Arc<dyn Backend>) -> Result<(), Error> {
+        let device = &self.core.storage.device;
+        let own = wrap_backend(&self.core.config, own)?;
+        let overlay = backend::OverlayBackend::new(device.backend(), own)
+            .map_err(|e| Error::Config(format!("a forked child's swap device: {e}")))?;
+        device
+            .replace_backend(Arc::new(overlay))
+            .map_err(|e| Error::Config(format!("a forked child's swap device: {e}")))?;
+        let mut kswapd = self.kswapd.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The parent's thread: its handle names a thread of another process.
+        std::mem::forget(kswapd.take());
+        self.core.kswapd_tid.store(0, std::sync::atomic::Ordering::Release);
+        self.core.stats.reset_events();
+        *kswapd = self.core.spawn_reclaimer()?;
+        drop(kswapd);
+        self.resume_after_fork();
+        Ok(())
+    }
+
+    /// The swap device (a forked child gives it a backend of its own).
+    pub fn swap_device(&self) -> &Arc<SwapDevice> {
+        &self.core.storage.device
+    }
+
     /// The budget in force, in bytes ([`Engine::set_budget`]; at first the configured one).
     pub fn budget_bytes(&self) -> u64 {
         self.core.budget.budget_bytes()
@@ -791,7 +874,8 @@ impl Drop for Engine {
         self.core.shutdown.store(true, Ordering::Release);
         *self.core.kswapd_pending.lock() = true;
         self.core.kswapd_wake.notify_all();
-        if let Some(handle) = self.kswapd.take() {
+        let handle = self.kswapd.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(handle) = handle {
             // A panicking reclaimer already reported itself; nothing more to do here.
             let _ = handle.join();
         }
@@ -915,6 +999,24 @@ impl Core {
     fn pagetable_bytes(&self) -> u64 {
         let regions: Vec<Arc<Region>> = self.regions.read().by_id.values().cloned().collect();
         regions.iter().map(|region| region.lock().memory_bytes() as u64).sum()
+    }
+
+    /// Starts the background reclaimer if the configuration asks for one.
+    fn spawn_reclaimer(self: &Arc<Core>) -> Result<Option<std::thread::JoinHandle<()>>, Error> {
+        if !self.config.background_reclaim {
+            return Ok(None);
+        }
+        let core = self.clone();
+        let handle = std::thread::Builder::new()
+            .name("uswap-kswapd".into())
+            .spawn(move || {
+                let tid = rustix::thread::gettid().as_raw_nonzero().get();
+                core.kswapd_tid.store(tid, std::sync::atomic::Ordering::Release);
+                core.place_reclaimer();
+                core.kswapd();
+            })
+            .map_err(|e| Error::Config(format!("cannot start the reclaimer thread: {e}")))?;
+        Ok(Some(handle))
     }
 
     /// Is the pool one of its own beside the budget?

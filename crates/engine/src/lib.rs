@@ -19,6 +19,7 @@ pub mod hooks;
 pub mod lru;
 pub mod mem_source;
 pub mod page_source;
+mod quiesce;
 pub mod ranges;
 mod reclaim;
 pub mod region;

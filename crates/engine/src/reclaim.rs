@@ -99,6 +99,11 @@ impl Core {
             self.wake_kswapd();
         }
         if pressure == Pressure::BelowMin {
+            // Paused for a fork: the charge goes over the budget for as long as it lasts.
+            let Some(_busy) = self.fork_pause.enter() else {
+                Stats::add(&self.stats.counters.reclaim_paused, 1);
+                return;
+            };
             Stats::add(&self.stats.counters.allocstall, 1);
             self.reclaim_while(true, || {
                 self.budget.pressure(self.pool_charge(), need) == Pressure::BelowMin
@@ -118,7 +123,7 @@ impl Core {
 
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
         let (mut total, mut fruitless) = (0, 0);
-        while more() {
+        while more() && !self.fork_pause.is_paused() {
             if self.all_locked.load(Ordering::SeqCst) {
                 Stats::add(&self.stats.counters.reclaim_fail, 1);
                 Stats::add(&self.stats.counters.reclaim_locked, 1);
@@ -200,6 +205,8 @@ impl Core {
                 return;
             }
             Stats::add(&self.stats.counters.kswapd_wake, 1);
+            // Paused for a fork: the resume wakes this thread again if the budget is short.
+            let Some(_busy) = self.fork_pause.enter() else { continue };
             let _running = self.kswapd_running.lock();
             self.reclaim_to(Pressure::None, false);
             self.shrink_pool();
@@ -217,7 +224,7 @@ impl Core {
         }
         let target = crate::writeback::Target::new(self);
         let mut total = 0;
-        while zswap.is_full() {
+        while zswap.is_full() && !self.fork_pause.is_paused() {
             let written = zswap.writeback(&target, self.config.reclaim_batch_pages);
             total += written;
             if written == 0 {
@@ -678,6 +685,7 @@ impl Core {
     /// MADV_PAGEOUT: pages out every resident folio intersecting `[addr, addr + len)`.
     pub(crate) fn pageout_range(&self, addr: u64, len: u64) -> Result<u64, Error> {
         let region = self.region_of(crate::region::MmId::DEFAULT, addr)?;
+        let Some(_busy) = self.fork_pause.enter() else { return Ok(0) };
         let first = region.index_of(addr);
         let end = (addr.saturating_add(len)).min(region.end());
         let last = region.index_of(end - 1);

@@ -32,6 +32,10 @@ macro_rules! counters {
             fn snapshot(&self) -> CountersSnapshot {
                 CountersSnapshot { $( $name: self.$name.load(Ordering::Relaxed), )* }
             }
+
+            fn reset(&self) {
+                $( self.$name.store(0, Ordering::Relaxed); )*
+            }
         }
 
         impl CountersSnapshot {
@@ -151,6 +155,9 @@ counters! {
     fork_dup,
     /// Times the budget was changed while the engine ran (`Engine::set_budget`).
     budget_changes,
+    /// Direct reclaims skipped because the engine was paused for a fork (the fault charged
+    /// over the budget meanwhile).
+    reclaim_paused,
     /// Pool pages given back by compaction (objects moved out of sparse zspages).
     pool_compact_pages,
     /// Discards of freed clusters that failed (harmless: freed slots are written before
@@ -196,6 +203,14 @@ fn load_all(counters: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
 }
 
 impl PerOrder {
+    fn reset(&self) {
+        for counters in
+            [&self.swpout, &self.swpout_fallback, &self.swpin, &self.swpin_fallback, &self.zswpout]
+        {
+            counters.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        }
+    }
+
     fn snapshot(&self) -> PerOrderSnapshot {
         PerOrderSnapshot {
             swpout: load_all(&self.swpout),
@@ -283,6 +298,13 @@ impl Stats {
     #[inline]
     pub fn add_order(counters: &[AtomicU64; NR_ORDERS], order: u32, n: u64) {
         counters[order as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets every event counter to zero (the gauges are the engine's state, not events):
+    /// a forked child's engine counts its own events, not its parent's history.
+    pub fn reset_events(&self) {
+        self.counters.reset();
+        self.per_order.reset();
     }
 
     /// Copies the counters; the caller fills in the gauges.

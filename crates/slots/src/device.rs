@@ -113,7 +113,9 @@ pub struct SwapDevice {
     pub(crate) inuse_pages: AtomicU64,
     /// Per-thread cluster hints (no lock: atomics, re-validated under the cluster lock).
     pub(crate) percpu: PerCpuClusters,
-    pub(crate) backend: Arc<dyn Backend>,
+    /// Where the pages live; replaced only by [`SwapDevice::replace_backend`] (a forked
+    /// child's overlay), so read under a lock that is never contended in practice.
+    pub(crate) backend: parking_lot::RwLock<Arc<dyn Backend>>,
     pub(crate) hook: Option<Arc<dyn SlotFreeHook>>,
     pub(crate) stats: SwapDeviceStats,
 }
@@ -166,7 +168,7 @@ impl SwapDevice {
             lists: Mutex::new(ClusterLists::new(nr_clusters)),
             inuse_pages: AtomicU64::new(0),
             percpu: PerCpuClusters::new(),
-            backend,
+            backend: parking_lot::RwLock::new(backend),
             hook,
             stats: SwapDeviceStats::default(),
         };
@@ -550,7 +552,7 @@ impl SwapDevice {
                 break;
             };
             drop(ci);
-            let result = self.backend.discard(cluster_offset(idx), SWAPFILE_CLUSTER as u64);
+            let result = self.backend().discard(cluster_offset(idx), SWAPFILE_CLUSTER as u64);
             let mut ci = self.lock_cluster(idx);
             assert_eq!((ci.flags, ci.count), (ClusterFlag::Discarding, 0), "cluster {idx}");
             self.cluster_move(idx, &mut ci, ListId::Free);
@@ -609,8 +611,26 @@ impl SwapDevice {
     }
 
     /// Where the pages live.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+    ///
+    /// Context: takes the backend's read lock for a reference count.
+    pub fn backend(&self) -> Arc<dyn Backend> {
+        self.backend.read().clone()
+    }
+
+    /// Puts `backend` where the pages live from now on: a forked child's overlay over the
+    /// backend it inherited (backend's `OverlayBackend`). I/O already under way finishes
+    /// on the backend it started on.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] (out of range) when `backend` holds another number of slots.
+    pub fn replace_backend(&self, backend: Arc<dyn Backend>) -> Result<(), Error> {
+        if backend.nr_pages() != self.max {
+            let nr_pages = self.max;
+            let error = backend::Error::OutOfRange { offset: 0, nr: backend.nr_pages(), nr_pages };
+            return Err(Error::Backend(error));
+        }
+        *self.backend.write() = backend;
+        Ok(())
     }
 
     /// The counters.
