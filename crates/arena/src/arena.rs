@@ -136,6 +136,28 @@ impl Arena {
         }
     }
 
+    /// Takes every lock of the arena on this thread, for a fork (the process's fork
+    /// prepare handler, registered before any handler that allocates, so it runs after
+    /// them): a lock another thread held at the fork would stay locked in the child for
+    /// ever. [`Arena::unlock_after_fork`] releases them, in the parent and in the child.
+    ///
+    /// Context: allocates nothing; blocks while other threads allocate.
+    pub fn lock_for_fork(&'static self) {
+        // First use of the thread-local outside the locks: it may register a destructor.
+        FORK_HELD.with(|_| ());
+        FORK_HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            for (slot, mutex) in held.iter_mut().zip(self.free.iter()) {
+                *slot = Some(lock(mutex));
+            }
+        });
+    }
+
+    /// Releases what [`Arena::lock_for_fork`] took on this thread.
+    pub fn unlock_after_fork(&self) {
+        FORK_HELD.with(|held| held.borrow_mut().iter_mut().for_each(|slot| *slot = None));
+    }
+
     /// The reservation `(start, end)`, if mapped.
     pub fn range(&self) -> Option<(usize, usize)> {
         let base = self.base.load(SeqCst);
@@ -295,6 +317,12 @@ impl Default for Arena {
     fn default() -> Self {
         Arena::new()
     }
+}
+
+thread_local! {
+    /// The class locks a fork in progress on this thread holds (see `lock_for_fork`).
+    static FORK_HELD: std::cell::RefCell<[Option<std::sync::MutexGuard<'static, FreeList>>; CLASSES]> =
+        const { std::cell::RefCell::new([const { None }; CLASSES]) };
 }
 
 fn lock(mutex: &Mutex<FreeList>) -> std::sync::MutexGuard<'_, FreeList> {

@@ -189,6 +189,10 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.inner.nr_pages()
     }
 
+    fn forked(&self) {
+        self.inner.forked();
+    }
+
     fn out_of_space(&self) -> bool {
         self.inner.out_of_space()
     }

@@ -112,6 +112,13 @@ pub trait Backend: Send + Sync {
     fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         let _ = out;
     }
+
+    /// In a forked child, on its only thread: this is the backend it inherited, which it
+    /// only reads from now on (the overlay's lower backend). A backend whose reads need
+    /// state of the parent's that the child does not have (threads, connections shared with
+    /// the parent) makes them fail from here, never touching the parent's. Default: reads
+    /// go on as before (a file's `pread` at an offset is safe on a shared descriptor).
+    fn forked(&self) {}
 }
 
 /// Checks a request against a backend of `nr_pages` slots; returns the number of pages.

@@ -142,6 +142,15 @@ impl Backend for OverlayBackend {
     fn out_of_space(&self) -> bool {
         self.upper.out_of_space()
     }
+
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.upper.counters(out);
+    }
+
+    fn forked(&self) {
+        self.lower.forked();
+        self.upper.forked();
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub fn code_of(error: &uffd::Error) -> Status {
             Status::Invalid
         }
         E::Blocked { .. } | E::NotBuilt | E::Denied { .. } => Status::Unavailable,
-        E::NoKernelFaultPermission { .. } | E::NoForkPermission => Status::Permission,
+        E::NoKernelFaultPermission { .. } => Status::Permission,
         E::KernelTooOld { .. } => Status::Kernel,
         E::SwapFile { .. } => Status::SwapFile,
         E::ForkedChild => Status::Child,
@@ -72,7 +72,6 @@ mod tests {
         let e = uffd::Error::Config { what: "x".into() };
         assert_eq!(code_of(&e), Status::Invalid);
         assert_eq!(code_of(&uffd::Error::NotBuilt), Status::Unavailable);
-        assert_eq!(code_of(&uffd::Error::NoForkPermission), Status::Permission);
         assert_eq!(code_of(&uffd::Error::ForkedChild), Status::Child);
         let e = uffd::Error::SwapFile { path: "/p".into(), why: "ro".into() };
         assert_eq!(code_of(&e), Status::SwapFile);

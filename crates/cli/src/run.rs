@@ -523,7 +523,8 @@ fn check_uncached_io(dir: &Path) -> Result<()> {
 }
 
 /// The uffd crate's probe, with what `uswap run` needs: kernel-mode faults (a program's
-/// `read(2)` into an evicted buffer) and EVENT_FORK (children).
+/// `read(2)` into an evicted buffer). Forked children need nothing more: each serves
+/// itself (no `UFFD_FEATURE_EVENT_FORK`, so no CAP_SYS_PTRACE).
 fn check_userfaultfd(sigbus: bool) -> Result<()> {
     let probe = uffd::probe().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     let features = if sigbus {
@@ -536,7 +537,6 @@ fn check_userfaultfd(sigbus: bool) -> Result<()> {
         // SIGBUS delivery does not trap kernel-mode faults (they fail with EFAULT).
         probe.require_kernel_faults().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     }
-    probe.require_event_fork().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     probe.require_pagemap_scan().map_err(|e| anyhow!("userfaultfd: {e}"))?;
     Ok(())
 }

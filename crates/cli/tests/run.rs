@@ -33,12 +33,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
-/// Whether this machine lets `uswap run` work (root: kernel-mode faults, EVENT_FORK).
+/// Whether this machine lets `uswap run` work (kernel-mode faults).
 fn can_run() -> bool {
-    let ok = uffd::probe()
-        .is_ok_and(|p| p.require_kernel_faults().is_ok() && p.require_event_fork().is_ok());
+    let ok = uffd::probe().is_ok_and(|p| p.require_kernel_faults().is_ok());
     if !ok {
-        eprintln!("skipped: userfaultfd without kernel-mode faults or EVENT_FORK here");
+        eprintln!("skipped: userfaultfd without kernel-mode faults here");
     }
     ok
 }
@@ -377,15 +376,11 @@ fn threads_mapping_behind_the_shims_back_keep_their_data() {
     in_both_deliveries_with("mmap_race", &args, "8M", "threads bad 0, children bad 0");
 }
 
+/// A child and a grandchild (forked at once) read 48 MiB their parent paged out, each
+/// through a swap of its own started before its `fork()` returned, in both deliveries.
 #[test]
 fn a_forked_child_reads_its_parents_evicted_data() {
-    // Under SIGBUS delivery the children's faults are signals in them, forwarded to the
-    // parent's handler (crates/uffd/src/forward.rs), as are their system calls' EFAULTs.
-    for (delivery, err) in in_both_deliveries("fork_check", "12M", "child 0 parent 0") {
-        if delivery == "sigbus" {
-            assert!(summary_figure(&err, "forked children's faults", "delivery): ") > 0, "{err}");
-        }
-    }
+    in_both_deliveries("fork_check", "12M", "child 0 parent 0");
 }
 
 /// Zero pages mapped write-protected: read, written (a write-protect fault each), inherited

@@ -25,7 +25,7 @@ use crate::region::{MmId, Pte, Region};
 use crate::stats::{Gauges, Stats, StatsSnapshot};
 use crate::storage::{SlotHook, Storage};
 use crate::swap_cache::{Outcome, SwapCache};
-use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering, RwLock};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::workingset::WorkingsetClock;
 use crate::zeromap::ZeroMap;
 use crate::{Error, PAGE_SIZE};
@@ -82,9 +82,8 @@ pub(crate) struct Core {
     pub(crate) nr_swapcached: AtomicU64,
     /// Pages of [`Pte::ZeroMapped`] entries (the `zero_mapped_pages` gauge).
     pub(crate) zero_mapped_pages: AtomicU64,
-    /// Set to wake the background reclaimer; guarded with `kswapd_wake`.
-    pub(crate) kswapd_pending: Mutex<bool>,
-    pub(crate) kswapd_wake: Condvar,
+    /// Wakes the background reclaimer ([`crate::quiesce::Doorbell`]).
+    pub(crate) kswapd_bell: crate::quiesce::Doorbell,
     /// Held by the background reclaimer for each pass, and by `check_invariants` so it
     /// checks a quiescent engine. Taken before any other engine lock.
     pub(crate) kswapd_running: Mutex<()>,
@@ -198,6 +197,9 @@ impl Backend for ArcBackend {
     fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         self.0.counters(out);
     }
+    fn forked(&self) {
+        self.0.forked();
+    }
 }
 
 impl Engine {
@@ -242,8 +244,7 @@ impl Engine {
             storage: Storage { device: Arc::new(device), zeromap, zswap },
             nr_swapcached: AtomicU64::new(0),
             zero_mapped_pages: AtomicU64::new(0),
-            kswapd_pending: Mutex::new(false),
-            kswapd_wake: Condvar::new(),
+            kswapd_bell: crate::quiesce::Doorbell::default(),
             kswapd_running: Mutex::new(()),
             kswapd_tid: std::sync::atomic::AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
@@ -777,6 +778,9 @@ impl Engine {
     /// Context: the forking thread; yields while a reclaim batch ends.
     pub fn pause_for_fork(&self) {
         self.core.fork_pause.pause();
+        if self.core.config.background_reclaim {
+            self.core.kswapd_bell.wait_asleep();
+        }
     }
 
     /// Lets reclaim run again after [`Engine::pause_for_fork`] (in the parent).
@@ -791,15 +795,17 @@ impl Engine {
     /// the slots it inherited from its parent's backend until it writes them (backend's
     /// `OverlayBackend`: the parent keeps them for it, [`Engine::hold_for_child`]). The
     /// parent's reclaimer thread does not exist here (its handle is forgotten, never
-    /// joined), so a new one starts; the event counters start from zero (the child's
-    /// summary counts its own events; the state, pages and charges are the copy's);
-    /// reclaim runs again.
+    /// joined), so a new one starts, asleep until reclaim runs again: the caller resumes it
+    /// ([`Engine::resume_after_fork`]) once the child's pages can be taken through its own
+    /// uffd. The event counters start from zero (the child's summary counts its own events;
+    /// the state, pages and charges are the copy's).
     ///
     /// # Errors
     /// [`Error::Config`] if `own` is not the device's size (nothing changed then) or the
     /// reclaimer thread cannot start.
     pub fn after_fork_in_child(&self, own: Arc<dyn Backend>) -> Result<(), Error> {
         let device = &self.core.storage.device;
+        device.backend().forked();
         let own = wrap_backend(&self.core.config, own)?;
         let overlay = backend::OverlayBackend::new(device.backend(), own)
             .map_err(|e| Error::Config(format!("a forked child's swap device: {e}")))?;
@@ -812,8 +818,6 @@ impl Engine {
         self.core.kswapd_tid.store(0, std::sync::atomic::Ordering::Release);
         self.core.stats.reset_events();
         *kswapd = self.core.spawn_reclaimer()?;
-        drop(kswapd);
-        self.resume_after_fork();
         Ok(())
     }
 
@@ -872,8 +876,7 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.core.shutdown.store(true, Ordering::Release);
-        *self.core.kswapd_pending.lock() = true;
-        self.core.kswapd_wake.notify_all();
+        self.core.kswapd_bell.ring();
         let handle = self.kswapd.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(handle) = handle {
             // A panicking reclaimer already reported itself; nothing more to do here.

@@ -23,7 +23,7 @@
 //!
 //! Context: atomics; `pause` yields while it waits.
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use crate::sync::{AtomicBool, AtomicU64, Ordering::SeqCst, StdCondvar, StdMutex};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -69,6 +69,58 @@ impl ForkPause {
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         self.0.busy.fetch_sub(1, SeqCst);
+    }
+}
+
+/// The background reclaimer's doorbell: rung to wake it, and, for a fork, waited on until
+/// the reclaimer is asleep in it (the lock released, nothing of the engine held), so that
+/// the child's copy of the bell is free and its new reclaimer can sleep in it.
+#[derive(Debug, Default)]
+pub(crate) struct Doorbell {
+    state: StdMutex<Bell>,
+    rung: StdCondvar,
+}
+
+#[derive(Debug, Default)]
+struct Bell {
+    pending: bool,
+    asleep: bool,
+}
+
+impl Doorbell {
+    fn bell(&self) -> crate::sync::StdMutexGuard<'_, Bell> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Wakes the sleeper (a ring while one is pending costs the lock only).
+    pub(crate) fn ring(&self) {
+        let mut bell = self.bell();
+        if !bell.pending {
+            bell.pending = true;
+            self.rung.notify_all();
+        }
+    }
+
+    /// Sleeps until rung or `stop()` holds; consumes the ring.
+    pub(crate) fn sleep(&self, stop: impl Fn() -> bool) {
+        let mut bell = self.bell();
+        bell.asleep = true;
+        while !bell.pending && !stop() {
+            bell = self.rung.wait(bell).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        bell.asleep = false;
+        bell.pending = false;
+    }
+
+    /// Returns once the sleeper is asleep in [`Doorbell::sleep`]: holding the lock and
+    /// finding it so means it released the lock to wait.
+    pub(crate) fn wait_asleep(&self) {
+        loop {
+            if self.bell().asleep {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 }
 

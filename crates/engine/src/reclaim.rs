@@ -82,12 +82,10 @@ impl Core {
     /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
     /// directly). A wake while one is pending costs a lock, no signal.
     pub(crate) fn wake_kswapd(&self) {
-        if self.config.background_reclaim {
-            let mut pending = self.kswapd_pending.lock();
-            if !*pending {
-                *pending = true;
-                self.kswapd_wake.notify_all();
-            }
+        // Paused for a fork, the reclaimer stays asleep (the pause waited for it to be):
+        // the resume rings if the budget is short.
+        if self.config.background_reclaim && !self.fork_pause.is_paused() {
+            self.kswapd_bell.ring();
         }
     }
 
@@ -194,13 +192,7 @@ impl Core {
     /// watermark.
     pub(crate) fn kswapd(&self) {
         loop {
-            {
-                let mut pending = self.kswapd_pending.lock();
-                while !*pending && !self.shutdown.load(Ordering::Acquire) {
-                    self.kswapd_wake.wait(&mut pending);
-                }
-                *pending = false;
-            }
+            self.kswapd_bell.sleep(|| self.shutdown.load(Ordering::Acquire));
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }

@@ -14,11 +14,21 @@ pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
+/// std's futex-based pair, for the one wait that may be in progress when the process
+/// forks (the background reclaimer's sleep): its state lives in the object alone, where
+/// parking_lot's waiters are queued in a process-wide table that a forked child inherits
+/// with threads that do not exist in it.
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar as StdCondvar, Mutex as StdMutex, MutexGuard as StdMutexGuard};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
+#[cfg(loom)]
+pub(crate) use loom::sync::{
+    Condvar as StdCondvar, Mutex as StdMutex, MutexGuard as StdMutexGuard,
+};
 #[cfg(loom)]
 pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard, RwLock};
 

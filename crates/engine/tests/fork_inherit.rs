@@ -35,6 +35,7 @@ fn child(
     if engine.after_fork_in_child(file(dir)).is_err() {
         return 2;
     }
+    engine.resume_after_fork();
     let mut buf = vec![0u8; PAGE];
     for page in 0..PAGES {
         source.read(engine, addr(page), &mut buf).expect("read");

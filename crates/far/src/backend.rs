@@ -53,6 +53,8 @@ pub(crate) struct Shared {
 pub struct FarBackend {
     shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// This copy is a forked child's ([`Backend::forked`]).
+    forked: std::sync::atomic::AtomicBool,
 }
 
 /// A page of a read still looking for a good copy.
@@ -426,7 +428,7 @@ impl FarBackend {
                 .map_err(Error::Thread)?;
             threads.push(thread);
         }
-        Ok(FarBackend { shared, threads })
+        Ok(FarBackend { shared, threads, forked: std::sync::atomic::AtomicBool::new(false) })
     }
 
     /// The counters.
@@ -450,7 +452,13 @@ impl Drop for FarBackend {
     /// Stops the threads and deletes this run's copies from the servers (best effort,
     /// bounded by the timeout per server): ciphertext under a key that is gone is of no
     /// use to anyone, and it holds server memory that `-M` never frees.
+    ///
+    /// A forked child's copy does neither: the threads and the copies are the parent's.
     fn drop(&mut self) {
+        if self.forked.load(Relaxed) {
+            std::mem::forget(std::mem::take(&mut self.threads));
+            return;
+        }
         self.shared.shutdown.store(true, Relaxed);
         self.shared.staging.shutdown();
         self.shared.repair.wake();
@@ -461,15 +469,36 @@ impl Drop for FarBackend {
     }
 }
 
+impl FarBackend {
+    /// The error of every I/O of a forked child's copy ([`Backend::forked`]).
+    fn in_child_error() -> backend::Error {
+        let why = "a forked child cannot use its parent's connections to the far tier";
+        backend::Error::Io { op: "far", offset: 0, source: std::io::Error::other(why) }
+    }
+}
+
 impl Backend for FarBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), backend::Error> {
         check_request(offset, data.len(), self.shared.nr_pages)?;
+        if self.forked.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Self::in_child_error());
+        }
         self.shared.write(offset, data)
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), backend::Error> {
         check_request(offset, buf.len(), self.shared.nr_pages)?;
+        if self.forked.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Self::in_child_error());
+        }
         self.shared.read(offset, buf)
+    }
+
+    /// The connections and the flusher and repair threads are the parent's: a forked
+    /// child's reads of the far tier fail (the page's access is SIGBUS, counted), its own
+    /// pages go to a far tier of its own, and nothing here is used again.
+    fn forked(&self) {
+        self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Forgets the slots (they read as zeros) and drops their staged pages; the servers'

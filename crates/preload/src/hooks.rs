@@ -39,7 +39,7 @@ use runstat::trace::{Record, RecordKind, TraceWriter};
 use runstat::{AtomicHistogram, RunConfig, StatsFile};
 use std::io::BufWriter;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uffd::handler::Control;
 use uffd::{Categories, Noted, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd, Wake};
@@ -162,11 +162,15 @@ struct Counters {
 #[derive(Debug)]
 pub struct ShimHooks {
     config: RunConfig,
-    started: OnceLock<Started>,
+    /// Set once the engine runs; replaced in a forked child, whose uffd, source and pid
+    /// are its own ([`ShimHooks::forked`]).
+    started: Mutex<Option<Arc<Started>>>,
     scanner: Mutex<Scanner>,
     fault_ns: AtomicHistogram,
-    children: Mutex<Vec<MmId>>,
     trace: Option<Mutex<Trace>>,
+    /// Cleared in a forked child: the trace is the parent's image's (its buffered
+    /// records are copies of the parent's, which the parent writes).
+    tracing: std::sync::atomic::AtomicBool,
     counters: Counters,
     t0: Instant,
     /// The live and final stats files.
@@ -210,10 +214,10 @@ impl ShimHooks {
         };
         Ok(ShimHooks {
             config,
-            started: OnceLock::new(),
+            started: Mutex::new(None),
             scanner: Mutex::new(scanner),
             fault_ns: AtomicHistogram::new(),
-            children: Mutex::new(Vec::new()),
+            tracing: std::sync::atomic::AtomicBool::new(trace.is_some()),
             trace,
             counters: Counters::default(),
             t0: Instant::now(),
@@ -229,7 +233,11 @@ impl ShimHooks {
 
     /// The engine runs: discovery may begin.
     pub fn start(&self, started: Started) {
-        let _ = self.started.set(started);
+        *lock(&self.started) = Some(Arc::new(started));
+    }
+
+    fn started(&self) -> Option<Arc<Started>> {
+        lock(&self.started).clone()
     }
 
     fn record(&self, kind: RecordKind, thread_id: u32, addr: usize, len: usize) {
@@ -246,6 +254,9 @@ impl ShimHooks {
         make: impl FnOnce(u64, u32) -> [Record; N],
     ) {
         let Some(trace) = &self.trace else { return };
+        if !self.tracing.load(Relaxed) {
+            return;
+        }
         let mut trace = lock(trace);
         let thread = match trace.threads.iter().position(|&t| t == thread_id) {
             Some(i) => i,
@@ -272,7 +283,7 @@ impl ShimHooks {
             return;
         }
         let Scanner { text, candidates, pieces, gaps, regions, holes, cut, found, lists, .. } = sc;
-        maps::candidates(text, candidates, self.config.sigbus_delivery());
+        maps::candidates(text, candidates, true);
         let (live, unmapped) = engine.region_layout(MmId::DEFAULT);
         maps::set_from(regions, &live);
         maps::set_from(holes, &unmapped);
@@ -381,47 +392,12 @@ impl ShimHooks {
             }
         }
         engine.backend_counters(&mut |name, value| file.set(name, value));
-        if let Some(started) = self.started.get() {
-            let (h, s) = (started.control.stats(), started.source.stats());
-            for (name, value) in [
-                ("handler_faults_retained", h.faults_retained),
-                ("handler_faults_abandoned", h.faults_abandoned),
-                ("handler_fault_errors", h.fault_errors),
-                ("handler_remaps", h.remaps),
-                ("handler_removes", h.removes),
-                ("handler_unmaps", h.unmaps),
-                ("handler_event_errors", h.event_errors),
-                ("faults_resynced", h.faults_resynced),
-                ("handler_faults_forwarded", h.faults_forwarded),
-                ("handler_forward_slots_abandoned", h.forward_slots_abandoned),
-                ("handler_follow_moves", h.follow_moves),
-                ("handler_follow_releases", h.follow_releases),
-                ("handler_follow_failed", h.follow_failed),
-                ("children_live", h.children_live),
-                ("forks", h.forks),
-                ("fork_orphans_given", h.fork_orphans_given),
-                ("fork_orphans_failed", h.fork_orphans_failed),
-                ("source_take_busy", s.take_busy),
-                ("source_take_retry", s.take_retry),
-                ("source_take_fenced", s.take_fenced),
-                ("source_take_gone", s.take_gone),
-                ("source_take_failed", s.take_failed),
-                ("source_undo_pages", s.undo_pages),
-                ("source_orphaned_pages", s.orphaned_pages),
-                ("source_orphans_restored", s.orphans_restored),
-                ("source_orphans_dropped", s.orphans_dropped),
-                ("source_orphans_to_children", s.orphans_to_children),
-                ("source_map_fenced", s.map_fenced),
-                ("source_map_retry", s.map_retry),
-                ("source_map_gone", s.map_gone),
-                ("source_protect_failed", s.protect_failed),
-                ("source_poisoned_pages", s.poisoned_pages),
-                ("source_cow_queued", s.cow_queued),
-                ("source_cow_queue_full", s.cow_queue_full),
-                ("source_cow_broken", s.cow_broken),
-                ("source_drain_failed", s.drain_failed),
-            ] {
-                file.set(name, value);
+        if let Some(started) = self.started() {
+            for (name, value) in started.control.stats().fields() {
+                file.set(&format!("handler_{name}"), value);
+            }
+            for (name, value) in started.source.stats().fields() {
+                file.set(&format!("source_{name}"), value);
             }
             file.set("pid", started.pid as u64);
         }
@@ -461,27 +437,18 @@ impl ShimHooks {
 
     /// Writes the live stats file (or the final one) and flushes the trace.
     pub fn write_stats(&self, engine: &Engine, final_: bool) {
-        let Some(started) = self.started.get() else { return };
+        let Some(started) = self.started() else { return };
         let dir = std::path::Path::new(&self.config.run_dir);
         self.stats_files.write(dir, started.pid, final_, || self.stats(engine, final_).to_text());
-        if let Some(trace) = &self.trace {
+        if let (Some(trace), true) = (&self.trace, self.tracing.load(Relaxed)) {
             let mut trace = lock(trace);
             trace.closing |= final_;
             let _ = trace.writer.flush();
         }
     }
 
-    /// At exit: every forked child still served gets its swapped pages mapped (its uffd
-    /// dies with this process), then the final stats file.
+    /// At exit: the final stats file.
     pub fn finish(&self, engine: &Engine) {
-        let children: Vec<MmId> = lock(&self.children).clone();
-        for child in children {
-            for (addr, pages) in engine.swapped_ranges(child) {
-                for page in 0..pages {
-                    let _ = engine.handle_fault_in(child, addr + page * PAGE as u64, false);
-                }
-            }
-        }
         self.write_stats(engine, true);
     }
 }
@@ -494,7 +461,46 @@ impl PageOutHook for ShimHooks {
     }
 }
 
+impl ShimHooks {
+    /// In a forked child, on its only thread, once its swap runs on its own uffd
+    /// (`started` names the child's uffd, source and pid): discovery goes on from the
+    /// parent's exclusions, the counters count the child's own, and the trace, which is
+    /// the parent's image's, records nothing more here.
+    pub fn restart_in_child(&self, started: Started) {
+        self.tracing.store(false, Relaxed);
+        self.fault_ns.reset();
+        let c = &self.counters;
+        for counter in [
+            &c.scans,
+            &c.scan_ns,
+            &c.regions_added,
+            &c.pages_adopted,
+            &c.zero_pages_adopted,
+            &c.protect_failed,
+            &c.register_failed,
+            &c.trace_errors,
+        ] {
+            counter.store(0, Relaxed);
+        }
+        lock(&self.scanner).last_stats = None;
+        *lock(&self.started) = Some(Arc::new(started));
+    }
+
+    /// The exclusions discovery keeps (a forked child starts from its parent's).
+    pub fn exclusions(&self) -> Option<Exclusions> {
+        self.started().map(|started| started.exclusions.clone())
+    }
+}
+
 impl uffd::Hooks for ShimHooks {
+    fn forked(&self, _engine: &Engine, child: bool) {
+        if child {
+            crate::shim::forked_child();
+        } else {
+            self.record(RecordKind::Fork, 0, 0, 0);
+        }
+    }
+
     fn fault(&self, _mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
         if let Some(idle) = &self.idle {
             idle.note_faults();
@@ -506,7 +512,6 @@ impl uffd::Hooks for ShimHooks {
 
     fn event(&self, _mm: MmId, event: Noted) {
         match event {
-            Noted::Fork { .. } => self.record(RecordKind::Fork, 0, 0, 0),
             Noted::Remove { start, end } => self.record(RecordKind::Remove, 0, start, end - start),
             Noted::Unmap { start, end } => self.record(RecordKind::Unmap, 0, start, end - start),
             Noted::Remap { from, to, len_bytes } => self.record_with(0, |time_ns, thread| {
@@ -516,15 +521,8 @@ impl uffd::Hooks for ShimHooks {
         }
     }
 
-    fn work(&self, engine: &Engine, children: &[MmId]) -> Option<Duration> {
-        let started = self.started.get()?;
-        {
-            let mut known = lock(&self.children);
-            if known.as_slice() != children {
-                known.clear();
-                known.extend_from_slice(children);
-            }
-        }
+    fn work(&self, engine: &Engine) -> Option<Duration> {
+        let started = self.started()?;
         let mut sc = lock(&self.scanner);
         let now = Instant::now();
         let since_scan = sc.last_scan.map_or(Duration::MAX, |t| now - t);
@@ -542,7 +540,7 @@ impl uffd::Hooks for ShimHooks {
             sc.heap_break = brk;
             let ticket = interpose::scan_starts();
             let adopted = self.counters.pages_adopted.load(Relaxed);
-            self.scan(started, engine, &mut sc);
+            self.scan(&started, engine, &mut sc);
             interpose::scan_covers(ticket);
             let adopted = self.counters.pages_adopted.load(Relaxed) - adopted;
             // The outside charge at most once per gap (reading /proc costs as much as
@@ -639,10 +637,20 @@ static STATS_FILE: fds::Kind =
 ///
 /// Context: the handler thread, or the exiting thread; allocates from the shim's arena.
 fn mem_status() -> Option<uffd::MemStatus> {
-    static FILE: OnceLock<Option<fds::ProcFile>> = OnceLock::new();
-    let file = FILE.get_or_init(|| fds::ProcFile::open(c"/proc/self/status", &STATUS).ok());
+    // Keyed by pid: a forked child's copy names its parent's /proc directory.
+    static FILE: Mutex<Option<(i32, fds::ProcFile)>> = Mutex::new(None);
+    let pid = std::process::id() as i32;
+    let mut file = lock(&FILE);
+    if file.as_ref().is_none_or(|(owner, _)| *owner != pid) {
+        if let Some((_, inherited)) = file.take() {
+            // The parent's copy: never closed here (the descriptor's registry is the
+            // parent's too), only left behind.
+            std::mem::forget(inherited);
+        }
+        *file = fds::ProcFile::open(c"/proc/self/status", &STATUS).ok().map(|f| (pid, f));
+    }
     let mut text = Vec::with_capacity(4096);
-    file.as_ref()?.read(&mut text).ok()?;
+    file.as_ref()?.1.read(&mut text).ok()?;
     Some(uffd::MemStatus::parse(&String::from_utf8_lossy(&text)))
 }
 

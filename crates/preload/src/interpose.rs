@@ -59,7 +59,15 @@ static CONTROL: AtomicPtr<Control> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that runs the handler.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-/// Lets the wrappers wake the handler of process `pid`.
+/// Zeroes the wrappers' counters (a forked child counts its own).
+pub fn reset_counters() {
+    for counter in [&WAITS.waited, &WAITS.wait_ns, &WAITS.unadopted] {
+        counter.store(0, SeqCst);
+    }
+}
+
+/// Lets the wrappers wake the handler of process `pid` (again in a forked child, whose
+/// handler is its own: the parent's control block is left, never released).
 pub fn install(control: std::sync::Arc<Control>, pid: i32) {
     OWNER.store(pid, SeqCst);
     CONTROL.store(std::sync::Arc::into_raw(control).cast_mut(), SeqCst);

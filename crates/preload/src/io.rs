@@ -42,6 +42,12 @@ pub static EFAULT_RETRIES: AtomicU64 = AtomicU64::new(0);
 /// (`shim_efault_failed`).
 pub static EFAULT_FAILED: AtomicU64 = AtomicU64::new(0);
 
+/// Zeroes the counters (a forked child counts its own).
+pub fn reset_counters() {
+    EFAULT_RETRIES.store(0, Relaxed);
+    EFAULT_FAILED.store(0, Relaxed);
+}
+
 /// libc's function `name` (NUL-terminated), cached in `slot`; 0 if there is none.
 pub(crate) fn next(slot: &AtomicUsize, name: &[u8]) -> usize {
     let found = slot.load(Relaxed);

@@ -124,7 +124,9 @@ pub fn read(buf: &mut Vec<u8>) -> Result<(), fds::Error> {
 /// mapping right above an inaccessible anonymous one (`---p`, ending where it starts) is
 /// left out: that is how a thread's stack lies, above its guard page (glibc's
 /// `allocate_stack`; malloc arenas lie the other way, the reserve above the used part).
-/// SIGBUS delivery keeps thread stacks unmanaged (docs/RUN.md, "Fault delivery").
+/// Thread stacks stay unmanaged: glibc's fork writes the descriptor at the top of every
+/// thread's stack in the child before any fork handler runs (its `reclaim_stacks`), and
+/// under SIGBUS delivery the kernel writes signal frames there (docs/RUN.md).
 ///
 /// Whatever the size of the `---p` below: glibc maps a new stack inaccessible whole before
 /// it opens all but the guard, and mapped right below an older stack's guard it merges with

@@ -19,7 +19,8 @@ use uffd::{CompressorKind, Delivery, HandlerOptions, PageMap, Uswap};
 struct State {
     swap: Uswap,
     hooks: Arc<ShimHooks>,
-    pid: i32,
+    /// The process the swap serves (a forked child's own, once its swap runs).
+    pid: std::sync::atomic::AtomicI32,
     /// This image's shared lock on the run directory (`uswap run`'s rundir.rs: the last
     /// member out removes it).
     run_lock: Option<fds::Fd>,
@@ -80,14 +81,36 @@ extern "C" fn init() {
 
 extern "C" fn fini() {
     let Some(state) = STATE.get() else { return };
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != state.pid {
-        return; // a forked child: the engine is the parent's
-    }
+    // A forked child whose swap could not start has none of its own: nothing to report.
     if let Ok(engine) = state.swap.engine() {
-        state.hooks.finish(engine);
+        state.hooks.finish(&engine);
     }
     leave_run(state);
+}
+
+/// In a forked child, on its only thread, once its swap runs on its own uffd and threads
+/// (the uffd crate's fork handler, through the hooks): discovery, the interposed calls and
+/// the stats file follow the child's own swap.
+pub fn forked_child() {
+    let Some(state) = STATE.get() else { return };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    state.pid.store(pid, std::sync::atomic::Ordering::SeqCst);
+    let (Ok(uffd), Ok(control), Ok(source)) =
+        (state.swap.uffd(), state.swap.control(), state.swap.source())
+    else {
+        return;
+    };
+    let Some(exclusions) = state.hooks.exclusions() else { return };
+    // The parent's pagemap descriptor reads the parent's page tables.
+    let Ok(pagemap) = PageMap::open_self() else { return };
+    let register_mode = source.register_mode();
+    let started =
+        Started { uffd, register_mode, control: control.clone(), source, exclusions, pagemap, pid };
+    state.hooks.restart_in_child(started);
+    crate::interpose::install(control, pid);
+    crate::interpose::reset_counters();
+    crate::io::reset_counters();
 }
 
 /// Set once the engine's set-up is over and the program's memory may be managed.
@@ -103,20 +126,16 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
 }
 
 /// Brings in the first managed pages of a system call's buffer that failed with EFAULT
-/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]; in a forked child,
-/// through the parent's handler: [`uffd::bring_in_child`]); false when no page of it is
-/// managed.
+/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]); false when no page of
+/// it is managed.
 pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
     // The control block the interposed calls hold, which a forked child reaches too
     // (`Uswap::control` is the owner's only).
-    let (Some(state), Some(control)) = (STATE.get(), crate::interpose::control()) else {
+    let Some(state) = STATE.get() else { return false };
+    let (Ok(engine), Ok(control)) = (state.swap.engine(), state.swap.control()) else {
         return false;
     };
-    let (addr, len) = (addr as u64, len as u64);
-    match state.swap.engine() {
-        Ok(engine) => uffd::bring_in(engine, control, addr, len, write, max_pages),
-        Err(_) => uffd::bring_in_child(control, addr, len, write, max_pages),
-    }
+    uffd::bring_in(&engine, &control, addr as u64, len as u64, write, max_pages)
 }
 
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
@@ -182,6 +201,9 @@ fn start() -> Result<(), String> {
     retire_previous_image(&config, pid);
     let run_lock = join_run(&config);
     install_panic_hook();
+    // Before the swap registers its own fork handlers, which allocate: prepare handlers
+    // run in the reverse order, so the arena's locks are taken after theirs are done.
+    install_arena_fork_handlers()?;
     // The thread-local registry's key, made now among the process's first (src/tls.rs).
     crate::tls::init().ok_or("cannot make a pthread key for thread-local destructors")?;
     // Second references to the userfaultfds and the swap file, from which one a program
@@ -208,7 +230,7 @@ fn start() -> Result<(), String> {
         Started { uffd, register_mode, control: control.clone(), source, exclusions, pagemap, pid };
     hooks.start(started);
     let run_dir = config.run_dir.clone();
-    let _ = STATE.set(State { swap, hooks, pid, run_lock, run_dir });
+    let _ = STATE.set(State { swap, hooks, pid: std::sync::atomic::AtomicI32::new(pid), run_lock, run_dir });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()
@@ -218,6 +240,23 @@ fn start() -> Result<(), String> {
     }
     crate::interpose::install(control, pid);
     crate::interpose::request_scan();
+    Ok(())
+}
+
+/// The shim's allocator is fork-safe as glibc's malloc is: its locks are taken before the
+/// fork and released after it, in both processes.
+fn install_arena_fork_handlers() -> Result<(), String> {
+    extern "C" fn prepare() {
+        crate::ARENA.lock_for_fork();
+    }
+    extern "C" fn after() {
+        crate::ARENA.unlock_after_fork();
+    }
+    // SAFETY: three plain `extern "C" fn()`s with static lifetime.
+    let ret = unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
+    if ret != 0 {
+        return Err(format!("cannot register the allocator's fork handlers (errno {ret})"));
+    }
     Ok(())
 }
 
@@ -254,7 +293,6 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
         hooks: Some(hooks.clone()),
         // The builder turns it off under SIGBUS delivery and with reclaimer CPUs given.
         follow: config.handler_follows(),
-        ..HandlerOptions::default()
     };
     // The budget is the program's, the whole process's resident set: what is not the
     // engine's own charge (the loader, the libraries, this shim now; whatever the program
@@ -300,7 +338,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
     };
     let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
     if let Ok(engine) = swap.engine() {
-        let _ = crate::hooks::charge_the_rest(engine);
+        let _ = crate::hooks::charge_the_rest(&engine);
         if hooks.recording() {
             // Set before any region exists: no page-out can be missed.
             engine.set_page_out_hook(hooks.clone()).map_err(|e| e.to_string())?;

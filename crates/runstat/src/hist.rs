@@ -68,6 +68,11 @@ impl AtomicHistogram {
         self.counts[bucket_of(value)].fetch_add(1, Relaxed);
     }
 
+    /// Every count back to zero (a forked child's histogram counts its own faults).
+    pub fn reset(&self) {
+        self.counts.iter().for_each(|c| c.store(0, Relaxed));
+    }
+
     /// A copy of the counts (each exact; not a consistent cut while others record).
     pub fn snapshot(&self) -> Histogram {
         Histogram { counts: self.counts.iter().map(|c| c.load(Relaxed)).collect() }

@@ -5,8 +5,8 @@
 //! | [`Delivery::Handler`] | the handler thread, woken by a message | two wake-ups | - |
 //! | [`Delivery::Sigbus`] | the faulting thread, in a SIGBUS handler | none | system calls |
 //!
-//! A forked child's fault under SIGBUS delivery is forwarded to the handler thread
-//! ([`crate::forward`]): a hand-off, as in the handler mode. A write-protect fault (the
+//! A forked child runs a swap of its own (crate::fork), with a dispatcher of its own. A
+//! write-protect fault (the
 //! first write to a write-protected zero page) is a SIGBUS as a missing page's is; the
 //! page-fault error code the kernel saves in the signal frame tells them apart (a write to
 //! a present page), and the dispatcher calls the engine's write-protect path for it.
@@ -26,15 +26,10 @@
 //! thread faulting inside malloc holds no lock the engine takes (docs/RUN.md, "Fault
 //! delivery").
 //!
-//! **What SIGBUS mode cannot do.** (1) A system call whose buffer is an evicted page fails
-//! with EFAULT: the kernel does not signal a fault taken in kernel mode. (2) A forked child's
-//! uffd inherits the SIGBUS feature, so the child's faults are signals in the child, where
-//! the parent's engine is not: the dispatcher forwards them to the parent's handler thread,
-//! which resolves them into the child's uffd ([`crate::forward`]); a child whose parent
-//! is gone dies of SIGBUS on its first touch of a non-resident page (loudly, never with
-//! zeros). A
-//! `vfork` child (`posix_spawn`, `system`) is another process in the same address space,
-//! the engine's: its faults are resolved like the owner's (`kcmp(2)` tells the two apart).
+//! **What SIGBUS mode cannot do.** A system call whose buffer is an evicted page fails with
+//! EFAULT: the kernel does not signal a fault taken in kernel mode. A `vfork` child
+//! (`posix_spawn`, `system`) is another process in the same address space, the engine's:
+//! its faults are resolved like the owner's (`kcmp(2)` tells the two apart).
 //!
 //! Unsafe code: the dispatcher's context is a raw pointer to a [`SigbusContext`], valid
 //! while the dispatcher is armed (this leaf module owns both ends).
@@ -42,7 +37,6 @@
 #![allow(unsafe_code)]
 
 use crate::error::Error;
-use crate::forward::Answer;
 use crate::handler::{Control, Hooks};
 use crate::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
 use crate::source::UffdSource;
@@ -112,6 +106,15 @@ pub struct SigbusStats {
 }
 
 impl SigbusMode {
+    /// In a forked child, on its only thread: the dispatcher's slot is the parent's (its
+    /// context names the parent's handler), and is freed. The mode itself must then never
+    /// be dropped (it would free the slot again): the child forgets the parent's parts.
+    pub(crate) fn disarm_in_child(&self) {
+        if let Some(resolver) = &self.resolver {
+            crate::sys::signal::free_in_child(resolver.slot_index());
+        }
+    }
+
     /// Arms the process-wide SIGBUS handler for `engine`'s regions; `hooks` hears of each
     /// fault resolved, from the faulting thread's signal handler ([`Hooks::fault`], with the
     /// resolution's time as its wait).
@@ -171,7 +174,7 @@ impl Drop for SigbusMode {
 ///
 /// Context: the owner process, normal context (not a signal handler); takes the fork gate
 /// and the engine's locks, may reclaim. A page may be evicted again before the retry: the
-/// caller retries a bounded number of times. A forked child has [`bring_in_child`].
+/// caller retries a bounded number of times.
 pub fn bring_in(
     engine: &Engine,
     control: &Control,
@@ -213,46 +216,13 @@ pub fn bring_in(
     managed
 }
 
-/// [`bring_in`] in a forked child of the owner, whose engine is the parent's: page by page,
-/// each page not resident is forwarded to the parent's handler ([`crate::forward`]), until
-/// one is not the engine's (the program's own EFAULT: no retry). False in any other process.
-///
-/// Context: normal context, in a forked child.
-pub fn bring_in_child(control: &Control, addr: u64, len: u64, write: bool, max: &mut u64) -> bool {
-    const PAGE: u64 = crate::PAGE_SIZE as u64;
-    if control.in_owner() || process::shares_memory_with(control.pid) {
-        return false;
-    }
-    let mut managed = false;
-    for page in ((addr & !(PAGE - 1))..addr.saturating_add(len)).step_by(PAGE as usize) {
-        if *max == 0 {
-            break;
-        }
-        let Ok(present) = crate::sys::mem::resident(page as usize) else {
-            break; // not mapped: the program's own EFAULT
-        };
-        // A resident page needs nothing for a read; for a write it may be a write-protected
-        // zero page (asked as a write-protect fault: lifting another page's protection
-        // changes nothing).
-        if present && !write {
-            continue;
-        }
-        *max -= 1;
-        match control.forward_fault(page, write, present) {
-            Some(Answer::Resolved) => managed = true,
-            _ => break,
-        }
-    }
-    managed
-}
-
 /// The dispatcher: resolves a userfaultfd SIGBUS in one of the engine's regions.
 fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     // SAFETY: `ctx` was armed by `SigbusMode::arm` from a live box, which outlives the
     // arming (see there).
     let context = unsafe { &*(ctx as *const SigbusContext) };
-    // A forked child's copy of the handler: the engine is not here, unless the child is a
-    // vfork one, in the owner's address space (module essay). A hardware memory error is
+    // Another process's copy of the dispatcher: the engine is not there, unless it is a
+    // vfork child, in the owner's address space (module essay). A hardware memory error is
     // not ours either.
     if fault.code != BUS_ADRERR {
         return Dispatch::NotMine;
@@ -263,23 +233,13 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     // One look at the pid per fault (a system call), for the child test and the hooks.
     let owner = context.control.in_owner();
     if !owner && !process::shares_memory_with(context.control.pid) {
-        // A forked child: the parent's handler resolves the fault into the child's uffd.
-        return match context.control.forward_fault(addr, fault.write, wp) {
-            Some(Answer::Resolved) => Dispatch::Resolved,
-            Some(Answer::NotMine) => Dispatch::NotMine,
-            Some(Answer::Failed) => Dispatch::Failed,
-            Some(Answer::Unanswered) | None => {
-                process::write_stderr(
-                    b"uswap: SIGBUS in a forked child that the parent's handler did not answer \
-                      (the parent is gone, or did not serve its children): the child dies\n",
-                );
-                Dispatch::NotMine
-            }
-        };
+        return Dispatch::NotMine;
     }
     let start = std::time::Instant::now();
+    // Everything this dispatch does with the engine, the source and the hooks is inside
+    // the fork gate: no lock of theirs is held across a fork (crate::fork).
+    let _pass = context.control.gate.enter();
     let resolve = || {
-        let _pass = context.control.gate.enter();
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             context.engine.handle_access_in(MmId::DEFAULT, addr, fault.write, wp)
         }))

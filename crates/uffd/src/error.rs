@@ -125,8 +125,6 @@ pub enum Error {
         /// A user-mode-only uffd can be created (5.11 and later).
         user_mode_only_works: bool,
     },
-    /// Serving forked children (`UFFD_FEATURE_EVENT_FORK`) needs `CAP_SYS_PTRACE`.
-    NoForkPermission,
     /// A needed feature is missing from this kernel.
     KernelTooOld {
         /// The kernel's name for the feature.
@@ -279,13 +277,6 @@ impl core::fmt::Display for Error {
                 }
                 Ok(())
             }
-            Error::NoForkPermission => write!(
-                f,
-                "serving forked children (UFFD_FEATURE_EVENT_FORK) needs CAP_SYS_PTRACE, which \
-                 this process lacks; without it a child would read evicted pages as zeros: run \
-                 with CAP_SYS_PTRACE (or as root), or build with exclude_from_fork(true) (managed \
-                 regions are then not inherited by children, MADV_DONTFORK)"
-            ),
             Error::KernelTooOld { feature, since, running } => {
                 write!(f, "{feature} needs Linux {since} or later")?;
                 match running {

@@ -109,6 +109,13 @@ impl Fence {
         }
     }
 
+    /// Opens the fence with nobody inside, whatever its state: a forked child's copy, on
+    /// its only thread (the state was the parent's reader's, which does not exist here).
+    pub fn reset_in_child(&self) {
+        self.inside.store(0, SeqCst);
+        self.state.store(OPEN, SeqCst);
+    }
+
     /// Writes the fence for a read: from now on no take enters; returns once those inside
     /// have left.
     pub fn write(&self) {

@@ -43,15 +43,16 @@ const DOMINANT_SHARE: (u32, u32) = (3, 4);
 /// Threads counted apart in a period; the faults of others count in the total only.
 const SLOTS: usize = 4;
 
-/// What the follower did, for the handler's statistics.
-#[derive(Debug, Default)]
-pub(crate) struct FollowCounters {
+/// Where the follower counts what it did (the handler's counters: `follow_moves`,
+/// `follow_releases`, `follow_failed`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FollowCounters<'a> {
     /// The handler moved to a thread's CPU (and the reclaimer off it).
-    pub(crate) moves: AtomicU64,
+    pub(crate) moves: &'a AtomicU64,
     /// The handler and reclaimer went back to every allowed CPU.
-    pub(crate) releases: AtomicU64,
+    pub(crate) releases: &'a AtomicU64,
     /// An affinity change the kernel refused, or a thread whose CPU could not be read.
-    pub(crate) failed: AtomicU64,
+    pub(crate) failed: &'a AtomicU64,
 }
 
 /// The registry's name for a followed thread's stat file.
@@ -122,7 +123,7 @@ impl Follower {
 
     /// Once a [`PERIOD`] has passed: places the handler (the calling thread) and the
     /// reclaimer by this period's faults (module essay), and starts a new period.
-    pub(crate) fn tick(&mut self, engine: &Engine, counters: &FollowCounters) {
+    pub(crate) fn tick(&mut self, engine: &Engine, counters: FollowCounters<'_>) {
         if self.since.elapsed() < PERIOD {
             return;
         }
@@ -146,7 +147,7 @@ impl Follower {
                 let handler = process::set_thread_cpus(0, &self.allowed).is_ok();
                 let reclaimer = place_reclaimer(engine, &self.allowed);
                 let counter =
-                    if handler && reclaimer { &counters.releases } else { &counters.failed };
+                    if handler && reclaimer { counters.releases } else { counters.failed };
                 counter.fetch_add(1, Relaxed);
             }
             Decision::Release => {}
@@ -154,7 +155,7 @@ impl Follower {
     }
 
     /// Holds the handler on `cpu` and the reclaimer on the other allowed CPUs.
-    fn hold(&mut self, cpu: usize, engine: &Engine, counters: &FollowCounters) {
+    fn hold(&mut self, cpu: usize, engine: &Engine, counters: FollowCounters<'_>) {
         if process::set_thread_cpus(0, &[cpu]).is_err() {
             counters.failed.fetch_add(1, Relaxed);
             return;
@@ -164,7 +165,7 @@ impl Follower {
         self.others.extend(self.allowed.iter().copied().filter(|&other| other != cpu));
         // A reclaimer not started yet, or refused: it stays where it was, counted.
         let moved = place_reclaimer(engine, &self.others);
-        let counter = if moved { &counters.moves } else { &counters.failed };
+        let counter = if moved { counters.moves } else { counters.failed };
         counter.fetch_add(1, Relaxed);
     }
 

@@ -48,12 +48,13 @@
 #![deny(unsafe_code)]
 
 mod api;
+mod counters;
 pub mod delivery;
 pub mod error;
 pub mod event;
 pub mod fence;
 mod follow;
-pub mod forward;
+mod fork;
 pub mod handler;
 pub mod idle;
 pub mod mm;
@@ -71,7 +72,7 @@ pub use api::{
     Builder, CompressorKind, Incompressible, LargeFolios, Region, Stats, SwapTarget, Uswap,
     REQUIRED_FEATURES,
 };
-pub use delivery::{bring_in, bring_in_child, Delivery, SigbusStats, CATCH_UP_MAX};
+pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::{Error, Op};
 pub use event::Event;
 pub use far::FarConfig;

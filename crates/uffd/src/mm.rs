@@ -21,7 +21,7 @@
 use crate::error::Error;
 use crate::sys;
 
-pub use crate::sys::mapping::{advise_raw, break_cow_raw, populate_write, Mapping};
+pub use crate::sys::mapping::{advise_raw, break_cow_raw, populate_write, protect_none, Mapping};
 
 /// Access rights of a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -188,18 +188,6 @@ impl Probe {
         }
     }
 
-    /// Checks that forked children can be served (`UFFD_FEATURE_EVENT_FORK`).
-    ///
-    /// # Errors
-    /// [`Error::NoForkPermission`] without `CAP_SYS_PTRACE`.
-    pub fn require_event_fork(&self) -> Result<(), Error> {
-        if self.cap_sys_ptrace {
-            Ok(())
-        } else {
-            Err(Error::NoForkPermission)
-        }
-    }
-
     /// Checks that PAGEMAP_SCAN works.
     ///
     /// # Errors

@@ -83,7 +83,9 @@ use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
 use engine::{Mapped, PageSource, SourceError, Taken};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 const PAGE: usize = PAGE_SIZE;
@@ -128,126 +130,134 @@ struct Orphan {
     addr: u64,
 }
 
-/// Counters (a counter per refusal and fallback, STYLE.md 15).
-#[derive(Debug, Default)]
-struct Counters {
-    takes: AtomicU64,
-    take_pages: AtomicU64,
-    take_holes: AtomicU64,
-    take_busy: AtomicU64,
-    take_retry: AtomicU64,
-    take_fenced: AtomicU64,
-    take_gone: AtomicU64,
-    take_failed: AtomicU64,
-    undo_pages: AtomicU64,
-    orphaned_pages: AtomicU64,
-    orphans_restored: AtomicU64,
-    orphans_dropped: AtomicU64,
-    orphans_to_children: AtomicU64,
-    map_fenced: AtomicU64,
-    maps: AtomicU64,
-    map_pages: AtomicU64,
-    map_zero_pages: AtomicU64,
-    zero_protected_pages: AtomicU64,
-    unprotected_pages: AtomicU64,
-    protect_failed: AtomicU64,
-    map_present_pages: AtomicU64,
-    map_retry: AtomicU64,
-    map_partial_retry: AtomicU64,
-    map_gone: AtomicU64,
-    poisoned_pages: AtomicU64,
-    cow_queued: AtomicU64,
-    cow_queue_full: AtomicU64,
-    cow_broken: AtomicU64,
-    drain_failed: AtomicU64,
-    drains: AtomicU64,
-    take_uncounted: AtomicU64,
-}
-
-/// A snapshot of a source's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SourceStats {
+crate::counter_table! {
+    /// Counters (a counter per refusal and fallback).
+    Counters =>
+    /// A snapshot of a source's counters.
+    SourceStats;
     /// `take` calls.
-    pub takes: u64,
+    takes,
     /// Pages taken out of the program (moved to staging and copied out).
-    pub take_pages: u64,
+    take_pages,
     /// Of those, holes (not present; read as zeros).
-    pub take_holes: u64,
+    take_holes,
     /// Takes refused because a page was shared after fork or pinned (EBUSY).
-    pub take_busy: u64,
+    take_busy,
     /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
-    pub take_retry: u64,
+    take_retry,
     /// Takes refused because events were read but not yet applied ([`crate::fence`]).
-    pub take_fenced: u64,
+    take_fenced,
     /// Takes of a range that is no longer mapped or registered.
-    pub take_gone: u64,
+    take_gone,
     /// Takes that failed otherwise.
-    pub take_failed: u64,
+    take_failed,
     /// Pages a move took past the progress it reported (found in staging, counted as moved:
     /// `Staging::sync_present`).
-    pub take_uncounted: u64,
+    take_uncounted,
     /// Pages moved back into the region after a refused take.
-    pub undo_pages: u64,
+    undo_pages,
     /// Pages that could not be moved back at once (orphans, restored later).
-    pub orphaned_pages: u64,
+    orphaned_pages,
     /// Orphan pages restored into the region.
-    pub orphans_restored: u64,
+    orphans_restored,
     /// Orphan pages dropped because the program removed or unmapped them meanwhile.
-    pub orphans_dropped: u64,
+    orphans_dropped,
     /// Orphan pages read out for a child forked while they were out of the program
     /// ([`UffdSource::orphan_pages`]).
-    pub orphans_to_children: u64,
+    orphans_to_children,
     /// Maps refused with `Retry` because an event was read and not yet applied.
-    pub map_fenced: u64,
+    map_fenced,
     /// `map`, `map_zero` and `poison` calls.
-    pub maps: u64,
+    maps,
     /// Pages installed with data (`UFFDIO_COPY`).
-    pub map_pages: u64,
+    map_pages,
     /// Pages installed as the zero page (`UFFDIO_ZEROPAGE`).
-    pub map_zero_pages: u64,
+    map_zero_pages,
     /// Of those, pages write-protected after (`UFFDIO_WRITEPROTECT`): zero pages the
     /// engine keeps uncharged until written.
-    pub zero_protected_pages: u64,
+    zero_protected_pages,
     /// Pages whose write protection was lifted (a write-protect fault served).
-    pub unprotected_pages: u64,
+    unprotected_pages,
     /// Protections that could not be set or lifted (the map or the fault is retried).
-    pub protect_failed: u64,
+    protect_failed,
     /// Pages a map found already present (EEXIST) and left alone.
-    pub map_present_pages: u64,
+    map_present_pages,
     /// Maps answered `Retry` (EAGAIN with nothing done: an event unread).
-    pub map_retry: u64,
+    map_retry,
     /// Of those, maps that had installed some pages first.
-    pub map_partial_retry: u64,
+    map_partial_retry,
     /// Maps of a range no longer managed.
-    pub map_gone: u64,
+    map_gone,
     /// Pages poisoned (their data could not be read back).
-    pub poisoned_pages: u64,
+    poisoned_pages,
     /// Ranges queued for a copy-on-write break.
-    pub cow_queued: u64,
+    cow_queued,
     /// Refusals not queued because the queue was full.
-    pub cow_queue_full: u64,
+    cow_queue_full,
     /// Copy-on-write breaks done.
-    pub cow_broken: u64,
+    cow_broken,
     /// Staging runs that could not be emptied (the lane loses those slots).
-    pub drain_failed: u64,
+    drain_failed,
     /// Staging runs emptied (a MOVE to the discard area and a drop each: module essay).
-    pub drains: u64,
+    drains,
 }
 
-/// The event-less half of the managed source: the quiet uffd and the lanes.
+/// The staging lanes: registered with the event uffd (a MOVE's destination must be), and
+/// their discard areas with the quiet one.
 #[derive(Debug)]
 struct Lanes {
+    /// The uffd the lanes' staging is registered with; page-outs move through it.
+    event: Arc<Uffd>,
     quiet: Uffd,
     lanes: Box<[Mutex<Lane>]>,
     next: AtomicUsize,
 }
 
+impl Lanes {
+    /// [`LANES`] lanes of `2 * folio_pages` slots each registered with `event`, and the
+    /// quiet uffd for their discard areas.
+    fn new(event: &Arc<Uffd>, folio_pages: usize) -> Result<Lanes, Error> {
+        // The same privilege as the event uffd: user-mode-only when that one is.
+        let quiet = Uffd::builder()
+            .user_mode_only(event.is_user_mode_only())
+            .require(Features::MOVE)
+            .open()?;
+        let slots = (2 * folio_pages).max(16) + DRAIN_BATCH as usize;
+        let mut lanes = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let staging = Staging::new(event, slots)?;
+            let discard = Mapping::anonymous(slots * PAGE)?;
+            discard.advise(0, discard.len_bytes(), Advice::NoHugePage)?;
+            discard.advise(0, discard.len_bytes(), Advice::DontFork)?;
+            quiet.register(discard.range(), RegisterMode::WP)?;
+            lanes.push(Mutex::new(Lane { staging, discard, undrained: 0 }));
+        }
+        let lanes = lanes.into_boxed_slice();
+        Ok(Lanes { event: event.clone(), quiet, lanes, next: AtomicUsize::new(0) })
+    }
+}
+
+/// Where a source works: the uffd its regions are registered with, and its lanes. Replaced
+/// whole by a forked child ([`UffdSource::rehome`]); each call works on one home, loaded
+/// once.
+#[derive(Debug)]
+struct Home {
+    /// The regions' uffd: maps, protections, poison and wakes go through it.
+    uffd: Arc<Uffd>,
+    lanes: Arc<Lanes>,
+    /// No uffd serves the regions (a forked child that could not have one: crate::fork):
+    /// maps write into the program's memory directly, zero maps leave the page untouched
+    /// (it reads as zeros), poison makes the page inaccessible, takes are refused.
+    direct: bool,
+}
+
 /// A page source over one address space's userfaultfd (see the module essay).
 #[derive(Debug)]
 pub struct UffdSource {
-    uffd: Arc<Uffd>,
-    /// `None` for a forked child's address space, which the engine never evicts from.
-    lanes: Option<Lanes>,
+    home: arc_swap::ArcSwap<Home>,
+    /// While set, the resolving ioctls wake nobody and the caller wakes the faulting page
+    /// itself once the engine is done with it ([`UffdSource::defer_wakes`]).
+    defer_wakes: AtomicBool,
     /// Orphan pages (module essay); `orphan_count` mirrors its length for a lock-free check.
     orphans: Mutex<Vec<Orphan>>,
     orphan_count: AtomicUsize,
@@ -259,6 +269,10 @@ pub struct UffdSource {
     /// Held while a queued range is being broken (see `break_cow_wait`). Lock order:
     /// `cow_breaking`, then `cow`.
     cow_breaking: Mutex<()>,
+    /// Set while a fork is prepared: the breaker parks, holding no lock
+    /// ([`UffdSource::pause_cow`]), and says so in `cow_parked`.
+    cow_paused: AtomicBool,
+    cow_parked: AtomicBool,
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
     inject_undo_again: AtomicU32,
@@ -276,41 +290,98 @@ impl UffdSource {
     /// # Errors
     /// Creating the quiet uffd, mapping or registering the lanes.
     pub fn new(uffd: Arc<Uffd>, folio_pages: usize) -> Result<UffdSource, Error> {
-        // The same privilege as the event uffd: user-mode-only when that one is.
-        let quiet = Uffd::builder()
-            .user_mode_only(uffd.is_user_mode_only())
-            .require(Features::MOVE)
-            .open()?;
-        let slots = (2 * folio_pages).max(16) + DRAIN_BATCH as usize;
-        let mut lanes = Vec::with_capacity(LANES);
-        for _ in 0..LANES {
-            let staging = Staging::new(&uffd, slots)?;
-            let discard = Mapping::anonymous(slots * PAGE)?;
-            discard.advise(0, discard.len_bytes(), Advice::NoHugePage)?;
-            discard.advise(0, discard.len_bytes(), Advice::DontFork)?;
-            quiet.register(discard.range(), RegisterMode::WP)?;
-            lanes.push(Mutex::new(Lane { staging, discard, undrained: 0 }));
+        let lanes = Arc::new(Lanes::new(&uffd, folio_pages)?);
+        Ok(UffdSource::with(Home { uffd, lanes, direct: false }))
+    }
+
+    /// In a forked child, on its only thread, before any fault is served: the source
+    /// works through the child's own uffds from now on. `regions` is the uffd the child's
+    /// regions are registered with (for a while, the child's start-up one: see
+    /// [`UffdSource::set_region_uffd`]), `event` the one its new staging lanes are
+    /// registered with (the parent's lanes are not in the child: `MADV_DONTFORK`). The
+    /// orphans, the copy-on-write queue and the event fence were the parent's (the caller
+    /// took the orphans' data before the fork, [`UffdSource::orphan_pages`]), and the
+    /// counters count the child's own events from here.
+    ///
+    /// # Errors
+    /// As [`UffdSource::new`]; the source is unchanged then.
+    pub fn rehome(
+        &self,
+        regions: Arc<Uffd>,
+        event: &Arc<Uffd>,
+        folio_pages: usize,
+    ) -> Result<(), Error> {
+        let lanes = Arc::new(Lanes::new(event, folio_pages)?);
+        self.replace_inherited_home(Home { uffd: regions, lanes, direct: false });
+        lock(&self.orphans).clear();
+        self.orphan_count.store(0, Relaxed);
+        lock(&self.cow).clear();
+        self.cow_paused.store(false, SeqCst);
+        self.cow_parked.store(false, SeqCst);
+        self.fence.reset_in_child();
+        self.defer_wakes.store(false, Relaxed);
+        self.counters.reset();
+        Ok(())
+    }
+
+    /// Resolves through `uffd` from now on, the lanes unchanged: a forked child's regions
+    /// moved from its start-up uffd to the one its handler reads.
+    pub fn set_region_uffd(&self, uffd: Arc<Uffd>) {
+        let lanes = self.home.load().lanes.clone();
+        self.home.store(Arc::new(Home { uffd, lanes, direct: false }));
+    }
+
+    /// A forked child that could not have a uffd of its own: from now on the source writes
+    /// into the child's memory directly (its ranges are registered with no uffd), so that
+    /// the engine can bring every inherited page back before the child runs unmanaged.
+    pub(crate) fn go_direct(&self) {
+        let home = self.home.load_full();
+        let direct = Home { uffd: home.uffd.clone(), lanes: home.lanes.clone(), direct: true };
+        self.home.store(Arc::new(direct));
+    }
+
+    /// Puts `home` in place of the one a forked child inherited, which is never dropped:
+    /// its lanes' staging was `MADV_DONTFORK`, so its addresses are free in the child and
+    /// may hold the new lanes by now, which dropping the old ones would unmap. Its quiet
+    /// uffd's descriptor, which nothing will use again, is closed.
+    fn replace_inherited_home(&self, home: Home) {
+        let old = self.home.swap(Arc::new(home));
+        let _ = crate::sys::forking::close_raw(old.lanes.quiet.raw_fd());
+        std::mem::forget(old);
+    }
+
+    /// While `on`, the resolving ioctls wake nobody: the caller wakes the faulting page
+    /// ([`PageSource::wake`]) once the engine has returned, so that the woken thread cannot
+    /// run while the engine is still at work (the handler's fork mode: the forking thread
+    /// must not reach the fork before the fault that stopped it is wholly done).
+    pub fn defer_wakes(&self, on: bool) {
+        self.defer_wakes.store(on, SeqCst);
+    }
+
+    fn wake_mode(&self) -> Wake {
+        if self.defer_wakes.load(SeqCst) {
+            Wake::DontWake
+        } else {
+            Wake::Wake
         }
-        let lanes = Lanes { quiet, lanes: lanes.into_boxed_slice(), next: AtomicUsize::new(0) };
-        Ok(UffdSource::with(uffd, Some(lanes)))
     }
 
-    /// The source of a forked child's address space: maps only (the engine never takes
-    /// pages from a child).
-    pub fn child(uffd: Arc<Uffd>) -> UffdSource {
-        UffdSource::with(uffd, None)
+    fn home(&self) -> arc_swap::Guard<Arc<Home>> {
+        self.home.load()
     }
 
-    fn with(uffd: Arc<Uffd>, lanes: Option<Lanes>) -> UffdSource {
+    fn with(home: Home) -> UffdSource {
         UffdSource {
-            uffd,
-            lanes,
+            home: arc_swap::ArcSwap::from_pointee(home),
+            defer_wakes: AtomicBool::new(false),
             orphans: Mutex::new(Vec::new()),
             fence: Fence::default(),
             orphan_count: AtomicUsize::new(0),
             cow: Mutex::new(VecDeque::with_capacity(COW_QUEUE_MAX)),
             cow_ready: Condvar::new(),
             cow_breaking: Mutex::new(()),
+            cow_paused: AtomicBool::new(false),
+            cow_parked: AtomicBool::new(false),
             counters: Counters::default(),
             inject_undo_again: AtomicU32::new(0),
             inject_hold_orphans: AtomicBool::new(false),
@@ -324,6 +395,12 @@ impl UffdSource {
     pub fn protecting_zero(mut self, on: bool) -> UffdSource {
         self.protect_zero = on;
         self
+    }
+
+    /// Whether zero pages are mapped write-protected now (not while the source maps
+    /// directly: [`UffdSource::go_direct`]).
+    pub fn protects_zero_pages(&self) -> bool {
+        engine::PageSource::protects_zero(self)
     }
 
     /// The event fence ([`crate::fence`]): the handler writes it while it reads this
@@ -343,8 +420,8 @@ impl UffdSource {
     }
 
     /// The uffd this source resolves through.
-    pub fn uffd(&self) -> &Arc<Uffd> {
-        &self.uffd
+    pub fn uffd(&self) -> Arc<Uffd> {
+        self.home().uffd.clone()
     }
 
     /// Asserts the source's invariants: every lane's staging is consistent, and every slot
@@ -357,11 +434,8 @@ impl UffdSource {
     pub fn check_invariants(&self) {
         let orphans = lock(&self.orphans);
         assert_eq!(orphans.len(), self.orphan_count.load(Relaxed), "orphan count");
-        let Some(lanes) = &self.lanes else {
-            assert!(orphans.is_empty(), "orphans in a child's source");
-            return;
-        };
-        for (index, lane) in lanes.lanes.iter().enumerate() {
+        let home = self.home();
+        for (index, lane) in home.lanes.lanes.iter().enumerate() {
             let lane = lock(lane);
             lane.staging.check_invariants();
             let mut waiting = 0;
@@ -394,41 +468,7 @@ impl UffdSource {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SourceStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Relaxed);
-        SourceStats {
-            takes: get(&c.takes),
-            take_pages: get(&c.take_pages),
-            take_holes: get(&c.take_holes),
-            take_busy: get(&c.take_busy),
-            take_retry: get(&c.take_retry),
-            take_fenced: get(&c.take_fenced),
-            take_gone: get(&c.take_gone),
-            take_failed: get(&c.take_failed),
-            take_uncounted: get(&c.take_uncounted),
-            undo_pages: get(&c.undo_pages),
-            orphaned_pages: get(&c.orphaned_pages),
-            orphans_restored: get(&c.orphans_restored),
-            orphans_dropped: get(&c.orphans_dropped),
-            orphans_to_children: get(&c.orphans_to_children),
-            map_fenced: get(&c.map_fenced),
-            maps: get(&c.maps),
-            map_pages: get(&c.map_pages),
-            map_zero_pages: get(&c.map_zero_pages),
-            zero_protected_pages: get(&c.zero_protected_pages),
-            unprotected_pages: get(&c.unprotected_pages),
-            protect_failed: get(&c.protect_failed),
-            map_present_pages: get(&c.map_present_pages),
-            map_retry: get(&c.map_retry),
-            map_partial_retry: get(&c.map_partial_retry),
-            map_gone: get(&c.map_gone),
-            poisoned_pages: get(&c.poisoned_pages),
-            cow_queued: get(&c.cow_queued),
-            cow_queue_full: get(&c.cow_queue_full),
-            cow_broken: get(&c.cow_broken),
-            drain_failed: get(&c.drain_failed),
-            drains: get(&c.drains),
-        }
+        self.counters.snapshot()
     }
 
     /// Locks a lane: the first free one from a rotating start, else waits for that one.
@@ -471,10 +511,11 @@ impl UffdSource {
 
     fn take_inner(
         &self,
-        lanes: &Lanes,
+        home: &Home,
         addr: u64,
         dst: &mut [&mut [u8]],
     ) -> Result<Taken, SourceError> {
+        let lanes = &*home.lanes;
         let pages = dst.len();
         let (lane_index, mut lane) = Self::lock_lane(lanes);
         let mut run = lane.staging.alloc_empty(pages);
@@ -501,7 +542,7 @@ impl UffdSource {
             add(&self.counters.take_fenced, 1);
             return Err(SourceError::Retry);
         };
-        let moved = self.move_out(&mut lane, run, addr);
+        let moved = self.move_out(&lanes.event, &mut lane, run, addr);
         let error = match moved {
             Ok(_) => match lane.staging.copy_out(run, dst) {
                 Ok(holes) => {
@@ -513,7 +554,7 @@ impl UffdSource {
                 // Never drop data that was not copied: put it back, as for a refusal.
                 Err(error) => {
                     add(&self.counters.take_failed, 1);
-                    self.undo(lane_index, &mut lane, run, addr, pages);
+                    self.undo(home, lane_index, &mut lane, run, addr, pages);
                     return Err(SourceError::Failed(error.to_string()));
                 }
             },
@@ -535,7 +576,7 @@ impl UffdSource {
                 .map_or(done_pages, |last| done_pages.max(last + 1)),
             Err(_) => done_pages,
         };
-        self.undo(lane_index, &mut lane, run, addr, done_pages);
+        self.undo(home, lane_index, &mut lane, run, addr, done_pages);
         Err(self.classify_take_error(error))
     }
 
@@ -558,7 +599,13 @@ impl UffdSource {
     /// reports a move that stopped after some pages as EAGAIN with the bytes done; the
     /// reason comes from the retry at that offset). On error, returns it with the pages
     /// moved before it.
-    fn move_out(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), (Error, usize)> {
+    fn move_out(
+        &self,
+        event: &Uffd,
+        lane: &mut Lane,
+        run: SlotRun,
+        addr: u64,
+    ) -> Result<(), (Error, usize)> {
         let mut done = 0u32;
         while done < run.pages {
             let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
@@ -567,9 +614,8 @@ impl UffdSource {
             // keeps a region's contents transparent: from now on an access there faults and
             // is served the data copied out (the `PageSource` contract), so no borrow of
             // region bytes ever observes the move (sys::process essay).
-            let moved = unsafe {
-                lane.staging.move_out_raw(&self.uffd, at, rest, MoveMode::ALLOW_SRC_HOLES)
-            };
+            let moved =
+                unsafe { lane.staging.move_out_raw(event, at, rest, MoveMode::ALLOW_SRC_HOLES) };
             match moved {
                 Ok(_) => return Ok(()),
                 Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => {
@@ -616,7 +662,15 @@ impl UffdSource {
 
     /// Moves the first `done_pages` of a refused take back into the region; what cannot go
     /// back now becomes orphans (module essay). Frees the rest of the run.
-    fn undo(&self, lane_index: usize, lane: &mut Lane, run: SlotRun, addr: u64, done_pages: usize) {
+    fn undo(
+        &self,
+        home: &Home,
+        lane_index: usize,
+        lane: &mut Lane,
+        run: SlotRun,
+        addr: u64,
+        done_pages: usize,
+    ) {
         let done = done_pages as u32;
         let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
         if rest.pages > 0 {
@@ -632,7 +686,7 @@ impl UffdSource {
             if injected {
                 break;
             }
-            match self.move_back(lane, moved, addr) {
+            match Self::move_back(&home.uffd, lane, moved, addr) {
                 Ok(()) => {
                     lane.staging.free(moved);
                     add(&self.counters.undo_pages, u64::from(done));
@@ -649,7 +703,7 @@ impl UffdSource {
     /// Moves the pages of `run` still in staging back to `addr..` (holes stay holes), one
     /// page per call so that partial progress is never ambiguous; `Again` only when an event
     /// is unread.
-    fn move_back(&self, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), Error> {
+    fn move_back(uffd: &Uffd, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), Error> {
         for i in 0..run.pages {
             let slot = SlotIndex(run.first.0 + i);
             if !lane.staging.is_present(slot) {
@@ -657,7 +711,7 @@ impl UffdSource {
             }
             let one = SlotRun { first: slot, pages: 1 };
             let at = addr as usize + i as usize * PAGE;
-            lane.staging.move_in(&self.uffd, one, at, MoveMode::ALLOW_SRC_HOLES)?;
+            lane.staging.move_in(uffd, one, at, MoveMode::ALLOW_SRC_HOLES)?;
         }
         Ok(())
     }
@@ -695,8 +749,8 @@ impl UffdSource {
     ///
     /// Context: takes each lane's lock in turn; one system call per area.
     pub fn unlock_lanes(&self) {
-        let Some(lanes) = &self.lanes else { return };
-        for lane in lanes.lanes.iter() {
+        let home = self.home.load();
+        for lane in home.lanes.lanes.iter() {
             let lane = lock(lane);
             for range in [lane.staging.range(), lane.discard.range()] {
                 let _ = crate::sys::mem::munlock(range.start(), range.len_bytes());
@@ -740,7 +794,8 @@ impl UffdSource {
     ///
     /// Context: takes the fence, lane locks and the orphan list lock; one ioctl per page.
     pub fn restore_orphans(&self) -> usize {
-        let Some(lanes) = &self.lanes else { return 0 };
+        let home = self.home();
+        let lanes = &*home.lanes;
         if !self.has_orphans() || self.inject_hold_orphans.load(Relaxed) {
             return 0;
         }
@@ -753,7 +808,7 @@ impl UffdSource {
                 continue; // settled by another thread since the copy
             };
             let run = SlotRun { first: orphan.slot, pages: 1 };
-            let back = lane.staging.move_in(&self.uffd, run, orphan.addr as usize, MoveMode::NONE);
+            let back = lane.staging.move_in(&home.uffd, run, orphan.addr as usize, MoveMode::NONE);
             let settled = match back {
                 Ok(_) => {
                     restored += 1;
@@ -783,7 +838,8 @@ impl UffdSource {
     ///
     /// Context: takes lane locks and the orphan list lock.
     pub fn orphan_pages(&self) -> Vec<(u64, Box<[u8]>)> {
-        let Some(lanes) = &self.lanes else { return Vec::new() };
+        let home = self.home();
+        let lanes = &*home.lanes;
         if !self.has_orphans() {
             return Vec::new();
         }
@@ -807,7 +863,8 @@ impl UffdSource {
     /// The program dropped or unmapped `[addr, addr + len)` (REMOVE, UNMAP): orphans there
     /// must never come back. Call before telling the engine.
     pub fn forget_orphans(&self, addr: u64, len: u64) {
-        let Some(lanes) = &self.lanes else { return };
+        let home = self.home();
+        let lanes = &*home.lanes;
         if !self.overlaps_orphan(addr, len) {
             return;
         }
@@ -879,19 +936,48 @@ impl UffdSource {
         ranges.len()
     }
 
+    /// Parks the breaker thread for a fork, once its break in flight is done (whose
+    /// faults are still served: call it before the handler's fork mode): a lock of the
+    /// source held by it at the fork would stay locked in the child.
+    /// [`UffdSource::resume_cow`] lets it run again.
+    pub fn pause_cow(&self) {
+        self.cow_paused.store(true, SeqCst);
+        self.wake_cow_breaker();
+        while !self.cow_parked.load(SeqCst) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Lets the breaker run again after [`UffdSource::pause_cow`].
+    pub fn resume_cow(&self) {
+        self.cow_paused.store(false, SeqCst);
+        self.wake_cow_breaker();
+    }
+
     /// Waits for a queued COW break or for `stop`, then does one break (the breaker
     /// thread's loop body). Returns ranges broken. No timeout: whoever sets `stop` calls
     /// [`UffdSource::wake_cow_breaker`], which notifies under the queue's lock, and `stop`
     /// is read under it, so the wake-up cannot fall between the check and the wait.
     pub fn break_cow_wait(&self, stop: &std::sync::atomic::AtomicBool) -> usize {
+        if self.cow_paused.load(SeqCst) {
+            self.cow_parked.store(true, SeqCst);
+            while self.cow_paused.load(SeqCst) && !stop.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.cow_parked.store(false, SeqCst);
+            return 0;
+        }
         {
             let queue = lock(&self.cow);
             let _ready = self
                 .cow_ready
                 .wait_while(queue, |q| {
-                    q.is_empty() && !stop.load(std::sync::atomic::Ordering::SeqCst)
+                    q.is_empty() && !stop.load(SeqCst) && !self.cow_paused.load(SeqCst)
                 })
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+        if self.cow_paused.load(SeqCst) {
+            return 0;
         }
         // Held from the pop to the end of the break: a `break_cow_pending` caller that finds
         // the queue empty knows no break of its range is still in flight.
@@ -934,15 +1020,9 @@ impl UffdSource {
         // FORK was read, before the engine copied the page tables, would be in neither
         // the child's memory (missing at the fork) nor its copy of the tables (resident
         // here by then).
-        let _pass = match self.lanes {
-            Some(_) => match self.fence.enter() {
-                Ok(pass) => Some(pass),
-                Err(_) => {
-                    add(&self.counters.map_fenced, 1);
-                    return Err(SourceError::Retry);
-                }
-            },
-            None => None,
+        let Ok(_pass) = self.fence.enter() else {
+            add(&self.counters.map_fenced, 1);
+            return Err(SourceError::Retry);
         };
         let (mut offset, mut present) = (0usize, 0usize);
         while offset < len {
@@ -969,7 +1049,9 @@ impl UffdSource {
         add(filled, (pages - present) as u64);
         if present > 0 {
             add(&self.counters.map_present_pages, present as u64);
-            self.wake(addr, len as u64);
+            if self.wake_mode() == Wake::Wake {
+                self.wake(addr, len as u64);
+            }
         }
         Ok(if present == pages { Mapped::AlreadyPresent } else { Mapped::Done })
     }
@@ -992,34 +1074,52 @@ fn protect_error(error: Error) -> SourceError {
 impl PageSource for UffdSource {
     fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
         add(&self.counters.takes, 1);
-        let Some(lanes) = &self.lanes else {
+        let home = self.home();
+        if home.direct {
             add(&self.counters.take_failed, 1);
-            return Err(SourceError::Failed("take from a forked child's address space".into()));
-        };
+            return Err(SourceError::Failed("no uffd serves this address space".into()));
+        }
         if self.overlaps_orphan(addr, (dst.len() * PAGE) as u64) {
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         }
-        self.take_inner(lanes, addr, dst)
+        self.take_inner(&home, addr, dst)
     }
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
-        let uffd = &self.uffd;
+        let home = self.home();
+        if home.direct {
+            // SAFETY: the engine maps only into its regions, where the page is missing
+            // (the module essay's contract: nobody holds a reference into it), and no
+            // uffd serves the range: the write is an ordinary first touch.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len());
+            }
+            add(&self.counters.map_pages, (data.len() / PAGE) as u64);
+            return Ok(Mapped::Done);
+        }
+        let mode = match self.wake_mode() {
+            Wake::Wake => CopyMode::NONE,
+            Wake::DontWake => CopyMode::DONTWAKE,
+        };
         self.fill(addr, data.len(), &self.counters.map_pages, |at, offset, len| {
-            uffd.copy(at, &data[offset..offset + len], CopyMode::NONE)
+            home.uffd.copy(at, &data[offset..offset + len], mode)
         })
     }
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        let uffd = &self.uffd;
+        let (home, wake) = (self.home(), self.wake_mode());
+        if home.direct {
+            return Ok(Mapped::Done); // a missing page outside every uffd reads as zeros
+        }
         self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
             let range = Range::new(at, len)?;
-            uffd.zeropage(range, Wake::Wake)
+            home.uffd.zeropage(range, wake)
         })
     }
 
     fn protects_zero(&self) -> bool {
-        self.protect_zero
+        self.protect_zero && !self.home().direct
     }
 
     /// `UFFDIO_ZEROPAGE` without waking, `UFFDIO_WRITEPROTECT`, then the wake: the faulting
@@ -1028,17 +1128,20 @@ impl PageSource for UffdSource {
     /// error goes back: the retried fault finds them present and the engine keeps them as
     /// resident, charged.
     fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        let uffd = &self.uffd;
+        let (home, wake) = (self.home(), self.wake_mode());
+        let uffd = &home.uffd;
         let mapped = self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
             let range = Range::new(at, len)?;
             uffd.zeropage(range, Wake::DontWake)
         });
         let protected = match mapped {
             Ok(Mapped::Done) => Range::new(addr as usize, len as usize)
-                .and_then(|range| uffd.writeprotect(range, true, Wake::Wake)),
+                .and_then(|range| uffd.writeprotect(range, true, wake)),
             _ => Ok(()),
         };
-        self.wake(addr, len);
+        if wake == Wake::Wake {
+            self.wake(addr, len);
+        }
         match protected {
             Ok(()) => {
                 if mapped == Ok(Mapped::Done) {
@@ -1055,7 +1158,7 @@ impl PageSource for UffdSource {
 
     fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
         let result = Range::new(addr as usize, len as usize)
-            .and_then(|range| self.uffd.writeprotect(range, false, Wake::Wake));
+            .and_then(|range| self.home().uffd.writeprotect(range, false, self.wake_mode()));
         match result {
             Ok(()) => {
                 add(&self.counters.unprotected_pages, len / PAGE as u64);
@@ -1069,17 +1172,24 @@ impl PageSource for UffdSource {
     }
 
     fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
-        let uffd = &self.uffd;
+        let (home, wake) = (self.home(), self.wake_mode());
+        if home.direct {
+            // No uffd to poison through: the page is made inaccessible, so the access is
+            // SIGSEGV rather than a read of zeros.
+            return Range::new(addr as usize, len as usize)
+                .and_then(crate::mm::protect_none)
+                .map_err(|e| SourceError::Failed(e.to_string()));
+        }
         self.fill(addr, len as usize, &self.counters.poisoned_pages, |at, _, len| {
             let range = Range::new(at, len)?;
-            uffd.poison(range, Wake::Wake)
+            home.uffd.poison(range, wake)
         })
         .map(drop)
     }
 
     fn wake(&self, addr: u64, len: u64) {
         if let Ok(range) = Range::new(addr as usize, len as usize) {
-            let _ = self.uffd.wake(range);
+            let _ = self.home().uffd.wake(range);
         }
     }
 }
@@ -1089,11 +1199,10 @@ impl Drop for UffdSource {
     /// unmapped: munmap of a registered range sends UNMAP and waits for a reader that may
     /// be gone by now (docs/UFFD.md).
     fn drop(&mut self) {
-        if let Some(lanes) = &self.lanes {
-            for lane in lanes.lanes.iter() {
-                let lane = lock(lane);
-                let _ = self.uffd.unregister(lane.staging.range());
-            }
+        let home = self.home();
+        for lane in home.lanes.lanes.iter() {
+            let lane = lock(lane);
+            let _ = home.lanes.event.unregister(lane.staging.range());
         }
     }
 }

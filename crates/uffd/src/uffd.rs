@@ -161,8 +161,20 @@ impl UffdBuilder {
     }
 }
 
+/// `/dev/userfaultfd`, opened once and kept (close-on-exec): access is checked at open,
+/// so a forked child, which inherits the descriptor, gets its own uffd through it even if
+/// the device has since lost its permission or gone (crate::fork). An exec'd image opens
+/// it again, and is refused then.
+static DEVICE: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+
 fn open_dev(flags: i32) -> Result<OwnedFd, Errno> {
-    let dev = call::open_dev_userfaultfd()?;
+    let dev = match DEVICE.get() {
+        Some(dev) => dev,
+        None => {
+            let dev = call::open_dev_userfaultfd()?;
+            DEVICE.get_or_init(|| dev)
+        }
+    };
     call::dev_new(dev.as_fd(), flags)
 }
 

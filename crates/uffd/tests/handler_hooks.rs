@@ -32,8 +32,7 @@ impl Hooks for Recorder {
     fn event(&self, _mm: MmId, event: Noted) {
         self.events.lock().unwrap().push(event);
     }
-    fn work(&self, _engine: &Engine, children: &[MmId]) -> Option<Duration> {
-        assert!(children.is_empty());
+    fn work(&self, _engine: &Engine) -> Option<Duration> {
         self.works.fetch_add(1, SeqCst);
         Some(Duration::from_millis(5))
     }

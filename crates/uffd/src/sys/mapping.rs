@@ -359,6 +359,19 @@ pub unsafe fn advise_raw(range: Range, advice: Advice) -> Result<(), Error> {
         .map_err(|e| Error::os(Op::Madvise, e))
 }
 
+/// `mprotect(PROT_NONE)` of a page of managed memory whose data could not be brought back
+/// and that no uffd can poison (a forked child without a uffd of its own): its access is
+/// then SIGSEGV, never a read of zeros.
+///
+/// # Errors
+/// mprotect's errno.
+pub fn protect_none(range: Range) -> Result<(), Error> {
+    // SAFETY: taking access away changes no byte; a later access faults loudly, which is
+    // the point (no Rust reference covers a managed page the engine is mapping).
+    unsafe { mem::mprotect(range.start(), range.len_bytes(), libc::PROT_NONE) }
+        .map_err(|e| Error::os(Op::Madvise, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@
 //!   sys::mapping Mapping: owned anonymous memory, volatile/atomic access only
 //!   sys::moves   UFFDIO_MOVE: the raw (unsafe) form and the safe Mapping-sourced forms
 //!   sys::signal  sigaction(SIGBUS), the handler's lock-free table, SigbusResolver
+//!   sys::forking the hold pipe, the forking thread's signal mask, glibc's stdio list
 //!   sys::process pthread_atfork, getpid, sched_yield, CPU affinity and policy, byte views
 //!                of managed regions
 //!   sys::abi     constants, #[repr(C)] structs, ioctl numbers, compile-time asserts
@@ -33,6 +34,7 @@
 
 pub mod abi;
 pub mod call;
+pub mod forking;
 pub mod mapping;
 pub mod mem;
 pub mod moves;

@@ -285,6 +285,14 @@ pub fn disarm(index: usize) -> (u64, u64) {
     counters
 }
 
+/// Frees slot `index` without waiting for its users: in a forked child, on its only thread,
+/// where the users counted are threads of the parent that do not exist here.
+pub fn free_in_child(index: usize) {
+    let slot = &TABLE[index];
+    slot.users.store(0, SeqCst);
+    slot.state.store(FREE, SeqCst);
+}
+
 /// The (resolved, failed) counters of an armed slot.
 pub fn counters(index: usize) -> (u64, u64) {
     let slot = &TABLE[index];
@@ -521,6 +529,11 @@ impl<'a> SigbusResolver<'a> {
         let slot = unsafe { arm(region.start(), region.end(), fd, action) };
         let slot = slot.ok_or(Error::SigbusSlotsFull)?;
         Ok(SigbusResolver { slot, _borrows: PhantomData })
+    }
+
+    /// The table slot this resolver holds.
+    pub(crate) fn slot_index(&self) -> usize {
+        self.slot
     }
 
     /// Faults resolved so far.
