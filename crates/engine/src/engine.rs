@@ -95,10 +95,24 @@ pub(crate) struct Core {
     pub(crate) all_locked: AtomicBool,
     /// Stops the engine's own reclaim for a fork ([`crate::quiesce`]).
     pub(crate) fork_pause: crate::quiesce::ForkPause,
+    /// References kept on slots for forked children ([`Engine::hold_for_child`]), by hold.
+    /// A leaf lock.
+    pub(crate) holds: std::sync::Mutex<Holds>,
     /// Told of every page-out once set ([`Engine::set_page_out_hook`]). Set once; read
     /// without a lock.
     pub(crate) page_out_hook: std::sync::OnceLock<Arc<dyn PageOutHook>>,
 }
+
+/// The references kept for forked children: each hold's slots, as `(first slot, pages)`.
+#[derive(Debug, Default)]
+pub(crate) struct Holds {
+    next: u64,
+    by_id: HashMap<u64, Vec<(SwapEntry, u32)>>,
+}
+
+/// A forked child's references on its parent's slots ([`Engine::hold_for_child`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HoldId(u64);
 
 /// Runs of pages: `(first page index, pages)`.
 type PageRuns = Vec<(u64, u64)>;
@@ -250,6 +264,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             all_locked: AtomicBool::new(false),
             fork_pause: crate::quiesce::ForkPause::default(),
+            holds: std::sync::Mutex::new(Holds::default()),
             page_out_hook: std::sync::OnceLock::new(),
             config,
         });
@@ -538,17 +553,63 @@ impl Engine {
     /// Keeps, for a child this process forked without `UFFD_FEATURE_EVENT_FORK`, a
     /// reference on every swap slot the engine's own address space refers to now: the
     /// child reads them through its copy of the engine, so they must not be freed and
-    /// written again until it exits or execs ([`Engine::exit_mm`] of the returned address
-    /// space releases them). An address space of references only: it has no source and
-    /// is never faulted in (the kernel's `copy_page_range` takes the same references).
+    /// written again until it exits or execs ([`Engine::release_hold`]). The kernel's
+    /// `copy_page_range` takes the same references.
     ///
     /// # Errors
     /// As [`Engine::fork`].
     ///
     /// Context: the engine quiescent ([`Engine::pause_for_fork`], faults stopped);
     /// allocates the copy's page tables; time in proportion to the swapped pages.
-    pub fn hold_for_child(&self) -> Result<MmId, Error> {
-        self.core.fork(MmId::DEFAULT, Arc::new(crate::page_source::NoSource))
+    pub fn hold_for_child(&self) -> Result<HoldId, Error> {
+        let regions: Vec<Arc<Region>> = {
+            let regions = self.core.regions.read();
+            let space = regions.mms.get(&MmId::DEFAULT).ok_or(Error::NoSuchMm { mm: 0 })?;
+            space.by_start.values().cloned().collect()
+        };
+        let mut slots = Vec::new();
+        for region in regions {
+            let pt = region.lock();
+            for found in pt.entries(0, region.nr_pages() - 1) {
+                if let Pte::Swap(entry) = found.pte {
+                    let nr = 1u32 << found.order;
+                    let duplicated = self.core.storage.device.dup(entry, nr);
+                    assert!(duplicated.is_ok(), "{entry:?} in a page table, refused a dup");
+                    slots.push((entry, nr));
+                }
+            }
+        }
+        let pages: u64 = slots.iter().map(|&(_, nr)| u64::from(nr)).sum();
+        Stats::add(&self.core.stats.counters.fork_dup, pages);
+        let mut holds = self.core.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        holds.next += 1;
+        let id = holds.next;
+        holds.by_id.insert(id, slots);
+        Ok(HoldId(id))
+    }
+
+    /// Drops the references of a hold ([`Engine::hold_for_child`]): its child's line has
+    /// exited or exec'd. Slots nobody else refers to are freed. Unknown holds are ignored.
+    ///
+    /// Context: takes cluster locks and swap-cache shard locks; time in proportion to the
+    /// slots held.
+    pub fn release_hold(&self, hold: HoldId) {
+        let slots = {
+            let mut holds =
+                self.core.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            holds.by_id.remove(&hold.0)
+        };
+        for (entry, nr) in slots.unwrap_or_default() {
+            self.core.put_entry(entry, nr);
+            self.core.swap_cache.clear_shadows(entry.offset(), u64::from(nr));
+        }
+    }
+
+    /// The holds in force: a forked child's copy of the engine carries its parent's, which
+    /// are the parent's to keep, and releases them ([`Engine::release_hold`]).
+    pub fn holds(&self) -> Vec<HoldId> {
+        let holds = self.core.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        holds.by_id.keys().map(|&id| HoldId(id)).collect()
     }
 
     /// An address space is gone (the process exited or exec'd): drop its regions and the
@@ -1106,8 +1167,15 @@ impl Core {
         assert_eq!(counts.isolated_pages, 0, "folios left isolated");
         assert_eq!(resident, counts.active_pages + counts.inactive_pages, "page tables vs LRU");
         assert_eq!(resident * PAGE_SIZE as u64, self.budget.resident_bytes(), "resident charge");
+        let holds = self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(entry, nr) in holds.by_id.values().flatten() {
+            for page in 0..u64::from(nr) {
+                *references.entry(entry.add(page)).or_insert(0u32) += 1;
+            }
+        }
+        drop(holds);
         let retained = self.check_retained_folios(&references);
-        // Every slot's count is exactly the page-table references to it (a fork shares).
+        // Every slot's count is exactly its page-table references and holds.
         for (entry, expected) in &references {
             let count = self.storage.device.count(*entry).expect("swap entry on the device");
             assert_eq!(count, *expected, "swap count of {entry:?}");

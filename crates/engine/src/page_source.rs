@@ -189,29 +189,3 @@ pub trait PageSource: Send + Sync {
         None
     }
 }
-
-/// The source of an address space nobody runs in: every call says the memory is gone.
-/// A process that forks keeps its child's references on its swap slots in such an
-/// address space ([`crate::Engine::hold_for_child`]) until the child exits or execs.
-#[derive(Debug, Default)]
-pub struct NoSource;
-
-impl PageSource for NoSource {
-    fn take_each(&self, _addr: u64, _pages: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
-        Err(SourceError::Gone)
-    }
-
-    fn map(&self, _addr: u64, _data: &[u8]) -> Result<Mapped, SourceError> {
-        Err(SourceError::Gone)
-    }
-
-    fn map_zero(&self, _addr: u64, _len: u64) -> Result<Mapped, SourceError> {
-        Err(SourceError::Gone)
-    }
-
-    fn poison(&self, _addr: u64, _len: u64) -> Result<(), SourceError> {
-        Err(SourceError::Gone)
-    }
-
-    fn wake(&self, _addr: u64, _len: u64) {}
-}

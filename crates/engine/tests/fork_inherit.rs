@@ -115,7 +115,7 @@ fn a_forked_child_reads_its_inherited_swap_while_its_parent_writes_its_own() {
     assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
     assert_eq!(libc::WEXITSTATUS(status), 0, "the child found wrong data (its stderr says)");
     let held = engine.stats().gauges.swap_inuse_pages;
-    engine.exit_mm(hold);
+    engine.release_hold(hold);
     assert!(engine.stats().gauges.swap_inuse_pages < held, "the child's slots are released");
     let mut buf = vec![0u8; PAGE];
     for page in 0..PAGES {

@@ -597,8 +597,6 @@ impl Parts {
 /// A fork in progress (crate::fork): what prepare made for the parent and child handlers.
 #[derive(Debug)]
 pub(crate) struct Forking {
-    /// The child's references (`Engine::hold_for_child`), if they could be taken.
-    pub(crate) hold: Option<engine::region::MmId>,
     /// The hold pipe: the parent polls the read end, the child's line keeps the write end.
     pub(crate) pipe: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     /// Pages out of the program at the fork (orphans), with their data: copied into the

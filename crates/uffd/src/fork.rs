@@ -172,20 +172,21 @@ impl Forkable for Inner {
         parts.handler.control().enter_fork_mode();
         let orphans = parts.source.orphan_pages();
         let pipe = forking::pipe().ok();
-        // Taken whatever happens next: the child reads these slots if it is forked.
-        let hold = engine.hold_for_child().ok();
-        *lock(&self.fork) = Some(Forking { hold, pipe, orphans });
+        *lock(&self.fork) = Some(Forking { pipe, orphans });
     }
 
     fn parent(&self) {
         let Ok(parts) = self.owner() else { return };
         let Some(forking) = lock(&self.fork).take() else { return };
         let control = parts.handler.control();
-        if let Some(mm) = forking.hold {
+        // Taken here, not before the fork, so that the child's copy of the engine does not
+        // hold them too: the engine has not changed since the fork (reclaim paused, the
+        // handler serving nobody, the gate closed).
+        if let Ok(hold) = parts.engine.hold_for_child() {
             match forking.pipe {
                 Some((read, write)) => {
                     drop(write); // the child's line holds the only write ends now
-                    control.add_hold(mm, read);
+                    control.add_hold(hold, read);
                 }
                 // No pipe to learn of the child's end through: the references stay.
                 None => control.keep_hold_for_life(),
@@ -249,11 +250,12 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
         let _ = engine::PageSource::map(&*source, *addr, data);
     }
     engine.after_fork_in_child(settings.own_backend()?).map_err(Error::Engine)?;
-    // The parent's children's references, and the one the parent took for this child, are
-    // in this copy of the engine too: they are the parent's to hold, not this child's.
-    for mm in old.handler.control().take_holds_in_child().into_iter().chain(forking.hold) {
-        engine.exit_mm(mm);
-    }
+    // The references the parent keeps for its other children are in this copy of the
+    // engine too: they are the parent's to hold, not this child's. Released by the child's
+    // handler thread once it runs (each costs time in proportion to the pages it holds,
+    // which a child that execs at once never pays).
+    old.handler.control().close_holds_in_child();
+    control.release_later(engine.holds());
     if let Some((read, write)) = forking.pipe {
         drop(read);
         // Held for the life of this image: the parent keeps the slots this child may read

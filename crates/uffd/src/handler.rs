@@ -75,7 +75,7 @@ use crate::types::Range;
 use crate::uffd::{Uffd, READ_BATCH};
 use crate::PAGE_SIZE;
 use engine::region::MmId;
-use engine::{Engine, FaultOutcome};
+use engine::{Engine, FaultOutcome, HoldId};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32};
@@ -232,7 +232,7 @@ struct State {
 /// A forked child's references: held until its pipe hangs up.
 #[derive(Debug)]
 struct Hold {
-    mm: MmId,
+    hold: HoldId,
     pipe: OwnedFd,
 }
 
@@ -253,6 +253,9 @@ pub struct Control {
     /// thread.
     holds: Mutex<Vec<Hold>>,
     holds_changed: AtomicBool,
+    /// Holds this thread releases at its next pass (a forked child's copies of its
+    /// parent's holds for its other children: [`Control::release_later`]).
+    releases: Mutex<Vec<HoldId>>,
     /// The handler thread's id (0 until it runs).
     tid: AtomicU32,
     /// The process that made the handler.
@@ -282,6 +285,7 @@ impl Control {
             counters: Counters::default(),
             holds: Mutex::new(Vec::with_capacity(HOLDS_MAX)),
             holds_changed: AtomicBool::new(false),
+            releases: Mutex::new(Vec::new()),
             tid: AtomicU32::new(0),
             pid: process::getpid(),
         })
@@ -396,14 +400,14 @@ impl Control {
     /// Keeps a child's references (`Engine::hold_for_child`) until `pipe`, the read end of
     /// a pipe whose write end only the child's line holds, hangs up. Beyond [`HOLDS_MAX`]
     /// the references stay for the process's life.
-    pub(crate) fn add_hold(&self, mm: MmId, pipe: OwnedFd) {
+    pub(crate) fn add_hold(&self, hold: HoldId, pipe: OwnedFd) {
         let mut holds = lock(&self.holds);
         if holds.len() >= HOLDS_MAX {
             self.counters.holds_unpolled.fetch_add(1, Relaxed);
             std::mem::forget(pipe);
             return;
         }
-        holds.push(Hold { mm, pipe });
+        holds.push(Hold { hold, pipe });
         self.counters.children_held.store(holds.len() as u64, Relaxed);
         self.holds_changed.store(true, SeqCst);
         drop(holds);
@@ -422,13 +426,16 @@ impl Control {
         let _ = crate::sys::forking::close_raw(self.wake.number());
     }
 
-    /// In a forked child: the parent's hold pipes (read ends of its other children's, and
-    /// of this child's own) are not this process's to poll; closed, their references are
-    /// left for the caller to release in the child's copy of the engine. Returns those
-    /// address spaces.
-    pub(crate) fn take_holds_in_child(&self) -> Vec<MmId> {
-        let holds = std::mem::take(&mut *lock(&self.holds));
-        holds.into_iter().map(|hold| hold.mm).collect()
+    /// Releases `holds` on the handler thread, at its next pass (before it starts, for a
+    /// control made beforehand).
+    pub(crate) fn release_later(&self, holds: Vec<HoldId>) {
+        lock(&self.releases).extend(holds);
+    }
+
+    /// In a forked child: the parent's hold pipes (read ends of its other children's) are
+    /// not this process's to poll: closed.
+    pub(crate) fn close_holds_in_child(&self) {
+        drop(std::mem::take(&mut *lock(&self.holds)));
     }
 }
 
@@ -550,13 +557,13 @@ struct Reader {
     /// The source's event fence is written: events read are not all applied yet
     /// ([`crate::fence`]).
     fenced: bool,
-    /// The wake eventfd, the uffd, then the hold pipes (`hold_mms` names theirs).
+    /// The wake eventfd, the uffd, then the hold pipes (`hold_ids` names theirs).
     pollfds: Vec<libc::pollfd>,
-    hold_mms: Vec<MmId>,
+    hold_ids: Vec<HoldId>,
     batch: Vec<Event>,
-    /// Read messages with the time they were read.
     /// The descriptor registry's generation when `pollfds` was built.
     pollfds_generation: u64,
+    /// Read messages with the time they were read.
     pending: Vec<(Event, Instant)>,
     faults: Vec<Retained>,
     retained: Vec<Retained>,
@@ -633,7 +640,7 @@ impl Handler {
             fenced: false,
             pollfds_generation: 0,
             pollfds: Vec::with_capacity(2 + HOLDS_MAX),
-            hold_mms: Vec::with_capacity(HOLDS_MAX),
+            hold_ids: Vec::with_capacity(HOLDS_MAX),
             batch: Vec::with_capacity(READ_BATCH),
             pending: Vec::with_capacity(PENDING_MAX),
             faults: Vec::with_capacity(PENDING_MAX),
@@ -792,14 +799,14 @@ impl Reader {
     fn rebuild_pollfds(&mut self) {
         self.control.holds_changed.store(false, SeqCst);
         self.pollfds.clear();
-        self.hold_mms.clear();
+        self.hold_ids.clear();
         let fd = |raw| libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
         self.pollfds_generation = fds::generation();
         self.pollfds.push(fd(self.control.wake.number()));
         self.pollfds.push(fd(self.uffd.raw_fd()));
         for hold in lock(&self.control.holds).iter() {
             self.pollfds.push(fd(hold.pipe.as_raw_fd()));
-            self.hold_mms.push(hold.mm);
+            self.hold_ids.push(hold.hold);
         }
     }
 
@@ -865,17 +872,22 @@ impl Reader {
         }
     }
 
-    /// Releases the references of every child whose hold pipe hung up.
+    /// Releases the references of every child whose hold pipe hung up, and those handed
+    /// over by [`Control::release_later`].
     fn release_holds(&mut self) {
+        let later = std::mem::take(&mut *lock(&self.control.releases));
+        for hold in later {
+            self.engine.release_hold(hold);
+        }
         let mut gone = false;
         for (i, p) in self.pollfds.iter().enumerate().skip(2) {
             if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) == 0 {
                 continue;
             }
-            let mm = self.hold_mms[i - 2];
-            self.engine.exit_mm(mm);
+            let hold = self.hold_ids[i - 2];
+            self.engine.release_hold(hold);
             let mut holds = lock(&self.control.holds);
-            holds.retain(|hold| hold.mm != mm);
+            holds.retain(|h| h.hold != hold);
             self.control.counters.children_held.store(holds.len() as u64, Relaxed);
             self.control.counters.holds_released.fetch_add(1, Relaxed);
             gone = true;

@@ -10,6 +10,7 @@ mod crypt;
 mod engine;
 mod far;
 mod fault;
+mod fork;
 mod heap;
 mod seed;
 mod uffd;
@@ -122,6 +123,11 @@ pub enum Which {
     /// pool_lz4_p50_ns, pool_lz4_p99_ns, kernel_anon_fault_p50_ns, default_mode,
     /// <mode>_<page>_order<o>_p50_ns / _p99_ns, ...
     Fault,
+    /// What a fork costs a process whose memory uswap manages: a child that exits at once,
+    /// one that execs /bin/true, one that reads every page (most paged out), each against
+    /// the same fork of an unmanaged process. JSON: fork_exit_ms_managed,
+    /// fork_exec_ms_managed, fork_read_ms_managed and their _unmanaged yardsticks.
+    Fork,
 }
 
 /// Runs one benchmark and prints its report.
@@ -145,6 +151,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Uffd => uffd::run(args.common.quick)?,
         Which::Zswap => zswap::run(&args.common)?,
         Which::Fault => fault::run(args.common.quick)?,
+        Which::Fork => fork::run(&args.common)?,
     };
     report.print(args.common.json);
     Ok(())
