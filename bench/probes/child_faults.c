@@ -1,8 +1,8 @@
 /* What a forked child's fault costs under each delivery of `uswap run`: the parent fills
  * 256 MiB, reads one byte of every page in a scattered order (timed), forks, and the child
  * reads the same pages again (timed); under a small budget nearly every read is a fault.
- * Under `--delivery sigbus` the child's faults are forwarded to the parent's handler
- * (crates/uffd/src/forward.rs), under `handler` they are the child's uffd messages.
+ * The child runs a swap of its own under the same budget, started at its fork, and pages
+ * out as it reads.
  *   gcc -O2 -o /tmp/child_faults bench/probes/child_faults.c
  *   uswap run --budget 32M --folio-order 0 --delivery sigbus -- /tmp/child_faults */
 #include <stdio.h>

@@ -386,8 +386,7 @@ fn a_forked_child_reads_its_parents_evicted_data() {
 /// Zero pages mapped write-protected: read, written (a write-protect fault each), inherited
 /// by a forked child, written through read(2); every byte checked, and the summary counts
 /// them; in both deliveries (under SIGBUS a write-protect fault is a SIGBUS whose error
-/// code says the page was present; the child's is forwarded, read(2)'s is an EFAULT made
-/// again). Then the same program with `--zero-pages charged`, which maps none uncharged.
+/// code says the page was present; read(2)'s is an EFAULT made again). Then the same program with `--zero-pages charged`, which maps none uncharged.
 #[test]
 fn zero_pages_read_then_written_keep_their_data() {
     if !can_run() {
@@ -573,19 +572,17 @@ fn sigbus_delivery_serves_large_stdio_transfers() {
     in_both_deliveries("stdio_big", "8M", "every byte checked");
 }
 
-/// A forked child that closed its inherited descriptors and put a file under each number
-/// (a daemon's habit) has its faults forwarded without a write to any of them: waking the
-/// handler through the inherited eventfd's number wrote 4,224 bytes into the child's file
-/// (d3dd0ac); the child now checks the descriptor with kcmp, else rings the doorbell
-/// (`run_programs/fork_closefds.c`; crates/uffd/src/forward.rs).
+/// A forked child that closes its inherited descriptors and puts a file under each number
+/// (a daemon's habit) keeps its swap, whose descriptors are the child's own, and no byte
+/// of swap data reaches its file (`run_programs/fork_closefds.c`).
 #[test]
 fn sigbus_delivery_never_writes_a_childs_reused_descriptors() {
     in_both_deliveries("fork_closefds", "8M", "child 0, its file 0 bytes");
 }
 
-/// Forked children killed while their faults are forwarded to the parent's handler (SIGBUS
-/// delivery) leave nothing behind that starves the children after them, and the data stays
-/// right (`run_programs/fork_kill.c`).
+/// Forked children killed while they fault (SIGBUS delivery) leave nothing behind that
+/// starves the children after them (their references are released when they die), and
+/// the data stays right (`run_programs/fork_kill.c`).
 #[test]
 fn sigbus_delivery_serves_children_after_killed_ones() {
     if !can_run() {

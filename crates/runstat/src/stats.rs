@@ -174,8 +174,6 @@ pub struct Summary {
     pub efault_retries: u64,
     /// System calls that still failed with EFAULT on a managed buffer after every retry.
     pub efault_failed: u64,
-    /// Forked children's faults forwarded to the parent's handler (SIGBUS delivery).
-    pub forwarded: u64,
     /// The handler's moves to the CPU of the thread it serves (`--handler-placement`).
     pub follow_moves: u64,
     /// Its returns to every CPU (faults from many threads).
@@ -348,7 +346,6 @@ impl Summary {
             zero_written: file.get("zero_mapped_written"),
             efault_retries: file.get("shim_efault_retries"),
             efault_failed: file.get("shim_efault_failed"),
-            forwarded: file.get("handler_faults_forwarded"),
             follow_moves: file.get("handler_follow_moves"),
             follow_releases: file.get("handler_follow_releases"),
             follow_failed: file.get("handler_follow_failed"),
@@ -414,13 +411,6 @@ impl Summary {
                 "{prefix}system calls on swapped buffers (SIGBUS delivery): {} made again after \
                  bringing the buffer in, {} still failed with EFAULT",
                 self.efault_retries, self.efault_failed
-            ));
-        }
-        if self.forwarded > 0 {
-            lines.push(format!(
-                "{prefix}forked children's faults (SIGBUS delivery): {} resolved by the \
-                 parent's handler, forwarded from the children's signal handlers",
-                self.forwarded
             ));
         }
         if self.swap_full > 0 {

@@ -1,9 +1,10 @@
 //! Kernel behaviour across fork(): EVENT_FORK delivers the child's uffd; without it the
-//! child reads evicted pages as zeros; a page shared with a child cannot be MOVEd (EBUSY).
+//! child reads evicted pages as zeros until it registers a uffd of its own; a page shared
+//! with a child cannot be MOVEd (EBUSY).
 //!
-//! The child of a fork() in a multi-threaded test process may only do async-signal-safe
-//! things: here it reads memory with volatile loads, maybe read(2)s a pipe, and `_exit`s
-//! with a code that says what it saw. No allocation, no locks, no panics in the child.
+//! The child of a fork() in a multi-threaded test process does little: it reads memory with
+//! volatile loads, maybe read(2)s a pipe or makes uffd system calls, and `_exit`s with a
+//! code that says what it saw. No locks, no panics in the child.
 //!
 //! The tests of this file run one at a time ([`serial`]): a fork() in one test would send
 //! a FORK event to every EVENT_FORK uffd of the process, including another test's.
@@ -122,6 +123,47 @@ fn without_event_fork_the_child_reads_evicted_pages_as_zeros() {
         }
     });
     assert_eq!(exit_code(pid), SAW_EXPECTED, "the child saw zeros where the evicted page was");
+}
+
+/// Fact: a forked child can register its copy of the range with a uffd of its own (no
+/// `EVENT_FORK`, no `CAP_SYS_PTRACE`), resolve its missing pages through it, and move the
+/// range from one of its uffds to another (unregister, register): what the swap's fork
+/// handler does (docs/ARCHITECTURE.md, "Fork").
+#[test]
+fn a_child_registers_a_uffd_of_its_own_and_resolves_through_it() {
+    let _serial = serial();
+    let Some(uffd) = uffd_or_skip(Features::NONE) else { return };
+    let region = Mapping::anonymous(2 * PAGE_SIZE).unwrap();
+    uffd.register(region.range(), RegisterMode::MISSING).unwrap();
+    uffd.copy(region.page_addr(0), &pattern(30), CopyMode::NONE).unwrap();
+    let (resident, served) = (words(30), words(31));
+    let page = pattern(31);
+    let pid = fork_child(|| {
+        let (Ok(first), Ok(second)) =
+            (uffd::Uffd::open(Features::NONE), uffd::Uffd::open(Features::SIGBUS))
+        else {
+            return 2;
+        };
+        if first.register(region.range(), RegisterMode::MISSING).is_err()
+            || first.unregister(region.range()).is_err()
+            || second.register(region.range(), RegisterMode::MISSING).is_err()
+        {
+            return 3;
+        }
+        // Registered with `second` now: a COPY through it fills the missing page (it would
+        // say ENOENT through a uffd the range is not registered with).
+        if second.copy(region.page_addr(1), &page, CopyMode::NONE).is_err()
+            || first.copy(region.page_addr(1), &page, CopyMode::NONE).is_ok()
+        {
+            return 4;
+        }
+        if child_sees(&region, 0, resident) && child_sees(&region, 1, served) {
+            SAW_EXPECTED
+        } else {
+            SAW_WRONG
+        }
+    });
+    assert_eq!(exit_code(pid), SAW_EXPECTED, "the child served its page through its own uffd");
 }
 
 /// Fact: after fork the parent's present pages are shared with the child, and MOVE refuses

@@ -1,9 +1,8 @@
 /* A forked child that closes every inherited descriptor and puts a file of its own under
  * every number from 3 to 255 (as a daemon does after its fork), then reads its parent's
- * 32 MiB, mostly swapped out. Under `uswap run --delivery sigbus` its faults are forwarded
- * to the parent's handler (crates/uffd/src/forward.rs), which the child must wake without
- * writing to a descriptor number it inherited: the file must stay empty. Prints a line;
- * exits 0 when every byte is right and the file is empty. */
+ * 32 MiB, mostly swapped out, through the swap its fork started, whose descriptors must
+ * survive the closing and never be written through once reused: the file must stay empty.
+ * Prints a line; exits 0 when every byte is right and the file is empty. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* Forks 300 children that read 24 MiB, mostly swapped out, and kills each within 1 ms,
- * while the parent rewrites some of its pages; then one more child reads all of it. Under
- * SIGBUS delivery the killed children die holding slots of the board their faults are
- * forwarded through (crates/uffd/src/forward.rs: 128 slots), which the parent's handler
- * frees; a leak would starve the last child. Prints a line; exits 0. */
+ * while the parent rewrites some of its pages; then one more child reads all of it. Each
+ * child starts a swap of its own at its fork and dies in the middle of it or of its
+ * faults; the parent releases the slots it kept for it when it is gone. Prints a line;
+ * exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>

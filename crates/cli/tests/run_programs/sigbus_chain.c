@@ -1,9 +1,8 @@
 /* A program with a SIGBUS handler of its own (as servers install for crash reports): it
  * installs one, fills 32 MiB (most of it swapped out under a small budget) and checks it,
  * then takes a SIGBUS of its own (a touch past the end of a one-page file mapping), which
- * must reach its handler; then a forked child does both again (under SIGBUS delivery its
- * faults are forwarded to the parent's handler, which answers the file's SIGBUS "not
- * mine"). Under `uswap run --delivery sigbus` the shim keeps its own SIGBUS handler
+ * must reach its handler; then a forked child does both again (its own swap resolves its
+ * faults and passes the file's SIGBUS on). Under `uswap run --delivery sigbus` the shim keeps its own SIGBUS handler
  * installed and passes the program's SIGBUS on. Prints a line, exits 0 when all agree. */
 #define _GNU_SOURCE
 #include <setjmp.h>
