@@ -859,7 +859,8 @@ impl Engine {
     /// joined), so a new one starts, asleep until reclaim runs again: the caller resumes it
     /// ([`Engine::resume_after_fork`]) once the child's pages can be taken through its own
     /// uffd. The event counters start from zero (the child's summary counts its own events;
-    /// the state, pages and charges are the copy's).
+    /// the state, pages and charges are the copy's), but for the zero pages it inherited
+    /// mapped, which it counts as mapped.
     ///
     /// # Errors
     /// [`Error::Config`] if `own` is not the device's size (nothing changed then) or the
@@ -878,6 +879,10 @@ impl Engine {
         std::mem::forget(kswapd.take());
         self.core.kswapd_tid.store(0, std::sync::atomic::Ordering::Release);
         self.core.stats.reset_events();
+        // The zero pages it inherited write-protected are mapped uncharged in the child too,
+        // so a summary over all images never counts more written than mapped.
+        let inherited = self.core.zero_mapped_pages.load(Ordering::Relaxed);
+        Stats::add(&self.core.stats.counters.zero_mapped, inherited);
         *kswapd = self.core.spawn_reclaimer()?;
         Ok(())
     }
