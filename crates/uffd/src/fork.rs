@@ -225,6 +225,9 @@ impl Forkable for Inner {
 fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts, Error> {
     let settings = &inner.settings;
     let (engine, source) = (old.engine.clone(), old.source.clone());
+    // First of all: what is no longer mapped here must be neither registered nor written
+    // by the unmanaged fallback.
+    let ranges = mapped_pieces(&engine);
     if let Some(sigbus) = &old.sigbus {
         sigbus.disarm_in_child();
     }
@@ -237,15 +240,13 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
     let regions_uffd = boot.clone().unwrap_or_else(|| uffd.clone());
     source.rehome(regions_uffd.clone(), &uffd, settings.folio_pages)?;
     let control = Control::create()?;
-    let boot_dispatcher = match &boot {
-        Some(_) => Some(SigbusMode::arm(engine.clone(), source.clone(), control.clone(), None)?),
-        None => None,
-    };
-    let ranges = engine.region_ranges(MmId::DEFAULT);
+    // Armed before the regions are registered, under either delivery: this thread's
+    // faults from then until the delivery starts (the engine's own backend opens its
+    // storage, which may touch the program's heap) are resolved here, not left to kill
+    // the child with a SIGBUS nobody claims.
+    let boot_dispatcher = SigbusMode::arm(engine.clone(), source.clone(), control.clone(), None)?;
     let mode = source.register_mode();
-    for &(start, end) in &ranges {
-        regions_uffd.register(Range::new(start as usize, (end - start) as usize)?, mode)?;
-    }
+    register_all(&regions_uffd, &ranges, mode)?;
     for (addr, data) in &forking.orphans {
         let _ = engine::PageSource::map(&*source, *addr, data);
     }
@@ -292,6 +293,77 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
     Ok(parts)
 }
 
+/// The parts of the engine's regions mapped in this process, and the engine told of the
+/// rest as unmapped. A thread of the parent may have unmapped a managed range (by a system
+/// call no interposer sees) whose event the parent's handler had not applied at the fork:
+/// the engine still has the region, the child's memory does not, and registering it would
+/// fail.
+fn mapped_pieces(engine: &engine::Engine) -> Vec<(u64, u64)> {
+    // Unreadable (it never is for oneself): every region is taken as mapped, and a
+    // register failure sends the child down the unmanaged path.
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return engine.region_ranges(MmId::DEFAULT);
+    };
+    let mapped = intervals(&maps);
+    let mut pieces = Vec::new();
+    for (start, end) in engine.region_ranges(MmId::DEFAULT) {
+        let mut at = start;
+        for &(m_start, m_end) in mapped.iter().filter(|&&(a, b)| a < end && b > start) {
+            let (from, to) = (m_start.max(start), m_end.min(end));
+            if from > at {
+                engine.unmap_in(MmId::DEFAULT, at, from - at);
+            }
+            match pieces.last_mut() {
+                Some((_, last_end)) if *last_end == from => *last_end = to,
+                _ => pieces.push((from, to)),
+            }
+            at = to;
+        }
+        if at < end {
+            engine.unmap_in(MmId::DEFAULT, at, end - at);
+        }
+    }
+    pieces
+}
+
+/// The `[start, end)` of each private anonymous mapping of a maps file, in its (ascending)
+/// order: what a managed range can still be. A file mapped over one is not (it would
+/// neither register nor be the program's anonymous memory).
+fn intervals(maps: &str) -> Vec<(u64, u64)> {
+    let parse = |line: &str| {
+        let mut fields = line.split_ascii_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let private = fields.next()?.ends_with('p');
+        let inode = fields.nth(2)?;
+        let special =
+            fields.next().is_some_and(|p| matches!(p, "[vdso]" | "[vvar]" | "[vsyscall]"));
+        if !private || inode != "0" || special {
+            return None;
+        }
+        Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+    };
+    maps.lines().filter_map(parse).collect()
+}
+
+/// Registers every range with `uffd`, or none: a failure unregisters what was, so that the
+/// unmanaged fallback can write the child's memory directly.
+fn register_all(
+    uffd: &Uffd,
+    ranges: &[(u64, u64)],
+    mode: crate::RegisterMode,
+) -> Result<(), Error> {
+    let range = |&(start, end): &(u64, u64)| Range::new(start as usize, (end - start) as usize);
+    for (done, piece) in ranges.iter().enumerate() {
+        if let Err(error) = range(piece).and_then(|r| uffd.register(r, mode).map(drop)) {
+            for piece in &ranges[..done] {
+                let _ = range(piece).and_then(|r| uffd.unregister(r));
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// Closes the parent's descriptors the forgotten parts hold in the child: its uffd and its
 /// handler's eventfd (nothing will use those objects again).
 fn close_parents(old: &Parts) {
@@ -333,5 +405,31 @@ impl Uffd {
     #[allow(dead_code)]
     pub(crate) fn is_fd(&self, fd: i32) -> bool {
         self.raw_fd() == fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::intervals;
+
+    #[test]
+    fn only_private_anonymous_mappings_can_still_be_managed_ranges() {
+        let maps = "\
+55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0000040000 rw-p 00000000 00:00 0 
+7f0000040000-7f0000050000 r--p 00000000 08:01 1234                       /usr/lib/libc.so.6
+7f0000050000-7f0000060000 rw-s 00000000 00:01 77                         /memfd:x (deleted)
+7f0000060000-7f0000070000 ---p 00000000 00:00 0 
+7ffd00000000-7ffd00002000 r--p 00000000 00:00 0                          [vvar]
+7ffd00002000-7ffd00004000 r-xp 00000000 00:00 0                          [vdso]
+";
+        assert_eq!(
+            intervals(maps),
+            vec![
+                (0x55d0_c0a0_0000, 0x55d0_c0a2_1000),
+                (0x7f00_0000_0000, 0x7f00_0004_0000),
+                (0x7f00_0006_0000, 0x7f00_0007_0000),
+            ]
+        );
     }
 }
