@@ -230,7 +230,13 @@ fn start() -> Result<(), String> {
         Started { uffd, register_mode, control: control.clone(), source, exclusions, pagemap, pid };
     hooks.start(started);
     let run_dir = config.run_dir.clone();
-    let _ = STATE.set(State { swap, hooks, pid: std::sync::atomic::AtomicI32::new(pid), run_lock, run_dir });
+    let _ = STATE.set(State {
+        swap,
+        hooks,
+        pid: std::sync::atomic::AtomicI32::new(pid),
+        run_lock,
+        run_dir,
+    });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
     if config.sigbus_delivery() {
         uffd::sigbus::run_on_alternate_stacks()

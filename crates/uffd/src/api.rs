@@ -598,7 +598,7 @@ impl Parts {
 #[derive(Debug)]
 pub(crate) struct Forking {
     /// The hold pipe: the parent polls the read end, the child's line keeps the write end.
-    pub(crate) pipe: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+    pub(crate) pipe: Option<(fds::Fd, fds::Fd)>,
     /// Pages out of the program at the fork (orphans), with their data: copied into the
     /// child, which is forked without them.
     pub(crate) orphans: Vec<(u64, Box<[u8]>)>,

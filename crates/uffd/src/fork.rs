@@ -156,6 +156,18 @@ use crate::types::{Range, Wake};
 use crate::uffd::Uffd;
 use engine::region::MmId;
 
+/// The registry's names for a fork's hold pipe.
+static HOLD_READ: fds::Kind = fds::Kind {
+    what: "forked child's hold pipe",
+    if_lost: "the slots kept for that child are kept for this process's life",
+    keep: false,
+};
+static HOLD_WRITE: fds::Kind = fds::Kind {
+    what: "hold pipe to the parent",
+    if_lost: "the parent may release the slots this process reads early",
+    keep: false,
+};
+
 impl Forkable for Inner {
     fn prepare(&self) {
         let Ok(parts) = self.owner() else { return };
@@ -171,7 +183,11 @@ impl Forkable for Inner {
         parts.source.pause_cow();
         parts.handler.control().enter_fork_mode();
         let orphans = parts.source.orphan_pages();
-        let pipe = forking::pipe().ok();
+        // Both ends out of the program's way: a child that closes the descriptors it
+        // inherited (a daemon's habit) must not end its parent's hold early.
+        let pipe = forking::pipe().ok().map(|(read, write)| {
+            (fds::Fd::place(read, &HOLD_READ), fds::Fd::place(write, &HOLD_WRITE))
+        });
         *lock(&self.fork) = Some(Forking { pipe, orphans });
     }
 

@@ -76,7 +76,6 @@ use crate::uffd::{Uffd, READ_BATCH};
 use crate::PAGE_SIZE;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome, HoldId};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Condvar, Mutex};
@@ -233,7 +232,7 @@ struct State {
 #[derive(Debug)]
 struct Hold {
     hold: HoldId,
-    pipe: OwnedFd,
+    pipe: fds::Fd,
 }
 
 /// Shared between the handler thread, its owner and the fork hooks.
@@ -400,7 +399,7 @@ impl Control {
     /// Keeps a child's references (`Engine::hold_for_child`) until `pipe`, the read end of
     /// a pipe whose write end only the child's line holds, hangs up. Beyond [`HOLDS_MAX`]
     /// the references stay for the process's life.
-    pub(crate) fn add_hold(&self, hold: HoldId, pipe: OwnedFd) {
+    pub(crate) fn add_hold(&self, hold: HoldId, pipe: fds::Fd) {
         let mut holds = lock(&self.holds);
         if holds.len() >= HOLDS_MAX {
             self.counters.holds_unpolled.fetch_add(1, Relaxed);
@@ -805,7 +804,7 @@ impl Reader {
         self.pollfds.push(fd(self.control.wake.number()));
         self.pollfds.push(fd(self.uffd.raw_fd()));
         for hold in lock(&self.control.holds).iter() {
-            self.pollfds.push(fd(hold.pipe.as_raw_fd()));
+            self.pollfds.push(fd(hold.pipe.number()));
             self.hold_ids.push(hold.hold);
         }
     }
