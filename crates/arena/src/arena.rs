@@ -319,9 +319,12 @@ impl Default for Arena {
     }
 }
 
+/// The class locks a fork in progress holds, one per class.
+type HeldClasses = [Option<std::sync::MutexGuard<'static, FreeList>>; CLASSES];
+
 thread_local! {
     /// The class locks a fork in progress on this thread holds (see `lock_for_fork`).
-    static FORK_HELD: std::cell::RefCell<[Option<std::sync::MutexGuard<'static, FreeList>>; CLASSES]> =
+    static FORK_HELD: std::cell::RefCell<HeldClasses> =
         const { std::cell::RefCell::new([const { None }; CLASSES]) };
 }
 

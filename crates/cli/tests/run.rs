@@ -386,7 +386,8 @@ fn a_forked_child_reads_its_parents_evicted_data() {
 /// Zero pages mapped write-protected: read, written (a write-protect fault each), inherited
 /// by a forked child, written through read(2); every byte checked, and the summary counts
 /// them; in both deliveries (under SIGBUS a write-protect fault is a SIGBUS whose error
-/// code says the page was present; read(2)'s is an EFAULT made again). Then the same program with `--zero-pages charged`, which maps none uncharged.
+/// code says the page was present; read(2)'s is an EFAULT made again). Then the same program
+/// with `--zero-pages charged`, which maps none uncharged.
 #[test]
 fn zero_pages_read_then_written_keep_their_data() {
     if !can_run() {

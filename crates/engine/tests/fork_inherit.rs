@@ -22,7 +22,8 @@ fn file(dir: &std::path::Path) -> Arc<dyn backend::Backend> {
 
 /// The child's side: every page reads what the parent wrote before the fork, although the
 /// parent has since dropped and written every page again, three times (its new data went
-/// to other slots: the held ones are not reused); then the child's own page-outs go to its own file and come back.
+/// to other slots: the held ones are not reused); then the child's own page-outs go to its own
+/// file and come back.
 fn child(
     engine: &engine::Engine,
     source: &engine::mem_source::MemorySource,

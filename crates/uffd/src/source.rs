@@ -610,12 +610,12 @@ impl UffdSource {
         while done < run.pages {
             let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
             let at = addr as usize + done as usize * PAGE;
+            let mode = MoveMode::ALLOW_SRC_HOLES;
             // SAFETY: the source is a folio of a region this engine manages. The engine
             // keeps a region's contents transparent: from now on an access there faults and
             // is served the data copied out (the `PageSource` contract), so no borrow of
             // region bytes ever observes the move (sys::process essay).
-            let moved =
-                unsafe { lane.staging.move_out_raw(event, at, rest, MoveMode::ALLOW_SRC_HOLES) };
+            let moved = unsafe { lane.staging.move_out_raw(event, at, rest, mode) };
             match moved {
                 Ok(_) => return Ok(()),
                 Err(Error::Again { done_bytes, .. }) if done_bytes > 0 => {
