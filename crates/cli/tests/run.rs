@@ -20,13 +20,7 @@ fn uswap(args: &[&str]) -> Output {
 
 /// [`uswap`], for a test that holds [`CPUS`] for writing.
 fn uswap_alone(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(args)
-        .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
-    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    out
+    common::uswap(args)
 }
 
 fn stderr(out: &Output) -> String {

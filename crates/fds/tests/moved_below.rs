@@ -9,36 +9,10 @@
 use fds::{program, Fd, Kind};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+mod common;
+use common::{identity, is_open, raw_dup3, tmpfile};
+
 static KIND: Kind = Kind { what: "test file", if_lost: "the test sees it", keep: false };
-
-fn tmpfile(tag: &str) -> (std::fs::File, std::path::PathBuf) {
-    let path = std::env::temp_dir().join(format!("uswap-fds-{}-{tag}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    (file, path)
-}
-
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: a zeroed stat is plain data; fstat writes it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is live and writable.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-fn raw_dup3(old: RawFd, new: RawFd) -> RawFd {
-    // SAFETY: dup3 takes integers.
-    unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) as RawFd }
-}
-
-fn is_open(fd: RawFd) -> bool {
-    // SAFETY: F_GETFD reads flags only.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
-}
 
 /// The top of the band: the soft limit, at most the ceiling.
 fn band_top() -> RawFd {
