@@ -542,7 +542,8 @@ impl uffd::Hooks for ShimHooks {
             let adopted = self.counters.pages_adopted.load(Relaxed);
             self.scan(&started, engine, &mut sc);
             interpose::scan_covers(ticket);
-            let adopted = self.counters.pages_adopted.load(Relaxed) - adopted;
+            // Saturating: a forked child zeroes its counters while its handler may be here.
+            let adopted = self.counters.pages_adopted.load(Relaxed).saturating_sub(adopted);
             // The outside charge at most once per gap (reading /proc costs as much as
             // the rest of a scan for a new mapping).
             let grown = if since_scan >= SCAN_GAP { charge_the_rest(engine) } else { 0 };
