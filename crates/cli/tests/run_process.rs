@@ -112,7 +112,7 @@ fn uswap_run_killed_leaves_the_program_managed_and_the_last_member_removes_the_d
         std::fs::read_to_string(&result).is_ok_and(|r| r.ends_with('\n'))
     });
     assert_eq!(std::fs::read_to_string(&result).unwrap(), "bad 0\n");
-    wait_until(Duration::from_secs(10), "the run directory to go", || dirs().is_empty());
+    wait_until(Duration::from_secs(60), "the run directory to go", || dirs().is_empty());
     for child in children {
         let proc = format!("/proc/{child}");
         wait_until(Duration::from_secs(10), "uswap run's children to end", || {
