@@ -8,7 +8,9 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod bench;
+mod check;
 mod cpus;
+mod ladder;
 mod outputs;
 mod preflight;
 mod report;
@@ -36,6 +38,10 @@ struct Cli {
 enum Command {
     /// Run a benchmark: prints a table, or one JSON object with --json.
     Bench(bench::BenchArgs),
+    /// Check this machine for `uswap run`: kernel, userfaultfd (system call, device,
+    /// features), the privilege ladder's rung, swap directory, shim. Prints what is missing;
+    /// exit status 1 when `uswap run` cannot run here.
+    Check(check::CheckArgs),
     /// Run the engine in the deterministic simulator: find bugs from seeds, replay one,
     /// sweep parameters, compare cluster policies.
     Sim(Box<sim::SimArgs>),
@@ -50,6 +56,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Check(args) => match check::run(args) {
+            Ok(status) => std::process::exit(status),
+            Err(error) => Err(error),
+        },
         Command::Sim(args) => sim::run(*args),
         Command::Run(args) => match run::run(*args) {
             Ok(status) => std::process::exit(status),

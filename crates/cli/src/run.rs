@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   check everything (sizes, budget, CMD exists and is dynamically linked, swap file
-//!   path writable, userfaultfd with kernel-mode faults and EVENT_FORK, the shim built)
+//!   path writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim built)
 //!     -> one line on stderr and exit 1 on the first problem, before CMD starts
 //!   private run directory (0700, in $TMPDIR)  ->  CMD with LD_PRELOAD=libuswap_preload.so
 //!   and runstat's USWAP_* variables; wait4 (ru_maxrss); forward SIGINT/TERM/HUP/QUIT
@@ -366,7 +366,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     }
     let sigbus = args.delivery == "sigbus";
     let zero_pages = args.zero_pages.clone().unwrap_or_else(|| "protected".to_string());
-    check_userfaultfd(sigbus)?;
+    crate::ladder::check_userfaultfd(sigbus)?;
     let preload = find_shim()?;
     let config = RunConfig {
         run_dir: String::new(),
@@ -520,25 +520,6 @@ fn check_uncached_io(dir: &Path) -> Result<()> {
     backend::FileBackend::create(dir, 1 << 16, options)
         .map(drop)
         .map_err(|e| anyhow!("--swap-file-cache drop: {e}; use --swap-file-cache keep"))
-}
-
-/// The uffd crate's probe, with what `uswap run` needs: kernel-mode faults (a program's
-/// `read(2)` into an evicted buffer). Forked children need nothing more: each serves
-/// itself (no `UFFD_FEATURE_EVENT_FORK`, so no CAP_SYS_PTRACE).
-fn check_userfaultfd(sigbus: bool) -> Result<()> {
-    let probe = uffd::probe().map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    let features = if sigbus {
-        uffd::REQUIRED_FEATURES | uffd::Features::SIGBUS
-    } else {
-        uffd::REQUIRED_FEATURES
-    };
-    probe.require(features).map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    if !sigbus {
-        // SIGBUS delivery does not trap kernel-mode faults (they fail with EFAULT).
-        probe.require_kernel_faults().map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    }
-    probe.require_pagemap_scan().map_err(|e| anyhow!("userfaultfd: {e}"))?;
-    Ok(())
 }
 
 /// The shim: $USWAP_PRELOAD, or libuswap_preload.so beside this program (or its parent
