@@ -290,3 +290,48 @@ fn python_1gib_of_objects_under_256m_unprivileged() {
     let peak = peak_mib(&text(&out.stderr));
     assert!(peak <= 256.0 * 1.1, "peak {peak} MiB over 256M + 10%");
 }
+
+/// `/dev/userfaultfd` loses its permission mid-run. What was started keeps working: a
+/// child forked after that gets its swap through the device descriptor its image opened
+/// at start (access is checked at open) and checks every byte of 32 MiB, mostly paged
+/// out; the buffer goes to a file through write(2). The image the program then execs can
+/// have no userfaultfd: it runs unmanaged with one warning line, reads the file back
+/// right, and the summary counts it.
+#[test]
+fn a_device_that_loses_its_permission_leaves_new_images_unmanaged() {
+    let Some(mut device) = Device::lock() else { return };
+    let gid = device.grant();
+    let dir = TempDir::new("revoked");
+    let exe = dir.compile("unprivileged_programs", "device_revoked");
+    let mut command = Command::new("setpriv");
+    command.args(["--reuid", UID, "--regid", UID, "--groups", &gid.to_string()]);
+    // Live figures every 50 ms: an image that execs leaves its last live stats file.
+    let stats = dir.0.join("stats");
+    command.arg(uswap()).args(["run", "--budget", "8M", "--stats-every", "0.05", "--stats-file"]);
+    command.arg(&stats).arg("--").arg(&exe).arg(&dir.0);
+    command.env("USWAP_PRELOAD", shim()).env("HOME", "/").current_dir("/");
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let paged_out = || {
+        let live = std::fs::read_to_string(&stats).unwrap_or_default();
+        let last = live.lines().rev().find(|l| l.contains("pages out:")).map(str::to_string);
+        last.is_some_and(|line| pages_out(&line) >= 4096)
+    };
+    while !(dir.0.join("ready").exists() && paged_out()) {
+        assert!(std::time::Instant::now() < deadline, "the program never got ready: 16 MiB out");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    device.deny();
+    std::fs::write(dir.0.join("go"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, err) = (text(&out.stdout), text(&out.stderr));
+    eprintln!("{stdout}{err}");
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("child 0, second image ok"), "{stdout}{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("runs unmanaged")).collect();
+    assert_eq!(warnings.len(), 1, "one warning line: {err}");
+    assert!(warnings[0].starts_with("uswap: warning: ") && warnings[0].contains("pid"), "{err}");
+    assert!(err.contains("1 program images ran unmanaged"), "{err}");
+    assert!(pages_out(&err) >= 4096, "16 MiB paged out before the exec: {err}");
+}

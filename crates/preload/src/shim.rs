@@ -3,7 +3,11 @@
 //!
 //! A shim that cannot start in a process `uswap run` asked it to manage says why on
 //! stderr, in one line, and ends the process with status 125 before the program's `main`:
-//! a program silently running unmanaged would break the budget it was given.
+//! a program silently running unmanaged would break the budget it was given. One
+//! exception: an image that can no longer have a userfaultfd at all (`/dev/userfaultfd`
+//! lost its permission or went away after `uswap run` checked it, typically before an
+//! exec in a running job) runs unmanaged, not silently: a warning line, and a count in the
+//! run's summary.
 
 #![allow(unsafe_code)]
 
@@ -68,15 +72,69 @@ static INIT: extern "C" fn() = init;
 #[link_section = ".fini_array"]
 static FINI: extern "C" fn() = fini;
 
+/// Writes a line to stderr. Not eprintln!: a closed stderr would be a panic, not the exit
+/// status the caller means.
+fn say(line: &str) {
+    // SAFETY: writes the line's initialized bytes to stderr.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
 extern "C" fn init() {
-    if let Err(message) = start() {
-        // Not eprintln!: a closed stderr would be a panic, not this exit status.
-        let line = format!("uswap: {message}\n");
-        // SAFETY: writes the line's initialized bytes to stderr.
-        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-        // SAFETY: ends the process at once; nothing of the program has run.
-        unsafe { libc::_exit(env::START_FAILED) };
+    match start() {
+        Ok(()) => {}
+        Err(Refusal::Unmanaged(message)) => say(&format!("uswap: warning: {message}\n")),
+        Err(Refusal::Fatal(message)) => {
+            say(&format!("uswap: {message}\n"));
+            // SAFETY: ends the process at once; nothing of the program has run.
+            unsafe { libc::_exit(env::START_FAILED) };
+        }
     }
+}
+
+/// Why the shim does not manage this image.
+enum Refusal {
+    /// The image cannot run as asked: it ends with [`env::START_FAILED`].
+    Fatal(String),
+    /// No userfaultfd that traps kernel-mode faults can be had any more (the device lost
+    /// its permission or went away since `uswap run` checked): the image runs unmanaged,
+    /// said in one line and counted in the run's summary. The alternative, ending it,
+    /// would kill a program midway through its work (an exec in a running job), and a
+    /// userfaultfd is what keeps pages out, so an unmanaged image loses none.
+    Unmanaged(String),
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::Fatal(message)
+    }
+}
+
+/// The errors of [`uffd::Builder::build`] that mean no usable userfaultfd for this user now.
+fn lost_userfaultfd(error: &uffd::Error) -> bool {
+    matches!(
+        error,
+        uffd::Error::NoKernelFaultPermission { .. }
+            | uffd::Error::Denied { .. }
+            | uffd::Error::Blocked { .. }
+    )
+}
+
+/// Leaves an image that cannot have a userfaultfd unmanaged: the shim taken out of the
+/// environment (nothing below is managed either), a stats file that counts it, and the
+/// warning line.
+fn run_unmanaged(config: &RunConfig, pid: i32, error: &uffd::Error) -> Refusal {
+    leave(config);
+    let mut stats = runstat::StatsFile::default();
+    stats.set("shim_unmanaged_images", 1);
+    let dir = std::path::Path::new(&config.run_dir);
+    let _ = std::fs::write(
+        dir.join(format!("final-{pid}-{}", crate::hooks::unique_ns())),
+        stats.to_text(),
+    );
+    let program = std::env::args().next().unwrap_or_default();
+    Refusal::Unmanaged(format!(
+        "{program} (pid {pid}) runs unmanaged, outside the budget: userfaultfd: {error}"
+    ))
 }
 
 extern "C" fn fini() {
@@ -187,7 +245,7 @@ pub fn program_break() -> usize {
     unsafe { libc::syscall(libc::SYS_brk, 0usize) as usize }
 }
 
-fn start() -> Result<(), String> {
+fn start() -> Result<(), Refusal> {
     if std::env::var_os(env::RUN_DIR).is_none() {
         return Ok(()); // loaded by hand, not by uswap run: do nothing
     }
@@ -205,13 +263,18 @@ fn start() -> Result<(), String> {
     // run in the reverse order, so the arena's locks are taken after theirs are done.
     install_arena_fork_handlers()?;
     // The thread-local registry's key, made now among the process's first (src/tls.rs).
-    crate::tls::init().ok_or("cannot make a pthread key for thread-local destructors")?;
+    crate::tls::init()
+        .ok_or_else(|| "cannot make a pthread key for thread-local destructors".to_string())?;
     // Second references to the userfaultfds and the swap file, from which one a program
     // closes by a direct system call is taken back (crate fds); without io_uring, a lost
     // descriptor is said and stays lost.
     let _ = fds::keep();
     let hooks = Arc::new(ShimHooks::new(config.clone())?);
-    let swap = build(&config, hooks.clone())?;
+    let swap = match build(&config, hooks.clone()) {
+        Ok(swap) => swap,
+        Err(Built::Lost(error)) => return Err(run_unmanaged(&config, pid, &error)),
+        Err(Built::Failed(message)) => return Err(Refusal::Fatal(message)),
+    };
     let text = settled_maps()?;
     let exclusions = exclusions(&text);
     // glibc grows the brk heap by its internal sbrk, which only the periodic scan sees;
@@ -291,8 +354,22 @@ fn install_panic_hook() {
     }));
 }
 
+/// Why [`build`] failed.
+enum Built {
+    /// No usable userfaultfd ([`lost_userfaultfd`]).
+    Lost(uffd::Error),
+    /// Anything else, said in one line.
+    Failed(String),
+}
+
+impl From<String> for Built {
+    fn from(message: String) -> Built {
+        Built::Failed(message)
+    }
+}
+
 /// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
-fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
+fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, Built> {
     let options = HandlerOptions {
         trim: false,
         resync: true,
@@ -342,12 +419,16 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, String> {
             }
         }
     };
-    let swap = builder.build().map_err(|e| format!("cannot start the engine: {e}"))?;
+    let swap = match builder.build() {
+        Ok(swap) => swap,
+        Err(e) if lost_userfaultfd(&e) => return Err(Built::Lost(e)),
+        Err(e) => return Err(Built::Failed(format!("cannot start the engine: {e}"))),
+    };
     if let Ok(engine) = swap.engine() {
         let _ = crate::hooks::charge_the_rest(&engine);
         if hooks.recording() {
             // Set before any region exists: no page-out can be missed.
-            engine.set_page_out_hook(hooks.clone()).map_err(|e| e.to_string())?;
+            engine.set_page_out_hook(hooks.clone()).map_err(|e| Built::Failed(e.to_string()))?;
         }
     }
     if let Some(path) = &config.swap_file {

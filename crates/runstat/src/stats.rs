@@ -198,6 +198,9 @@ pub struct Summary {
     pub fds_recovered: u64,
     /// The far tier, if the swap device is one.
     pub far: Option<FarSummary>,
+    /// Program images that ran unmanaged: no userfaultfd could be had any more when they
+    /// started (the device lost its permission mid-run).
+    pub unmanaged_images: u64,
 }
 
 /// The far tier's figures (`uswap run --far`).
@@ -358,6 +361,7 @@ impl Summary {
             fds_lost: file.get("fds_lost"),
             fds_recovered: file.get("fds_recovered"),
             far: FarSummary::of(file),
+            unmanaged_images: file.get("shim_unmanaged_images"),
         }
     }
 
@@ -449,6 +453,13 @@ impl Summary {
                 "{prefix}{} page writes to the swap file failed (a disk low on space, or an I/O \
                  error): those pages stayed in the pool or in memory",
                 self.write_errors
+            ));
+        }
+        if self.unmanaged_images > 0 {
+            lines.push(format!(
+                "{prefix}{} program images ran unmanaged, outside the budget: no userfaultfd \
+                 could be had when they started (their warning is above)",
+                self.unmanaged_images
             ));
         }
         lines.extend(self.cpu_lines(prefix));
