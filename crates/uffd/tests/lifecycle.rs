@@ -1,6 +1,8 @@
 //! What programs do to managed memory: fork (the child, with a swap of its own over the
 //! state it inherited, reads its parent's evicted pages), fork in a loop while faults are
-//! served (no deadlock against glibc's malloc locks), `MADV_DONTNEED` (zero on next touch),
+//! served (no deadlock against glibc's malloc locks), many short-lived children that exit,
+//! are killed or exec (each hold on the parent's slots released once), `MADV_DONTNEED`
+//! (zero on next touch),
 //! mremap (the data follows), and a refused page-out whose undo fails (orphans, restored
 //! later, never lost).
 //!
@@ -233,6 +235,79 @@ fn forking_in_a_loop_while_faults_are_served_never_hangs() {
         assert!(page_is(page, i as u64, 11), "static page {i} intact");
     }
     drop(region);
+    swap.check_invariants().unwrap();
+}
+
+/// Many short-lived children, each holding references on its parent's swap slots: one in
+/// three exits after reading, one is killed by SIGKILL while it reads (its own swap's
+/// threads mid-fault or mid-start-up), one execs `/bin/true`. Every hold is released once
+/// (holds released = forks, none left), the slots in use come back to the parent's own
+/// count, the engine's invariants hold, and once the region goes the count is zero.
+#[test]
+fn short_lived_children_release_their_slot_references_exactly_once() {
+    let _serial = serial();
+    let Some(swap) = swap_or_skip(builder()) else { return };
+    const PAGES: usize = 256;
+    let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 5);
+    }
+    settle_resident(&swap, PAGES as u64);
+    let sums: Vec<u64> = (0..PAGES).map(|i| page_sum(region.addr() + i * PAGE_SIZE)).collect();
+    let base = region.addr();
+    const CHILDREN: u64 = 60;
+    let (mut killed, mut execs) = (0, 0);
+    for round in 0..CHILDREN {
+        // Every child meets swapped pages: the previous child read some back.
+        region.pageout(0, region.len()).unwrap();
+        let inuse = swap.stats().unwrap().engine.gauges.swap_inuse_pages;
+        assert!(inuse >= PAGES as u64, "round {round}: {inuse} slots for {PAGES} pages out");
+        let pid = fork_child(|| match round % 3 {
+            0 => i32::from(!(0..PAGES).all(|i| page_sum(base + i * PAGE_SIZE) == sums[i])),
+            1 => loop {
+                for i in 0..PAGES {
+                    std::hint::black_box(page_sum(base + i * PAGE_SIZE));
+                }
+            },
+            _ => {
+                let path = c"/bin/true";
+                let argv = [path.as_ptr(), std::ptr::null()];
+                // SAFETY: a NUL-terminated path and a NULL-terminated argv of live strings.
+                unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
+                127
+            }
+        });
+        if round % 3 == 1 {
+            std::thread::sleep(Duration::from_micros(300 * (round % 7)));
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: `status` is a live int; `pid` is our child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            killed += u32::from(libc::WIFSIGNALED(status));
+        } else {
+            assert_eq!(exit_code(pid), 0, "child {round} (exit or exec)");
+            execs += u32::from(round % 3 == 2);
+        }
+    }
+    eprintln!("{CHILDREN} children: {killed} killed, {execs} exec'd");
+    assert_eq!(swap.stats().unwrap().handler.forks, CHILDREN);
+    wait_until("every child's hold is released", || {
+        let stats = swap.stats().unwrap();
+        stats.handler.holds_released == CHILDREN && stats.handler.children_held == 0
+    });
+    let stats = swap.stats().unwrap();
+    assert_eq!(stats.handler.holds_released, CHILDREN, "released once each");
+    assert!(swap.engine().unwrap().holds().is_empty(), "no hold left");
+    assert!(stats.engine.counters.fork_dup >= CHILDREN * PAGES as u64, "every child held");
+    swap.engine().unwrap().check_invariants();
+    let inuse = swap.stats().unwrap().engine.gauges.swap_inuse_pages;
+    assert!(inuse <= PAGES as u64, "the parent's own slots only: {inuse}");
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page_is(page, i as u64, 5), "parent page {i} intact");
+    }
+    drop(region);
+    wait_until("the slots are free", || swap.stats().unwrap().engine.gauges.swap_inuse_pages == 0);
     swap.check_invariants().unwrap();
 }
 
