@@ -28,6 +28,8 @@ struct State {
     /// This image's shared lock on the run directory (`uswap run`'s rundir.rs: the last
     /// member out removes it).
     run_lock: Option<fds::Fd>,
+    /// The image that took `run_lock`.
+    joined_pid: i32,
     run_dir: String,
 }
 
@@ -52,6 +54,14 @@ fn join_run(config: &RunConfig) -> Option<fds::Fd> {
 /// Leaves the run: the directory goes if no other member is in it (`uswap run` killed).
 fn leave_run(state: &State) {
     let Some(lock) = &state.run_lock else { return };
+    // A forked child shares the parent's lock (one open file, one flock): its exclusive
+    // request would convert the parent's own lock and succeed while the parent runs. Only
+    // the image that joined leaves; a child that outlives it leaves the directory to a
+    // later run, which removes directories whose members are all gone.
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != state.joined_pid {
+        return;
+    }
     let exclusive = |raw: std::os::fd::BorrowedFd<'_>| {
         // SAFETY: flock on a descriptor the registry's guard holds.
         unsafe { libc::flock(raw.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }
@@ -298,6 +308,7 @@ fn start() -> Result<(), Refusal> {
         hooks,
         pid: std::sync::atomic::AtomicI32::new(pid),
         run_lock,
+        joined_pid: pid,
         run_dir,
     });
     MANAGING.store(true, std::sync::atomic::Ordering::SeqCst);
