@@ -111,13 +111,30 @@ static MAPS: fds::Kind = fds::Kind {
 
 /// Reads /proc/self/maps into `buf` (cleared first).
 ///
+/// The file is opened once per process: keyed by pid, since a forked child's copy of its
+/// parent's descriptor reads the parent's mappings (`/proc/self` is resolved at the open),
+/// and a child that scanned those would never find its own new mappings, and would try to
+/// register ranges it does not have.
+///
 /// # Errors
 /// The file cannot be opened or read (or its descriptor was lost: crate `fds`).
+///
+/// Context: the handler thread or the constructor (never held across a fork: the handler
+/// enters fork mode between its turns).
 pub fn read(buf: &mut Vec<u8>) -> Result<(), fds::Error> {
-    static FILE: std::sync::OnceLock<Result<fds::ProcFile, fds::Error>> =
-        std::sync::OnceLock::new();
-    let file = FILE.get_or_init(|| fds::ProcFile::open(c"/proc/self/maps", &MAPS));
-    file.as_ref().map_err(Clone::clone)?.read(buf)
+    type Opened = (u32, Result<fds::ProcFile, fds::Error>);
+    static FILE: std::sync::Mutex<Option<Opened>> = std::sync::Mutex::new(None);
+    let pid = std::process::id();
+    let mut file = FILE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if file.as_ref().is_some_and(|(owner, _)| *owner != pid) {
+        if let Some((_, Ok(inherited))) = file.take() {
+            // The parent's: never closed here (its registry entry is the parent's too).
+            std::mem::forget(inherited);
+        }
+    }
+    let (_, opened) =
+        file.get_or_insert_with(|| (pid, fds::ProcFile::open(c"/proc/self/maps", &MAPS)));
+    opened.as_ref().map_err(Clone::clone)?.read(buf)
 }
 
 /// The candidates of a maps text, in address order. With `skip_stacks`, a writable
@@ -225,5 +242,39 @@ mod tests {
         assert_eq!(cut(0, 50), vec![(0, 10), (10, 20), (20, 30), (30, 40), (40, 50)]);
         assert_eq!(cut(22, 28), vec![(22, 28)], "between holes: untouched");
         assert_eq!(cut(35, 45), vec![(35, 40), (40, 45)]);
+    }
+
+    /// A forked child reads its own mappings, not its parent's through the descriptor it
+    /// inherited: a mapping only the child made is listed.
+    #[test]
+    #[allow(unsafe_code)] // mmap, fork, waitpid, _exit
+    fn a_forked_child_reads_its_own_maps() {
+        let mut buf = Vec::with_capacity(1 << 20);
+        read(&mut buf).unwrap(); // opened here, by the parent
+        let len = 64 * 4096;
+        // SAFETY: fork has no preconditions; the child maps, reads its maps and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let (prot, flags) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE);
+            // SAFETY: a new anonymous mapping at an address the kernel picks.
+            let at = unsafe {
+                libc::mmap(std::ptr::null_mut(), len, prot, flags | libc::MAP_ANONYMOUS, -1, 0)
+            };
+            let listed = read(&mut buf).is_ok() && {
+                let start = format!("{:x}-", at as usize);
+                String::from_utf8_lossy(&buf).lines().any(|l| l.starts_with(&start))
+            };
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if listed { 0 } else { 1 }) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut status = 0;
+        // SAFETY: waits for this test's own child, with a valid out-pointer.
+        while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+            assert!(std::time::Instant::now() < deadline, "the child did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child: {status}");
     }
 }

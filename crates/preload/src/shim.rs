@@ -169,7 +169,10 @@ pub fn forked_child() {
     else {
         return;
     };
-    let Some(exclusions) = state.hooks.exclusions() else { return };
+    let Some(mut exclusions) = state.hooks.exclusions() else { return };
+    if let Ok(engine) = state.swap.engine() {
+        exclude_own_swap(&engine, &mut exclusions);
+    }
     // The parent's pagemap descriptor reads the parent's page tables.
     let Ok(pagemap) = PageMap::open_self() else { return };
     let register_mode = source.register_mode();
@@ -179,6 +182,31 @@ pub fn forked_child() {
     crate::interpose::install(control, pid);
     crate::interpose::reset_counters();
     crate::io::reset_counters();
+}
+
+/// Adds to a forked child's `exclusions` what its own swap mapped since the fork (its
+/// threads' stacks, its staging lanes, its signal stacks): every mapping the child has now
+/// that `engine` does not manage. Discovery must never adopt those (an engine thread
+/// faulting on its own stack waits for itself); the parent's are in the exclusions it
+/// inherited. Program memory its parent had not adopted yet at the fork stays unmanaged
+/// in the child (the interposed `mmap` waits for adoption, so that is rare).
+///
+/// Context: the child's only program thread, in its fork hook; allocates from the arena.
+fn exclude_own_swap(engine: &engine::Engine, exclusions: &mut Exclusions) {
+    let mut text = Vec::with_capacity(1 << 16);
+    if maps::read(&mut text).is_err() {
+        return;
+    }
+    let mut managed = Vec::new();
+    maps::set_from(&mut managed, &engine.region_ranges(engine::region::MmId::DEFAULT));
+    managed.sort_unstable();
+    let mut outside = Vec::new();
+    for (start, end) in maps::all_ranges(&text) {
+        maps::subtract(&managed, start, end, &mut outside);
+    }
+    for (start, end) in outside {
+        exclusions.add(start, end);
+    }
 }
 
 /// Set once the engine's set-up is over and the program's memory may be managed.
