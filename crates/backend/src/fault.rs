@@ -193,6 +193,14 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.inner.forked();
     }
 
+    fn prepare_fork(&self) {
+        self.inner.prepare_fork();
+    }
+
+    fn resume_after_fork(&self) {
+        self.inner.resume_after_fork();
+    }
+
     fn out_of_space(&self) -> bool {
         self.inner.out_of_space()
     }

@@ -119,6 +119,17 @@ pub trait Backend: Send + Sync {
     /// the parent) makes them fail from here, never touching the parent's. Default: reads
     /// go on as before (a file's `pread` at an offset is safe on a shared descriptor).
     fn forked(&self) {}
+
+    /// Before a fork, once the engine writes to it no more (its reclaim paused): a backend
+    /// with threads of its own brings them to rest, so that the child's copy holds no lock
+    /// one of them held and the child's reads find every page where its copy says.
+    /// Bounded in time. Default: nothing.
+    fn prepare_fork(&self) {}
+
+    /// After the fork, in the parent: what [`Backend::prepare_fork`] stopped goes on. (Also
+    /// called in the child on its own device, where the inherited backend's copy stays as
+    /// `forked` left it.) Default: nothing.
+    fn resume_after_fork(&self) {}
 }
 
 /// Checks a request against a backend of `nr_pages` slots; returns the number of pages.

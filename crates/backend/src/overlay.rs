@@ -151,6 +151,16 @@ impl Backend for OverlayBackend {
         self.lower.forked();
         self.upper.forked();
     }
+
+    fn prepare_fork(&self) {
+        self.lower.prepare_fork();
+        self.upper.prepare_fork();
+    }
+
+    fn resume_after_fork(&self) {
+        self.lower.resume_after_fork();
+        self.upper.resume_after_fork();
+    }
 }
 
 #[cfg(test)]

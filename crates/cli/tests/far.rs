@@ -192,6 +192,31 @@ fn one_server_killed_mid_run_every_page_verified_from_replicas() {
     std::fs::remove_file(&program).unwrap();
 }
 
+/// A child forked without exec, and its own child, read every page their parent had put
+/// in the far tier: through connections of their own, from the slots the parent keeps
+/// for them; the parent's pages stay right after they exit.
+#[test]
+fn forked_children_read_their_parents_far_pages() {
+    if !can_run() {
+        return;
+    }
+    // The child and the grandchild each page out up to the program's size to a far tier of
+    // their own, which they leave on the servers when they `_exit`: room for three runs.
+    let servers = servers_of(2, 512);
+    let program = compile("pages_check");
+    let mut run = started(&servers, &program);
+    run.send("fork");
+    assert_eq!(run.line().as_deref(), Some("forked verified"));
+    run.send("check");
+    assert_eq!(run.line().as_deref(), Some("verified"));
+    run.send("exit");
+    assert_eq!(run.line().as_deref(), Some("ok"));
+    let (status, err) = run.finish();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("0 pages lost"), "{err}");
+    std::fs::remove_file(&program).unwrap();
+}
+
 #[test]
 fn every_server_killed_raises_sigbus_naming_the_tier_never_wrong_data() {
     if !can_run() {

@@ -214,6 +214,12 @@ impl Backend for ArcBackend {
     fn forked(&self) {
         self.0.forked();
     }
+    fn prepare_fork(&self) {
+        self.0.prepare_fork();
+    }
+    fn resume_after_fork(&self) {
+        self.0.resume_after_fork();
+    }
 }
 
 impl Engine {
@@ -842,10 +848,12 @@ impl Engine {
         if self.core.config.background_reclaim {
             self.core.kswapd_bell.wait_asleep();
         }
+        self.core.storage.device.backend().prepare_fork();
     }
 
     /// Lets reclaim run again after [`Engine::pause_for_fork`] (in the parent).
     pub fn resume_after_fork(&self) {
+        self.core.storage.device.backend().resume_after_fork();
         self.core.fork_pause.resume();
         self.core.wake_kswapd_if_short();
     }

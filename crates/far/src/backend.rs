@@ -18,6 +18,7 @@
 
 use crate::proto::Reply;
 use crate::repair::Repair;
+use crate::rest::Rest;
 use crate::server::Server;
 use crate::staging::{Staging, Taken};
 use crate::stats::FarStats;
@@ -46,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) repair: Repair,
     pub(crate) nr_pages: u64,
     pub(crate) shutdown: AtomicBool,
+    /// The flushers' and the repairer's pause for a fork (src/rest.rs).
+    pub(crate) rest: Rest,
 }
 
 /// A swap device in a memcached cluster (crate essay).
@@ -334,9 +337,11 @@ impl Shared {
     pub(crate) fn flusher(&self) {
         let (mut taken, mut pages) = (Vec::new(), Vec::new());
         while !self.shutdown.load(Relaxed) {
+            self.rest.rest_while_paused(&self.shutdown);
             self.staging.take_batch(
                 crate::BATCH_PAGES,
                 Duration::from_millis(50),
+                &|| self.rest.is_paused(),
                 &mut taken,
                 &mut pages,
             );
@@ -413,6 +418,7 @@ impl FarBackend {
             repair: Repair::new(),
             nr_pages,
             shutdown: AtomicBool::new(false),
+            rest: Rest::default(),
             config,
         });
         let mut threads = Vec::new();
@@ -460,6 +466,7 @@ impl Drop for FarBackend {
             return;
         }
         self.shared.shutdown.store(true, Relaxed);
+        self.shared.rest.resume();
         self.shared.staging.shutdown();
         self.shared.repair.wake();
         for thread in self.threads.drain(..) {
@@ -488,17 +495,44 @@ impl Backend for FarBackend {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), backend::Error> {
         check_request(offset, buf.len(), self.shared.nr_pages)?;
-        if self.forked.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(Self::in_child_error());
-        }
         self.shared.read(offset, buf)
     }
 
-    /// The connections and the flusher and repair threads are the parent's: a forked
-    /// child's reads of the far tier fail (the page's access is SIGBUS, counted), its own
-    /// pages go to a far tier of its own, and nothing here is used again.
+    /// The flusher and repair threads and the idle connections are the parent's. A forked
+    /// child reads the pages it inherited (the parent keeps their slots for it) through
+    /// connections of its own, and from its copy of the staging buffer for pages not yet
+    /// flushed at the fork; it writes its own pages to a far tier of its own, never here.
     fn forked(&self) {
         self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
+        for server in self.shared.servers.iter() {
+            server.forget_connections_in_child();
+        }
+    }
+
+    /// Stores every staged page (at most the request timeout: the child reads its copy of
+    /// the buffer for the rest), then brings the flushers and the repairer to rest holding
+    /// nothing, out of parking_lot's queues (src/rest.rs), until
+    /// [`Backend::resume_after_fork`].
+    fn prepare_fork(&self) {
+        if self.forked.load(Relaxed) {
+            return; // a child's copy: its threads are its parent's, they do not exist here
+        }
+        let shared = &self.shared;
+        self.flush(shared.config.timeout);
+        let deadline = Instant::now() + shared.config.timeout * 2;
+        let wake = || {
+            shared.staging.wake_flushers();
+            shared.repair.wake();
+        };
+        if !shared.rest.pause(self.threads.len(), deadline, wake) {
+            FarStats::add(&shared.stats.fork_unrested, 1);
+        }
+    }
+
+    fn resume_after_fork(&self) {
+        if !self.forked.load(Relaxed) {
+            self.shared.rest.resume();
+        }
     }
 
     /// Forgets the slots (they read as zeros) and drops their staged pages; the servers'

@@ -55,6 +55,8 @@
 //! Threads: two flushers (`uswap-far-flush0`, `-flush1`: one waits for its servers' replies
 //! while the other sends) and the repairer (`uswap-far-repair`), started by
 //! [`FarBackend::connect`]. Everything allocates through Rust's allocator; sockets are std's.
+//! Around a fork they rest, holding nothing and out of parking_lot's queues (src/rest.rs);
+//! a forked child reads the pages it inherited through connections of its own.
 
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -63,6 +65,7 @@ mod backend;
 mod place;
 mod proto;
 mod repair;
+mod rest;
 mod server;
 mod staging;
 mod stats;

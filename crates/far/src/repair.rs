@@ -84,8 +84,11 @@ impl Repair {
         self.wake.notify_one();
     }
 
+    /// Wakes the repairer, under the lock its wait checks its condition under (a pause for a
+    /// fork, src/rest.rs: it never sleeps through one).
     pub(crate) fn wake(&self) {
-        self.wake.notify_one();
+        let _state = self.state.lock();
+        self.wake.notify_all();
     }
 }
 
@@ -94,9 +97,10 @@ impl Shared {
     pub(crate) fn repairer(&self) {
         let (mut last_identity, mut last_sweep) = (Instant::now(), Instant::now());
         while !self.shutdown.load(Relaxed) {
+            self.rest.rest_while_paused(&self.shutdown);
             let (slots, mut sweep) = {
                 let mut state = self.repair.state.lock();
-                if state.slots.is_empty() && !state.sweep {
+                if state.slots.is_empty() && !state.sweep && !self.rest.is_paused() {
                     self.repair.wake.wait_for(&mut state, Duration::from_millis(200));
                 }
                 let state = std::mem::take(&mut *state);

@@ -70,6 +70,15 @@ impl Server {
         Conn::connect(&self.addr, self.timeout)
     }
 
+    /// In a forked child: the idle connections are the parent's streams (a request on one
+    /// would interleave with the parent's); the child's copies of their descriptors are
+    /// closed, and requests open connections of the child's own.
+    pub(crate) fn forget_connections_in_child(&self) {
+        if let Some(mut pool) = self.pool.try_lock() {
+            pool.clear();
+        }
+    }
+
     /// Gives back a connection whose last request completed cleanly.
     pub(crate) fn put_back(&self, conn: Conn) {
         let mut pool = self.pool.lock();

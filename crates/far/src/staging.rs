@@ -141,18 +141,20 @@ impl Staging {
     }
 
     /// Takes up to `max` queued pages, copying them to `pages` (one page each, in order)
-    /// and their identities to `taken`. Waits at most `wait` for the first.
+    /// and their identities to `taken`. Waits at most `wait` for the first, unless `paused`
+    /// (src/rest.rs; checked under the lock [`Staging::wake_flushers`] wakes under).
     pub(crate) fn take_batch(
         &self,
         max: usize,
         wait: Duration,
+        paused: &dyn Fn() -> bool,
         taken: &mut Vec<Taken>,
         pages: &mut Vec<u8>,
     ) {
         taken.clear();
         pages.clear();
         let mut inner = self.inner.lock();
-        if inner.queue.is_empty() && !inner.shutdown {
+        if inner.queue.is_empty() && !inner.shutdown && !paused() {
             self.work.wait_for(&mut inner, wait);
         }
         // Each slot queued is looked at once per call: one in flight goes back to the end.
@@ -220,6 +222,13 @@ impl Staging {
         true
     }
 
+    /// Wakes the flushers waiting for work, under the lock their wait checks its condition
+    /// under (a pause for a fork: none sleeps through it).
+    pub(crate) fn wake_flushers(&self) {
+        let _inner = self.inner.lock();
+        self.work.notify_all();
+    }
+
     /// Wakes the flusher for good.
     pub(crate) fn shutdown(&self) {
         self.inner.lock().shutdown = true;
@@ -239,11 +248,11 @@ mod tests {
         s.put(2, 11, &[2u8; PAGE], t).unwrap();
         assert!(s.put(3, 12, &[3u8; PAGE], t).is_err(), "full");
         let (mut taken, mut pages) = (vec![], vec![]);
-        s.take_batch(8, t, &mut taken, &mut pages);
+        s.take_batch(8, t, &|| false, &mut taken, &mut pages);
         assert_eq!(taken.len(), 2);
         assert_eq!(pages[PAGE], 2);
         s.put(1, 13, &[9u8; PAGE], t).unwrap(); // rewritten while in flight
-        s.take_batch(8, t, &mut taken, &mut pages);
+        s.take_batch(8, t, &|| false, &mut taken, &mut pages);
         assert!(taken.is_empty(), "a slot in flight is not taken again");
         s.commit(1, 10);
         let mut out = vec![0u8; PAGE];
@@ -251,10 +260,10 @@ mod tests {
         assert!(!s.get(1, 10, &mut out), "the older one is not served");
         s.commit(2, 11);
         assert_eq!(s.len(), 1);
-        s.take_batch(8, t, &mut taken, &mut pages);
+        s.take_batch(8, t, &|| false, &mut taken, &mut pages);
         assert_eq!((taken.len(), pages[0]), (1, 9));
         s.retry(1, 13);
-        s.take_batch(8, t, &mut taken, &mut pages);
+        s.take_batch(8, t, &|| false, &mut taken, &mut pages);
         assert_eq!(taken.len(), 1, "a failed flush is queued again");
         s.commit(1, 13);
         assert!(s.wait_empty(t));

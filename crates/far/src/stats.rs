@@ -115,6 +115,9 @@ pub struct FarStats {
     pub write_refused: AtomicU64,
     /// Full scans of the slot table for a server's copies (down or restarted).
     pub scans: AtomicU64,
+    /// Forks that went on before every thread of the tier was at rest (one was stuck on a
+    /// server past the timeout): the child may find a lock that thread held.
+    pub fork_unrested: AtomicU64,
     /// Per server, in the order given.
     pub servers: Vec<ServerStats>,
 }
@@ -157,6 +160,7 @@ impl FarStats {
             ("far_flush_retries", &self.flush_retries),
             ("far_write_refused", &self.write_refused),
             ("far_scans", &self.scans),
+            ("far_fork_unrested", &self.fork_unrested),
         ] {
             out(name, load(value));
         }
