@@ -6,7 +6,7 @@
 //!   path writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim built)
 //!     -> one line on stderr and exit 1 on the first problem, before CMD starts
 //!   private run directory (0700, in $TMPDIR)  ->  CMD with LD_PRELOAD=libuswap_preload.so
-//!   and runstat's USWAP_* variables; wait4 (ru_maxrss); forward SIGINT/TERM/HUP/QUIT
+//!   and runstat's USWAP_* variables; wait4 (ru_maxrss); every catchable signal forwarded
 //!   summary from the shim's stats files; remove the run directory; exit as CMD did
 //!   (its code, or 128 + the signal that killed it, as shells do)
 //! ```
@@ -129,9 +129,8 @@ pub struct RunArgs {
     /// suit it only). Under `sigbus` a system call
     /// whose buffer is a swapped page fails with EFAULT: the shim retries libc's read,
     /// write and socket calls after bringing the buffer in, but a datagram received into
-    /// one is lost, and direct system calls, io_uring and futexes are not covered; a
-    /// forked child's faults are forwarded to uswap's handler thread (a hand-off, as with
-    /// `handler`). See docs/RUN.md, "Fault delivery"
+    /// one is lost, and direct system calls, io_uring and futexes are not covered. A
+    /// forked child serves its own faults the same way. See docs/RUN.md, "Fault delivery"
     #[arg(long, value_name = "MODE", default_value = "handler",
           value_parser = ["handler", "sigbus"])]
     delivery: String,

@@ -45,11 +45,11 @@
 //! `mmap(MAP_FIXED)` over a managed range is an UNMAP then a new mapping, found by the
 //! next scan.
 //!
-//! **Processes.** fork: the parent's handler serves the child through EVENT_FORK (the uffd
-//! crate's pthread_atfork hooks make that safe); the child has no engine of its own and
-//! its shim does nothing. At the parent's exit, the swapped pages of children still alive
-//! are mapped into them first (a child's uffd dies with the parent, and its evicted pages
-//! would read as zeros). exec: the image is gone with its engine; the new image runs the
+//! **Processes.** fork: before `fork()` returns in the child, the uffd crate's fork handler
+//! gives the child a userfaultfd of its own and its copy of the engine (crates/uffd/src/
+//! fork.rs); [`shim::forked_child`] then points discovery, the interposers and the stats
+//! file at the child's swap. The parent keeps the slots the child reads until the child
+//! exits or execs. exec: the image is gone with its engine; the new image runs the
 //! constructor again and starts a fresh engine if the process is still `uswap run`'s child
 //! (runstat's env protocol); a grandchild that execs runs unmanaged, the shim removed.
 
