@@ -726,6 +726,12 @@ mod sys {
             // SAFETY: _exit ends this child at once, running nothing of the parent's.
             unsafe { libc::_exit(0) }; // the parent is already gone
         }
+        // None of uswap run's descriptors stays open here: among them is the run
+        // directory's lock, whose shared flock (one open file) this child would hold after
+        // uswap run is killed, until it is scheduled to die at nice 19; the program's exit
+        // would then not find itself the run's last member, and leave the directory.
+        // SAFETY: close_range with plain integer arguments; nothing here uses those numbers.
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
         // SAFETY: setsid has no preconditions (this child leads no process group).
         unsafe { libc::setsid() };
         // Best effort: without autogroups (or /proc) the session alone changes nothing.
