@@ -12,7 +12,7 @@
 //! Concurrency: the crc of a slot is an atomic; the caller never reads and writes the same
 //! slot at once (the swap cache serialises that), so no lock is needed.
 
-use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
+use crate::{check_range, check_request, Backend, Error, ForkStep, PAGE_SIZE};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Counters of one checksum layer.
@@ -107,16 +107,8 @@ impl<B: Backend> Backend for ChecksumBackend<B> {
         self.inner.nr_pages()
     }
 
-    fn forked(&self) {
-        self.inner.forked();
-    }
-
-    fn prepare_fork(&self) {
-        self.inner.prepare_fork();
-    }
-
-    fn resume_after_fork(&self) {
-        self.inner.resume_after_fork();
+    fn fork(&self, step: ForkStep) {
+        self.inner.fork(step);
     }
 
     fn out_of_space(&self) -> bool {

@@ -57,7 +57,7 @@
 //! slot is ordered after it by the engine's own locks, so relaxed accesses suffice. The
 //! counter is one `fetch_add` per page.
 
-use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
+use crate::{check_range, check_request, Backend, Error, ForkStep, PAGE_SIZE};
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -292,16 +292,8 @@ impl<B: Backend> Backend for CryptBackend<B> {
         self.inner.nr_pages()
     }
 
-    fn forked(&self) {
-        self.inner.forked();
-    }
-
-    fn prepare_fork(&self) {
-        self.inner.prepare_fork();
-    }
-
-    fn resume_after_fork(&self) {
-        self.inner.resume_after_fork();
+    fn fork(&self, step: ForkStep) {
+        self.inner.fork(step);
     }
 
     fn out_of_space(&self) -> bool {

@@ -18,7 +18,7 @@
 //!
 //! Locks: one small mutex per kind, held to decide whether this operation faults.
 
-use crate::{Backend, Error, PAGE_SIZE};
+use crate::{Backend, Error, ForkStep, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -189,16 +189,8 @@ impl<B: Backend> Backend for FaultBackend<B> {
         self.inner.nr_pages()
     }
 
-    fn forked(&self) {
-        self.inner.forked();
-    }
-
-    fn prepare_fork(&self) {
-        self.inner.prepare_fork();
-    }
-
-    fn resume_after_fork(&self) {
-        self.inner.resume_after_fork();
+    fn fork(&self, step: ForkStep) {
+        self.inner.fork(step);
     }
 
     fn out_of_space(&self) -> bool {

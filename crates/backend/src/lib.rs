@@ -113,23 +113,30 @@ pub trait Backend: Send + Sync {
         let _ = out;
     }
 
+    /// A step of a fork of the process ([`ForkStep`]); a wrapper passes it on to what it
+    /// wraps. Default: nothing (a file's `pread` at an offset is safe on a descriptor the
+    /// child shares with its parent).
+    fn fork(&self, step: ForkStep) {
+        let _ = step;
+    }
+}
+
+/// The steps of a fork a backend hears of ([`Backend::fork`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkStep {
+    /// Before the fork, once the engine writes to it no more (its reclaim paused): a
+    /// backend with threads of its own brings them to rest, so that the child's copy holds
+    /// no lock one of them held and the child's reads find every page where its copy says.
+    /// Bounded in time.
+    Prepare,
+    /// After the fork, in the parent: what `Prepare` stopped goes on. (Also in the child,
+    /// on its own device, where the inherited backend's copy stays as `Inherited` left it.)
+    Resume,
     /// In a forked child, on its only thread: this is the backend it inherited, which it
-    /// only reads from now on (the overlay's lower backend). A backend whose reads need
-    /// state of the parent's that the child does not have (threads, connections shared with
-    /// the parent) makes them fail from here, never touching the parent's. Default: reads
-    /// go on as before (a file's `pread` at an offset is safe on a shared descriptor).
-    fn forked(&self) {}
-
-    /// Before a fork, once the engine writes to it no more (its reclaim paused): a backend
-    /// with threads of its own brings them to rest, so that the child's copy holds no lock
-    /// one of them held and the child's reads find every page where its copy says.
-    /// Bounded in time. Default: nothing.
-    fn prepare_fork(&self) {}
-
-    /// After the fork, in the parent: what [`Backend::prepare_fork`] stopped goes on. (Also
-    /// called in the child on its own device, where the inherited backend's copy stays as
-    /// `forked` left it.) Default: nothing.
-    fn resume_after_fork(&self) {}
+    /// only reads from now on (the overlay's lower backend). Reads that need state of the
+    /// parent's the child does not have (threads, connections shared with the parent) use
+    /// the child's own from here, or fail, never touching the parent's.
+    Inherited,
 }
 
 /// Checks a request against a backend of `nr_pages` slots; returns the number of pages.

@@ -25,7 +25,7 @@
 //! them, the [`Backend`] contract), so a read sees the mark its last write set; marks are
 //! atomics, chunks made once under a `OnceLock`.
 
-use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
+use crate::{check_range, check_request, Backend, Error, ForkStep, PAGE_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
@@ -147,19 +147,9 @@ impl Backend for OverlayBackend {
         self.upper.counters(out);
     }
 
-    fn forked(&self) {
-        self.lower.forked();
-        self.upper.forked();
-    }
-
-    fn prepare_fork(&self) {
-        self.lower.prepare_fork();
-        self.upper.prepare_fork();
-    }
-
-    fn resume_after_fork(&self) {
-        self.lower.resume_after_fork();
-        self.upper.resume_after_fork();
+    fn fork(&self, step: ForkStep) {
+        self.lower.fork(step);
+        self.upper.fork(step);
     }
 }
 

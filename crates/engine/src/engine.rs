@@ -211,14 +211,8 @@ impl Backend for ArcBackend {
     fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         self.0.counters(out);
     }
-    fn forked(&self) {
-        self.0.forked();
-    }
-    fn prepare_fork(&self) {
-        self.0.prepare_fork();
-    }
-    fn resume_after_fork(&self) {
-        self.0.resume_after_fork();
+    fn fork(&self, step: backend::ForkStep) {
+        self.0.fork(step);
     }
 }
 
@@ -848,12 +842,12 @@ impl Engine {
         if self.core.config.background_reclaim {
             self.core.kswapd_bell.wait_asleep();
         }
-        self.core.storage.device.backend().prepare_fork();
+        self.core.storage.device.backend().fork(backend::ForkStep::Prepare);
     }
 
     /// Lets reclaim run again after [`Engine::pause_for_fork`] (in the parent).
     pub fn resume_after_fork(&self) {
-        self.core.storage.device.backend().resume_after_fork();
+        self.core.storage.device.backend().fork(backend::ForkStep::Resume);
         self.core.fork_pause.resume();
         self.core.wake_kswapd_if_short();
     }
@@ -875,7 +869,7 @@ impl Engine {
     /// reclaimer thread cannot start.
     pub fn after_fork_in_child(&self, own: Arc<dyn Backend>) -> Result<(), Error> {
         let device = &self.core.storage.device;
-        device.backend().forked();
+        device.backend().fork(backend::ForkStep::Inherited);
         let own = wrap_backend(&self.core.config, own)?;
         let overlay = backend::OverlayBackend::new(device.backend(), own)
             .map_err(|e| Error::Config(format!("a forked child's swap device: {e}")))?;

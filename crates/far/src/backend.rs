@@ -24,7 +24,7 @@ use crate::staging::{Staging, Taken};
 use crate::stats::FarStats;
 use crate::table::Table;
 use crate::{value_header, value_is, Error, FarConfig, Key, HEADER_BYTES, PAGE_SIZE};
-use backend::{check_range, check_request, Backend};
+use backend::{check_range, check_request, Backend, ForkStep};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub(crate) struct Shared {
 pub struct FarBackend {
     shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// This copy is a forked child's ([`Backend::forked`]).
+    /// This copy is a forked child's ([`ForkStep::Inherited`]).
     forked: std::sync::atomic::AtomicBool,
 }
 
@@ -477,7 +477,21 @@ impl Drop for FarBackend {
 }
 
 impl FarBackend {
-    /// The error of every I/O of a forked child's copy ([`Backend::forked`]).
+    /// Fork prepare ([`ForkStep::Prepare`]).
+    fn rest_for_fork(&self) {
+        let shared = &self.shared;
+        self.flush(shared.config.timeout);
+        let deadline = Instant::now() + shared.config.timeout * 2;
+        let wake = || {
+            shared.staging.wake_flushers();
+            shared.repair.wake();
+        };
+        if !shared.rest.pause(self.threads.len(), deadline, wake) {
+            FarStats::add(&shared.stats.fork_unrested, 1);
+        }
+    }
+
+    /// The error of every I/O of a forked child's copy ([`ForkStep::Inherited`]).
     fn in_child_error() -> backend::Error {
         let why = "a forked child cannot use its parent's connections to the far tier";
         backend::Error::Io { op: "far", offset: 0, source: std::io::Error::other(why) }
@@ -498,40 +512,27 @@ impl Backend for FarBackend {
         self.shared.read(offset, buf)
     }
 
-    /// The flusher and repair threads and the idle connections are the parent's. A forked
-    /// child reads the pages it inherited (the parent keeps their slots for it) through
-    /// connections of its own, and from its copy of the staging buffer for pages not yet
-    /// flushed at the fork; it writes its own pages to a far tier of its own, never here.
-    fn forked(&self) {
-        self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
-        for server in self.shared.servers.iter() {
-            server.forget_connections_in_child();
-        }
-    }
-
-    /// Stores every staged page (at most the request timeout: the child reads its copy of
-    /// the buffer for the rest), then brings the flushers and the repairer to rest holding
-    /// nothing, out of parking_lot's queues (src/rest.rs), until
-    /// [`Backend::resume_after_fork`].
-    fn prepare_fork(&self) {
-        if self.forked.load(Relaxed) {
-            return; // a child's copy: its threads are its parent's, they do not exist here
-        }
-        let shared = &self.shared;
-        self.flush(shared.config.timeout);
-        let deadline = Instant::now() + shared.config.timeout * 2;
-        let wake = || {
-            shared.staging.wake_flushers();
-            shared.repair.wake();
-        };
-        if !shared.rest.pause(self.threads.len(), deadline, wake) {
-            FarStats::add(&shared.stats.fork_unrested, 1);
-        }
-    }
-
-    fn resume_after_fork(&self) {
-        if !self.forked.load(Relaxed) {
-            self.shared.rest.resume();
+    /// Prepare: stores every staged page (at most the request timeout: the child reads its
+    /// copy of the buffer for the rest), then brings the flushers and the repairer to rest
+    /// holding nothing, out of parking_lot's queues (src/rest.rs), until Resume.
+    ///
+    /// Inherited: the flusher and repair threads and the idle connections are the
+    /// parent's. A forked child reads the pages it inherited (the parent keeps their slots
+    /// for it) through connections of its own, and from its copy of the staging buffer for
+    /// pages not yet flushed at the fork; it writes its own pages to a far tier of its own,
+    /// never here. A child's copy neither rests nor resumes threads: they do not exist in it.
+    fn fork(&self, step: ForkStep) {
+        let child_copy = self.forked.load(Relaxed);
+        match step {
+            ForkStep::Inherited => {
+                self.forked.store(true, Relaxed);
+                for server in self.shared.servers.iter() {
+                    server.forget_connections_in_child();
+                }
+            }
+            ForkStep::Prepare if !child_copy => self.rest_for_fork(),
+            ForkStep::Resume if !child_copy => self.shared.rest.resume(),
+            ForkStep::Prepare | ForkStep::Resume => {}
         }
     }
 

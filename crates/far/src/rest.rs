@@ -14,12 +14,12 @@
 //!   forever on a free page-table lock that way, and the child's next fork waited for it
 //!   (cli `far::forked_children_read_their_parents_far_pages`).
 //!
-//! So before a fork ([`backend::Backend::prepare_fork`]) the threads are asked to rest, and
+//! So before a fork ([`backend::ForkStep::Prepare`]) the threads are asked to rest, and
 //! the fork waits until every one is here, holding nothing, asleep in std's futex-based
 //! condition variable, whose state lives in the object alone:
 //!
 //! ```text
-//!   flusher / repairer, top of their loop         prepare_fork (the forking thread)
+//!   flusher / repairer, top of their loop         ForkStep::Prepare (forking thread)
 //!     paused? -> resting += 1, sleep here           paused = true, wake their waits
 //!        until resumed (or shut down)               wait until resting == threads
 //!     resting -= 1                                (fork)
