@@ -475,3 +475,40 @@ impl ProcFile {
         &self.fd
     }
 }
+
+/// A `/proc/self/...` file kept open for the process that reads it. `/proc/self` is
+/// resolved at the open, so a forked child's copy of its parent's descriptor reads the
+/// parent's file: the first read in another process opens the file again, and leaves the
+/// parent's copy, never closed (its registry entry is the parent's too).
+#[derive(Debug)]
+pub struct OwnProcFile {
+    path: &'static std::ffi::CStr,
+    kind: &'static Kind,
+    /// The pid that opened it, and what the open gave.
+    file: std::sync::Mutex<Option<(i32, Result<ProcFile, Error>)>>,
+}
+
+impl OwnProcFile {
+    /// `path` (under /proc/self), opened at the first read.
+    pub const fn new(path: &'static std::ffi::CStr, kind: &'static Kind) -> OwnProcFile {
+        OwnProcFile { path, kind, file: std::sync::Mutex::new(None) }
+    }
+
+    /// [`ProcFile::read`] of this process's file.
+    ///
+    /// # Errors
+    /// The open's error (kept: not retried), [`Error::Lost`], or the read's errno.
+    ///
+    /// Context: takes a lock for the read; never call it across a fork.
+    pub fn read(&self, buf: &mut Vec<u8>) -> Result<(), Error> {
+        let pid = sys::getpid();
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if file.as_ref().is_some_and(|(owner, _)| *owner != pid) {
+            if let Some((_, Ok(inherited))) = file.take() {
+                std::mem::forget(inherited);
+            }
+        }
+        let (_, opened) = file.get_or_insert_with(|| (pid, ProcFile::open(self.path, self.kind)));
+        opened.as_ref().map_err(Clone::clone)?.read(buf)
+    }
+}

@@ -638,20 +638,9 @@ static STATS_FILE: fds::Kind =
 ///
 /// Context: the handler thread, or the exiting thread; allocates from the shim's arena.
 fn mem_status() -> Option<uffd::MemStatus> {
-    // Keyed by pid: a forked child's copy names its parent's /proc directory.
-    static FILE: Mutex<Option<(i32, fds::ProcFile)>> = Mutex::new(None);
-    let pid = std::process::id() as i32;
-    let mut file = lock(&FILE);
-    if file.as_ref().is_none_or(|(owner, _)| *owner != pid) {
-        if let Some((_, inherited)) = file.take() {
-            // The parent's copy: never closed here (the descriptor's registry is the
-            // parent's too), only left behind.
-            std::mem::forget(inherited);
-        }
-        *file = fds::ProcFile::open(c"/proc/self/status", &STATUS).ok().map(|f| (pid, f));
-    }
+    static FILE: fds::OwnProcFile = fds::OwnProcFile::new(c"/proc/self/status", &STATUS);
     let mut text = Vec::with_capacity(4096);
-    file.as_ref()?.1.read(&mut text).ok()?;
+    FILE.read(&mut text).ok()?;
     Some(uffd::MemStatus::parse(&String::from_utf8_lossy(&text)))
 }
 

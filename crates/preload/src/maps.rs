@@ -111,10 +111,9 @@ static MAPS: fds::Kind = fds::Kind {
 
 /// Reads /proc/self/maps into `buf` (cleared first).
 ///
-/// The file is opened once per process: keyed by pid, since a forked child's copy of its
-/// parent's descriptor reads the parent's mappings (`/proc/self` is resolved at the open),
-/// and a child that scanned those would never find its own new mappings, and would try to
-/// register ranges it does not have.
+/// The file is opened once per process ([`fds::OwnProcFile`]): a child that scanned its
+/// parent's mappings would never find its own new ones, and would try to register ranges
+/// it does not have.
 ///
 /// # Errors
 /// The file cannot be opened or read (or its descriptor was lost: crate `fds`).
@@ -122,19 +121,8 @@ static MAPS: fds::Kind = fds::Kind {
 /// Context: the handler thread or the constructor (never held across a fork: the handler
 /// enters fork mode between its turns).
 pub fn read(buf: &mut Vec<u8>) -> Result<(), fds::Error> {
-    type Opened = (u32, Result<fds::ProcFile, fds::Error>);
-    static FILE: std::sync::Mutex<Option<Opened>> = std::sync::Mutex::new(None);
-    let pid = std::process::id();
-    let mut file = FILE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if file.as_ref().is_some_and(|(owner, _)| *owner != pid) {
-        if let Some((_, Ok(inherited))) = file.take() {
-            // The parent's: never closed here (its registry entry is the parent's too).
-            std::mem::forget(inherited);
-        }
-    }
-    let (_, opened) =
-        file.get_or_insert_with(|| (pid, fds::ProcFile::open(c"/proc/self/maps", &MAPS)));
-    opened.as_ref().map_err(Clone::clone)?.read(buf)
+    static FILE: fds::OwnProcFile = fds::OwnProcFile::new(c"/proc/self/maps", &MAPS);
+    FILE.read(buf)
 }
 
 /// The candidates of a maps text, in address order. With `skip_stacks`, a writable
