@@ -200,9 +200,8 @@ pub fn default_budget(wanted: u64) -> u64 {
 /// Checks an address-space limit (`ulimit -v`): the shim's arena is sized to a quarter of
 /// it (`arena::reservation_bytes`); the shim's own mappings must leave the program at least
 /// half, and the pool (`pool_bytes` at most) and the engine's tables (about 10 MiB per GiB
-/// of managed memory, which the limit bounds) must fit the arena. Before, the arena's
-/// 16 GiB reservation failed under `ulimit -v 4000000` and the program aborted ("memory
-/// allocation of 29 bytes failed", exit 134).
+/// of managed memory, which the limit bounds) must fit the arena: a reservation that does
+/// not fit fails inside the program, which then aborts on its first allocation.
 ///
 /// # Errors
 /// One line naming the limit and what it would take.

@@ -449,8 +449,7 @@ fn a_program_s_own_sigbus_handler_is_chained_under_sigbus_delivery() {
 
 /// A mapping the program makes where it unmapped the tail of an older one (whose region
 /// lives on around the hole) is managed: written past the budget, its pages go out and come
-/// back intact. Before, the region kept the hole's addresses, the shim's scan never offered
-/// them, and the new mapping ran unmanaged (nothing paged out, all of it outside the budget).
+/// back intact.
 #[test]
 fn a_mapping_made_in_an_unmapped_tail_is_managed() {
     for (delivery, err) in in_both_deliveries("hole_refill", "16M", "16384 pages checked, 0 bad") {

@@ -89,8 +89,7 @@ fn pages_out_figure(err: &str, key: &str) -> u64 {
 /// A shell script that builds a few MiB of strings (20 MiB of words under an 8M budget),
 /// sends descriptors 5 and 6 to /dev/null (`exec 5>/dev/null 6>/dev/null`), builds more,
 /// redirects descriptors 3 to 9 to files of its own with `exec N>>file`, builds more and
-/// prints a checksum of it all: the same output as without uswap, and empty files. Before,
-/// the shell's heap pages went into its log, or it died of SIGSEGV.
+/// prints a checksum of it all: the same output as without uswap, and empty files.
 #[test]
 fn a_shell_exec_onto_descriptors_3_to_9_keeps_its_data_and_files() {
     if !can_run() {
@@ -120,8 +119,8 @@ fn a_shell_exec_onto_descriptors_3_to_9_keeps_its_data_and_files() {
 }
 
 /// Python closes descriptors 3 to 1023 (`os.closerange`, as `subprocess` and daemons do),
-/// then 3 to its soft limit, around 48 MB of objects under 16M, opens files of its own,
-/// and reads every object back. Before, the first closerange was a SIGSEGV.
+/// then 3 to its soft limit, around 48 MB of objects under 16M, opens files of its own, and
+/// reads every object back.
 #[test]
 fn python_closerange_keeps_its_objects_and_files() {
     if !can_run() {

@@ -52,8 +52,6 @@ fn children_of(pid: u32) -> Vec<u32> {
 
 /// Signals sent to `uswap run` reach the program: USR1, USR2, ALRM, PIPE, WINCH, HUP, each
 /// trapped by a shell that says so, then TERM, on which it exits 3 (`uswap run`'s status).
-/// Before, only INT, TERM, HUP and QUIT were forwarded: any other killed `uswap run` and
-/// left the program running under init.
 #[test]
 fn signals_sent_to_uswap_run_reach_the_program() {
     if !can_run() {
@@ -83,10 +81,10 @@ fn signals_sent_to_uswap_run_reach_the_program() {
     assert_eq!(status.code(), Some(3), "uswap run passes the program's status on");
 }
 
-/// `uswap run` killed by SIGKILL: the program goes on, managed by the engine inside it
-/// (it pages out and in after, and checks every word), the idle pollers' process dies with
+/// `uswap run` killed by SIGKILL: the program goes on, managed by the engine inside it (it
+/// pages out and in after, and checks every word), the idle pollers' process dies with
 /// `uswap run`, and the program's exit, the run's last member out, removes the run
-/// directory. Before, the directory stayed in /tmp for ever.
+/// directory.
 #[test]
 fn uswap_run_killed_leaves_the_program_managed_and_the_last_member_removes_the_directory() {
     if !can_run() {
@@ -158,8 +156,7 @@ fn a_later_run_removes_directories_whose_members_are_all_gone() {
 }
 
 /// `uswap run` with its stderr a pipe nobody reads (`... 2>&1 | true`): the summary cannot
-/// be written, and the exit status is still the program's. Before, a panic on EPIPE made
-/// it 101.
+/// be written, and the exit status is still the program's.
 #[test]
 fn a_closed_stderr_keeps_the_programs_exit_status() {
     if !can_run() {
@@ -205,9 +202,8 @@ fn set_id_copy(dir: &TempDir, name: &str, mode: u32, uid: u32, gid: u32) -> Stri
 
 /// Programs the loader runs in secure mode (AT_SECURE: it ignores LD_PRELOAD) are refused
 /// in one line before they start: set-user-ID to another user, set-group-ID to another
-/// group, a script whose interpreter is one of those or statically linked. Before, they
-/// ran unmanaged at 201 MiB under a 64M budget and exited 0. A set-user-ID program owned
-/// by the caller changes no id, and runs managed.
+/// group, a script whose interpreter is one of those or statically linked. A set-user-ID
+/// program owned by the caller changes no id, and runs managed.
 #[test]
 fn a_secure_mode_program_is_refused_before_it_starts() {
     if !can_run() || !root() {
@@ -270,7 +266,7 @@ fn a_program_with_file_capabilities_is_refused_for_an_unprivileged_caller() {
 }
 
 /// A `#!` script whose interpreter is statically linked is refused as the interpreter
-/// itself is (the loader that would load the shim never runs). Before, it ran unmanaged.
+/// itself is (the loader that would load the shim never runs).
 #[test]
 fn a_script_whose_interpreter_is_static_is_refused() {
     let dir = TempDir::new("static-interp");
@@ -331,9 +327,8 @@ fn budgets_that_cannot_work_are_refused_before_the_program_starts() {
 }
 
 /// `uswap run` under an address-space limit, as `ulimit -v` sets: 4 GB runs (the shim's
-/// arena is sized to a quarter of the limit), Python's objects come back whole; 195 MiB
-/// is refused in one line. Before, the 16 GiB reservation failed and the program aborted
-/// ("memory allocation of 29 bytes failed", exit 134).
+/// arena is sized to a quarter of the limit), Python's objects come back whole; 195 MiB is
+/// refused in one line.
 #[test]
 fn an_address_space_limit_is_kept_or_refused_in_one_line() {
     if !can_run() {
@@ -363,7 +358,7 @@ fn an_address_space_limit_is_kept_or_refused_in_one_line() {
 }
 
 /// A swap file that would live in memory (TMPDIR on a tmpfs) is said in one line naming
-/// `--swap-file`; the run goes on. Before, it saved nothing, silently.
+/// `--swap-file`; the run goes on.
 #[test]
 fn a_swap_file_in_memory_is_said() {
     if !can_run() {
@@ -401,8 +396,7 @@ fn pages_out_figure(err: &str, key: &str) -> u64 {
 /// `--record` and `--stats-file` never write through a symbolic link, nor over an existing
 /// file without `--force` (a root user could be made to overwrite any file through a link
 /// planted in a shared directory); with `--force` the trace is replaced and the stats file
-/// appended to; /dev/null is written as it is. Before, both followed links and silently
-/// replaced what was there.
+/// appended to; /dev/null is written as it is.
 #[test]
 fn files_written_for_the_user_refuse_links_and_existing_files() {
     let dir = TempDir::new("outputs");
@@ -445,8 +439,7 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
 
 /// `--record` with a program that execs itself: every image's records are in the trace
 /// (each appends to the file `uswap run` made, and flushes every handler pass), about as
-/// many evictions as both images' page-outs. Before, each image created the file anew:
-/// the trace held the last image's only (47,553 page-outs lost in the run that found it).
+/// many evictions as both images' page-outs.
 #[test]
 fn a_recorded_program_that_execs_keeps_every_images_records() {
     if !can_run() {
@@ -478,10 +471,9 @@ fn a_recorded_program_that_execs_keeps_every_images_records() {
 }
 
 /// `mlockall(MCL_CURRENT | MCL_FUTURE)` (chronyd, corosync, real-time audio programs) in a
-/// program that paged out most of 48 MiB under 16M: every word reads back, what the
-/// program locked stays resident (over the budget, which the summary says), and the shim's
-/// 16 GiB arena reservation is not made resident (it is mapped with no access where
-/// unused). Before, the reservation became resident: 16.2 GiB, for a program using 222 MB.
+/// program that paged out most of 48 MiB under 16M: every word reads back, what the program
+/// locked stays resident (over the budget, which the summary says), and the shim's 16 GiB
+/// arena reservation is not made resident (it is mapped with no access where unused).
 #[test]
 fn mlockall_locks_the_programs_memory_not_the_shims_reservation() {
     if !can_run() {
@@ -500,10 +492,7 @@ fn mlockall_locks_the_programs_memory_not_the_shims_reservation() {
 }
 
 /// 200 threads filling 1 MiB each under 48M with `--delivery sigbus`, twice: every word
-/// reads back, no thread dies. Before, 4 runs of 5 ended in "cannot access a Thread Local
-/// Storage value during or after destruction" (exit 134): an exiting thread's last faults
-/// are served in its own signal handler, after its thread-locals (the pool's compression
-/// buffer) were destroyed; the pool now uses a buffer on the stack then.
+/// reads back, no thread dies.
 #[test]
 fn many_exiting_threads_under_sigbus_delivery_keep_their_data() {
     if !can_run() {
@@ -523,8 +512,7 @@ fn many_exiting_threads_under_sigbus_delivery_keep_their_data() {
 
 /// 200 threads filling 1 MiB each (blocks glibc maps itself) under 48M with the handler
 /// delivery: every word right, and a peak over the budget is said in the summary, with its
-/// causes (pages filled before the scan adopted their mapping). Before, the peak reached
-/// 174 MiB with nothing said.
+/// causes (pages filled before the scan adopted their mapping).
 #[test]
 fn many_threads_over_the_budget_are_told_why() {
     if !can_run() {

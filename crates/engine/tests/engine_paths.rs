@@ -906,9 +906,7 @@ fn no_folio_is_mapped_across_an_unmapped_part_of_a_region() {
 /// A range the program maps again inside an unmapped part of a region (a `munmap` of its
 /// tail, then an `mmap` the kernel places there) is managed again, by that region: the
 /// LD_PRELOAD shim finds it through `region_layout` and adopts it with
-/// `add_region_populated`, which fills the hole. Before, the region kept the hole's
-/// addresses as its own, the shim's scan never offered them, and the new mapping ran
-/// unmanaged, outside the budget.
+/// `add_region_populated`, which fills the hole.
 #[test]
 fn a_range_mapped_again_in_a_hole_is_managed_by_its_region() {
     use engine::PageSource;
