@@ -101,6 +101,9 @@ pub struct Budget {
     outside_bytes: AtomicU64,
     /// Extra free budget reclaim keeps ([`Budget::set_reserve`]).
     reserve_bytes: AtomicU64,
+    /// The least budget the outside charge leaves the engine; 0: half the budget
+    /// ([`Budget::set_outside_room`]).
+    outside_room_bytes: AtomicU64,
     peak_bytes: AtomicU64,
 }
 
@@ -125,6 +128,7 @@ impl Budget {
             swapcache_bytes: AtomicU64::new(0),
             outside_bytes: AtomicU64::new(0),
             reserve_bytes: AtomicU64::new(0),
+            outside_room_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
         })
     }
@@ -168,7 +172,7 @@ impl Budget {
             self.budget_bytes.store(budget_bytes, Ordering::Relaxed);
             store_levels();
         }
-        self.outside_bytes.fetch_min(budget_bytes / 2, Ordering::Relaxed);
+        self.outside_bytes.fetch_min(self.outside_cap(budget_bytes), Ordering::Relaxed);
         self.reserve_bytes.fetch_min(budget_bytes / 8, Ordering::Relaxed);
         Ok(())
     }
@@ -207,11 +211,29 @@ impl Budget {
 
     /// Sets the memory outside the engine's management that counts against the budget
     /// (the rest of a process whose whole resident set is budgeted: `uswap run`'s shim
-    /// sets it from VmRSS). Capped at half the budget, so the engine always keeps room to
-    /// work: a program whose own unmanaged memory exceeds that is over budget, and the
-    /// engine cannot help it.
+    /// sets it from VmRSS). Capped at half the budget (or at all of it but the room
+    /// [`Budget::set_outside_room`] says), so the engine always keeps room to work: a
+    /// program whose own unmanaged memory exceeds that is over budget, and the engine
+    /// cannot help it.
     pub fn set_outside(&self, bytes: u64) {
-        self.outside_bytes.store(bytes.min(self.budget_bytes() / 2), Ordering::Relaxed);
+        let cap = self.outside_cap(self.budget_bytes());
+        self.outside_bytes.store(bytes.min(cap), Ordering::Relaxed);
+    }
+
+    /// Lets the outside charge take all of a budget but `bytes` (never less than half of
+    /// it): for an embedder that sizes the budget itself above the memory it charges as
+    /// outside, plus that much room (`uswap run`'s broker gives each process at least its
+    /// unmanaged memory and 2 MiB). 0 is the default: half the budget.
+    pub fn set_outside_room(&self, bytes: u64) {
+        self.outside_room_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The most the outside charge may be under a budget of `budget_bytes`.
+    fn outside_cap(&self, budget_bytes: u64) -> u64 {
+        match self.outside_room_bytes.load(Ordering::Relaxed) {
+            0 => budget_bytes / 2,
+            room => budget_bytes.saturating_sub(room).max(budget_bytes / 2),
+        }
     }
 
     /// The outside charge in force ([`Budget::set_outside`]).
@@ -302,6 +324,12 @@ mod tests {
         assert_eq!(budget.pressure(0, 0), Pressure::BelowMin);
         budget.set_outside(0);
         assert_eq!(budget.used(0), 600 * 4096);
+        budget.set_outside_room(100 * 4096);
+        budget.set_outside(u64::MAX);
+        assert_eq!(budget.outside_bytes(), 900 * 4096, "all but the room");
+        budget.set_outside_room(900 * 4096);
+        budget.set_outside(u64::MAX);
+        assert_eq!(budget.outside_bytes(), 500 * 4096, "never less than half");
     }
 
     #[test]

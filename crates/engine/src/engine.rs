@@ -759,7 +759,8 @@ impl Engine {
     }
 
     /// Counts `bytes` of memory the engine does not manage against the budget (capped at
-    /// half of it: [`crate::budget::Budget::set_outside`]), and wakes the background
+    /// half of it, or as [`Engine::set_outside_room`] says:
+    /// [`crate::budget::Budget::set_outside`]), and wakes the background
     /// reclaimer if that leaves the budget short. `uswap run`'s shim calls it with the part
     /// of the process's resident set that is not the engine's charge, so the whole process
     /// stays within the budget.
@@ -767,6 +768,16 @@ impl Engine {
     /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
     pub fn set_outside_charge(&self, bytes: u64) {
         self.core.budget.set_outside(bytes);
+        self.core.wake_kswapd_if_short();
+    }
+
+    /// Lets the outside charge take all of the budget but `bytes` instead of half of it
+    /// ([`crate::budget::Budget::set_outside_room`]): for an embedder that sizes the
+    /// budget above the process's unmanaged memory itself.
+    ///
+    /// Context: lock-free; may wake the reclaimer (never reclaims on this thread).
+    pub fn set_outside_room(&self, bytes: u64) {
+        self.core.budget.set_outside_room(bytes);
         self.core.wake_kswapd_if_short();
     }
 
