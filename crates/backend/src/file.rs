@@ -40,6 +40,7 @@
 //!
 //! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
 
+use crate::quota::{ChunkSet, SpaceQuota, QUOTA_CHUNK_BYTES};
 use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -47,9 +48,10 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// How a swap file is created.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct FileOptions {
     /// Keep the file's name after opening (default: unlink it at once, so nobody else can
     /// open it and it disappears with the process).
@@ -64,6 +66,11 @@ pub struct FileOptions {
     /// system has less than `bytes` free, looked up every [`DISK_CHECK_PAGES`] pages: the
     /// swap never fills the disk under everything else on it.
     pub keep_free_bytes: Option<u64>,
+    /// A disk quota this file shares with others ([`crate::quota`]): every 2 MiB chunk of
+    /// the file takes its bytes from it at its first write, and writes that need a chunk
+    /// the quota cannot give are refused (`ENOSPC`, counted in
+    /// [`FileStats::refused_quota`]).
+    pub quota: Option<Arc<dyn SpaceQuota>>,
 }
 
 /// How often a disk found low is looked at again while no writes come.
@@ -94,6 +101,9 @@ pub struct FileStats {
     /// Pages whose writes were refused because the file system was low on free space
     /// ([`FileOptions::keep_free_bytes`]; counted in `write_errors` too).
     pub refused_low_disk: AtomicU64,
+    /// Pages whose writes were refused because the shared quota was used up
+    /// ([`FileOptions::quota`]; counted in `write_errors` too).
+    pub refused_quota: AtomicU64,
 }
 
 /// The registry's name for the swap file.
@@ -122,6 +132,10 @@ pub struct FileBackend {
     /// When the last look was, in nanoseconds from `created`.
     looked_ns: AtomicU64,
     created: std::time::Instant,
+    /// The shared quota and the chunks reserved from it ([`FileOptions::quota`]).
+    quota: Option<(Arc<dyn SpaceQuota>, ChunkSet)>,
+    /// The last write found the quota used up: `out_of_space` says so until it has room.
+    quota_full: AtomicBool,
     stats: FileStats,
 }
 
@@ -194,6 +208,8 @@ impl FileBackend {
             disk_low: AtomicBool::new(false),
             looked_ns: AtomicU64::new(0),
             created: std::time::Instant::now(),
+            quota: options.quota.map(|quota| (quota, ChunkSet::new(nr_pages))),
+            quota_full: AtomicBool::new(false),
             stats: FileStats::default(),
         };
         backend.look_at_free_space();
@@ -233,6 +249,20 @@ impl FileBackend {
         &self.stats
     }
 
+    /// Bytes of the shared quota this file holds ([`FileOptions::quota`]).
+    pub fn quota_bytes(&self) -> u64 {
+        self.quota.as_ref().map_or(0, |(_, chunks)| chunks.reserved_bytes())
+    }
+
+    /// Whether a write of slots `offset .. offset + nr` must be refused because its chunks
+    /// cannot all be reserved from the shared quota.
+    fn quota_refuses(&self, offset: u64, nr: u64) -> bool {
+        let Some((quota, chunks)) = &self.quota else { return false };
+        let refused = !chunks.cover(quota.as_ref(), offset, nr);
+        self.quota_full.store(refused, Ordering::Relaxed);
+        refused
+    }
+
     fn io_error(&self, op: &'static str, offset: u64, source: std::io::Error) -> Error {
         let counter = match op {
             "write" => &self.stats.write_errors,
@@ -241,6 +271,15 @@ impl FileBackend {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Error::Io { op, offset, source }
+    }
+}
+
+/// The file's blocks go with it: its chunks' reservations go back to the shared quota.
+impl Drop for FileBackend {
+    fn drop(&mut self) {
+        if let Some((quota, chunks)) = &self.quota {
+            chunks.release_all(quota.as_ref());
+        }
     }
 }
 
@@ -356,10 +395,14 @@ fn lost(error: fds::Error) -> std::io::Error {
 impl Backend for FileBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let nr = check_request(offset, data.len(), self.nr_pages)?;
+        let full = || std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
         if self.disk_too_low(nr) {
             self.stats.refused_low_disk.fetch_add(nr, Ordering::Relaxed);
-            let full = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
-            return Err(self.io_error("write", offset, full));
+            return Err(self.io_error("write", offset, full()));
+        }
+        if self.quota_refuses(offset, nr) {
+            self.stats.refused_quota.fetch_add(nr, Ordering::Relaxed);
+            return Err(self.io_error("write", offset, full()));
         }
         let pos = offset * PAGE_SIZE as u64;
         let written = self.fd.checked(|fd| write_all_at(fd, data, pos, self.uncached));
@@ -386,6 +429,9 @@ impl Backend for FileBackend {
             .map_err(lost)
             .and_then(|p| p.map_err(std::io::Error::from))
             .map_err(|e| self.io_error("discard", offset, e))?;
+        if let Some((quota, chunks)) = &self.quota {
+            chunks.uncover(quota.as_ref(), offset, nr);
+        }
         self.stats.discard_pages.fetch_add(nr, Ordering::Relaxed);
         Ok(())
     }
@@ -399,11 +445,19 @@ impl Backend for FileBackend {
     }
 
     /// While the disk is low, looked up again every [`DISK_LOW_RECHECK`] at most (a
-    /// refused device gets no writes, which would otherwise pace the looks); for good once
-    /// the descriptor is lost (module essay).
+    /// refused device gets no writes, which would otherwise pace the looks); while the
+    /// shared quota is used up, until it has a chunk's room again (another process gave
+    /// some back); for good once the descriptor is lost (module essay).
     fn out_of_space(&self) -> bool {
         if self.fd.is_lost() {
             return true;
+        }
+        if self.quota_full.load(Ordering::Relaxed) {
+            let room = self.quota.as_ref().is_some_and(|(q, _)| q.available(QUOTA_CHUNK_BYTES));
+            self.quota_full.store(!room, Ordering::Relaxed);
+            if !room {
+                return true;
+            }
         }
         if !self.disk_low.load(Ordering::Relaxed) {
             return false;

@@ -31,6 +31,9 @@
 //!   writes go to a backend of its own, inherited slots are read from the parent's until
 //!   the child writes them.
 //!
+//! A file may share a disk quota with other files ([`quota`]): the footprint of a whole
+//! process tree's swap files bounded by one size.
+//!
 //! Invariants every backend keeps:
 //! - a read returns the bytes of the last completed write of that slot, or an error; never
 //!   other bytes (a slot never written, or discarded since, reads as zeros);
@@ -47,6 +50,7 @@ mod fault;
 mod file;
 mod memory;
 mod overlay;
+pub mod quota;
 
 pub use checksum::{ChecksumBackend, ChecksumStats};
 pub use crypt::{CryptBackend, CryptStats, CHUNK_SLOTS, SEAL_BYTES};
@@ -55,6 +59,7 @@ pub use fault::{FaultBackend, FaultKind, FaultPlan, FaultStats};
 pub use file::{FileBackend, FileOptions, FileStats};
 pub use memory::MemoryBackend;
 pub use overlay::OverlayBackend;
+pub use quota::{LocalQuota, SpaceQuota};
 
 /// Bytes in one page, and so in one slot (x86-64 base page).
 pub const PAGE_SIZE: usize = 4096;

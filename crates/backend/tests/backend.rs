@@ -109,6 +109,44 @@ fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
     assert_eq!(buf, page(0), "nothing was written");
 }
 
+/// Two swap files sharing a 4 MiB quota (two 2 MiB chunks): the first write into each new
+/// chunk takes it, a write into a third chunk is refused as a full disk refuses it, the
+/// file says it is out of space until the quota has room again, and a file dropped (its
+/// process gone) or a chunk discarded whole gives its chunks back.
+#[test]
+fn files_sharing_a_quota_stop_writing_when_it_is_used_up() {
+    use backend::quota::{LocalQuota, QUOTA_CHUNK_BYTES, QUOTA_CHUNK_PAGES};
+    let dir = scratch_dir("quota");
+    let quota = std::sync::Arc::new(LocalQuota::new(2 * QUOTA_CHUNK_BYTES));
+    let options = FileOptions { quota: Some(quota.clone()), ..FileOptions::default() };
+    let size = 8 * QUOTA_CHUNK_BYTES;
+    let a = FileBackend::create(&dir, size, options.clone()).unwrap();
+    let b = FileBackend::create(&dir, size, options).unwrap();
+    a.write(0, &page(1)).unwrap();
+    a.write(QUOTA_CHUNK_PAGES - 1, &page(2)).unwrap();
+    assert_eq!(quota.used_bytes(), QUOTA_CHUNK_BYTES, "one chunk so far");
+    b.write(3 * QUOTA_CHUNK_PAGES, &page(3)).unwrap();
+    let err = b.write(5 * QUOTA_CHUNK_PAGES, &page(4)).unwrap_err();
+    let Error::Io { op: "write", source, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(source.raw_os_error(), Some(rustix::io::Errno::NOSPC.raw_os_error()));
+    assert_eq!(b.stats().refused_quota.load(Ordering::Relaxed), 1);
+    assert!(b.out_of_space());
+    b.write(3 * QUOTA_CHUNK_PAGES + 1, &page(5)).unwrap(); // its own chunk: no new space
+    assert!(a.write(2 * QUOTA_CHUNK_PAGES, &page(6)).is_err(), "a shares the quota");
+    drop(a);
+    assert_eq!(quota.used_bytes(), QUOTA_CHUNK_BYTES, "a's chunk went with it");
+    assert!(!b.out_of_space(), "room again");
+    b.write(5 * QUOTA_CHUNK_PAGES, &page(4)).unwrap();
+    b.discard(3 * QUOTA_CHUNK_PAGES, QUOTA_CHUNK_PAGES).unwrap();
+    assert_eq!(b.quota_bytes(), QUOTA_CHUNK_BYTES, "the discarded chunk is given back");
+    let mut buf = page(0);
+    b.read(5 * QUOTA_CHUNK_PAGES, &mut buf).unwrap();
+    assert_eq!(buf, page(4));
+    drop(b);
+    assert_eq!(quota.used_bytes(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn file_discard_punches_a_hole() {
     let dir = scratch_dir("punch");

@@ -90,6 +90,8 @@ pub struct Builder {
     swap_size_bytes: u64,
     swap_file_uncached: bool,
     swap_file_keep_free: Option<u64>,
+    /// A disk quota the swap file shares with other processes' (`backend::quota`).
+    swap_quota: Option<Arc<dyn backend::SpaceQuota>>,
     checksums: bool,
     encrypt: bool,
     readahead_max_pages: Option<u32>,
@@ -116,6 +118,7 @@ impl Default for Builder {
             swap_size_bytes: 4 << 30,
             swap_file_uncached: false,
             swap_file_keep_free: None,
+            swap_quota: None,
             checksums: false,
             encrypt: true,
             readahead_max_pages: None,
@@ -205,6 +208,15 @@ impl Builder {
     /// The file is sparse, and a pool in front of it holds most pages without writing them.
     pub fn swap_file_keep_free(mut self, bytes: u64) -> Self {
         self.swap_file_keep_free = Some(bytes);
+        self
+    }
+
+    /// Share a disk quota with other swap files (other processes' `uswap run` members):
+    /// every 2 MiB of the swap file takes its bytes from `quota` at its first write, and
+    /// writes the quota cannot cover fail as on a full disk (their pages stay in the pool
+    /// or in memory). Default: none.
+    pub fn swap_quota(mut self, quota: Arc<dyn backend::SpaceQuota>) -> Self {
+        self.swap_quota = Some(quota);
         self
     }
 
@@ -447,6 +459,7 @@ impl Builder {
             keep,
             uncached: self.swap_file_uncached,
             keep_free_bytes: self.swap_file_keep_free,
+            quota: self.swap_quota.clone(),
         };
         let file = swap_file(&at, size_bytes, options)?;
         Ok(BackendConfig::Custom(file))
