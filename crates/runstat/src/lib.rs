@@ -14,16 +14,19 @@
 //! program, on its own allocator) and nothing makes system calls: the crate is plain data
 //! and text, shared so both sides agree on names and formats.
 //!
-//! Modules: [`cpus`] (CPU lists), [`env`] (the environment protocol), [`size`] (sizes as
-//! users write them), [`hist`] (the fault-latency histogram), [`stats`] (the stats file,
-//! its parser and the summary figures), [`trace`] (the simulator's trace format, written by
-//! `--record`).
+//! Modules: [`cpus`] (CPU lists), [`env`] (the environment protocol), [`proto`] (the
+//! control protocol between the broker and its members), [`share`] (the broker's policy:
+//! one budget divided among a tree's engines), [`size`] (sizes as users write them),
+//! [`hist`] (the fault-latency histogram), [`stats`] (the stats file, its parser and the
+//! summary figures), [`trace`] (the simulator's trace format, written by `--record`).
 
 #![deny(unsafe_code)]
 
 pub mod cpus;
 pub mod env;
 pub mod hist;
+pub mod proto;
+pub mod share;
 pub mod size;
 pub mod stats;
 pub mod trace;

@@ -1,0 +1,417 @@
+//! The broker's policy: one budget for a process tree, divided among its live engines by
+//! demand, as a memory cgroup's reclaim divides its limit among its processes.
+//!
+//! Pure: the inputs are the members' samples (from their reports), the resident memory of
+//! the tree's processes that cannot be managed, and the budget; the output is one share
+//! per member. `uswap run`'s broker runs it every tick (~50 ms) and the simulator runs it
+//! over real engines (`uswap sim --tree`), so a policy can be compared before it is used.
+//!
+//! ```text
+//!   available = budget - unmanaged resident memory
+//!   floor(m)  = max(MIN_SHARE_BYTES, fixed(m) + WORKING_MIN_BYTES)
+//!   spare     = available - sum of floors            (none left: overcommitted, below)
+//!   weight(m) = held(m) + PRESSURE_TICKS * pressure(m)
+//!   share(m)  = floor(m) + spare * weight(m) / sum of weights      (whole pages)
+//! ```
+//!
+//! - **held**: what the member's engine charges for its own pages now (resident, in
+//!   flight, compressed). Shares in proportion to it change nothing by themselves: a
+//!   member that fills its share keeps it.
+//! - **pressure**: the bytes a member had to bring back (refaults: pages paged out and
+//!   needed again) plus the bytes its memory grew by (new pages it touched), per tick,
+//!   decayed with a half-life of [`PRESSURE_HALF_LIFE_TICKS`]. A member that refaults or
+//!   grows gains weight, so budget moves to it from members whose memory only sits there:
+//!   theirs shrink, their engines page out their coldest pages, and if those were needed
+//!   after all the refaults give them weight back. Memory cgroups find cold memory by the
+//!   page tables' accessed bits, which userfaultfd does not offer; refaults are the
+//!   signal a user-space pager has, and the one the kernel's workingset code uses to tell
+//!   thrashing from a cold cache. A member nobody's refaults reach keeps a part in
+//!   proportion to what it holds against the others' pressure: one refaulting 4 MiB a
+//!   tick squeezes an idle one holding 40 MiB of 96 to within 2 MiB of its floor in a
+//!   second (the tests below).
+//! - **a new member** gets a share at once: until its first report it weighs as much as
+//!   the mean member (a fair share). **A member that leaves** (exit, exec, a crash: its
+//!   socket closes) is dropped, and its share is the others' at the next rebalance.
+//! - **the floor**: what a member cannot page out (`fixed`: its interpreter, libraries,
+//!   the engine's own metadata, memory not adopted yet) plus [`WORKING_MIN_BYTES`] of
+//!   room, and at least [`MIN_SHARE_BYTES`]. Below it an engine has nothing left to take
+//!   but the page a fault just mapped: the process stops making progress.
+//! - **overcommitted**: when the floors add up to more than the budget left by unmanaged
+//!   memory, every member gets exactly its floor and the tree runs over its budget (the
+//!   summary says by how much and why). A memory cgroup would kill a process at that
+//!   point; uswap keeps every process running and says so.
+//!
+//! Invariants (checked by [`Policy::check`] in the tests and the simulator): every share
+//! is at least its member's floor; unless overcommitted, the shares add up to at most the
+//! budget less the unmanaged memory.
+
+use std::collections::BTreeMap;
+
+/// The smallest share: 4 MiB. An engine needs room for the folios a fault maps and
+/// reclaim isolates at once (64 KiB each at `uswap run`'s order 4), its watermarks three
+/// folios apart, a compressed pool whose share is above the pool's 64 KiB minimum, and the
+/// burst reserve; a process with the shim loaded is itself 3-10 MiB resident (a shell, an
+/// interpreter), most of it `fixed`.
+pub const MIN_SHARE_BYTES: u64 = 4 << 20;
+
+/// Room above a member's fixed memory in its floor: 2 MiB, 32 folios of order 4.
+pub const WORKING_MIN_BYTES: u64 = 2 << 20;
+
+/// How many ticks of pressure weigh as much as held memory: 20 ticks, one second at the
+/// broker's 50 ms, so a member refaulting 1 MiB a tick weighs like one holding 20 MiB
+/// more.
+pub const PRESSURE_TICKS: f64 = 20.0;
+
+/// The pressure's half-life, in ticks (200 ms): long enough that one quiet tick does not
+/// undo a rebalance, short enough that a member whose phase ended gives its budget back
+/// within a second.
+pub const PRESSURE_HALF_LIFE_TICKS: f64 = 4.0;
+
+const PAGE: u64 = 4096;
+
+/// A member's identity (the broker numbers connections).
+pub type MemberId = u64;
+
+/// A member's figures at one tick (from its report).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// What its engine charges for its own pages now.
+    pub held: u64,
+    /// Memory of the process the engine cannot page out.
+    pub fixed: u64,
+    /// The program's managed memory, in or out: pages resident plus pages paged out
+    /// (bytes of pages, not of their compressed copies, so that paging out changes
+    /// nothing here and only new memory makes it grow).
+    pub footprint: u64,
+    /// Pages refaulted since it started (a counter).
+    pub refaults: u64,
+}
+
+/// One member's state.
+#[derive(Debug, Clone)]
+struct Member {
+    share: u64,
+    /// Decayed refault and growth bytes per tick.
+    pressure: f64,
+    last: Option<Sample>,
+}
+
+/// What a rebalance decided, besides the shares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The budget less the unmanaged memory.
+    pub available: u64,
+    /// The floors added up.
+    pub floors: u64,
+    /// The floors passed `available`: every member got its floor.
+    pub overcommitted: bool,
+}
+
+/// The policy's state: members and their pressure (module essay).
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    members: BTreeMap<MemberId, Member>,
+    last: Outcome,
+}
+
+/// `bytes` rounded up to whole pages.
+fn page_up(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+impl Policy {
+    /// A policy with no members.
+    pub fn new() -> Policy {
+        Policy::default()
+    }
+
+    /// Adds a member with no sample yet; the next [`Policy::rebalance`] gives it a share.
+    pub fn join(&mut self, id: MemberId) {
+        self.members.insert(id, Member { share: 0, pressure: 0.0, last: None });
+    }
+
+    /// Drops a member; its share is the others' at the next rebalance.
+    pub fn leave(&mut self, id: MemberId) {
+        self.members.remove(&id);
+    }
+
+    /// Members now.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Takes a member's sample of this tick: its pressure is the bytes it refaulted and
+    /// grew by since the last one, decayed into the past ticks'.
+    pub fn observe(&mut self, id: MemberId, sample: Sample) {
+        let Some(member) = self.members.get_mut(&id) else { return };
+        let fresh = match member.last {
+            Some(last) => {
+                let refaulted = sample.refaults.saturating_sub(last.refaults) * PAGE;
+                let grown = sample.footprint.saturating_sub(last.footprint);
+                (refaulted + grown) as f64
+            }
+            None => 0.0,
+        };
+        let keep = 0.5f64.powf(1.0 / PRESSURE_HALF_LIFE_TICKS);
+        member.pressure = member.pressure * keep + fresh * (1.0 - keep);
+        member.last = Some(sample);
+    }
+
+    /// A member's floor (module essay).
+    pub fn floor(&self, id: MemberId) -> Option<u64> {
+        self.members.get(&id).map(floor_of)
+    }
+
+    /// A member's share since the last rebalance (0 before its first).
+    pub fn share(&self, id: MemberId) -> Option<u64> {
+        self.members.get(&id).map(|m| m.share)
+    }
+
+    /// Every member's share, by id.
+    pub fn shares(&self) -> impl Iterator<Item = (MemberId, u64)> + '_ {
+        self.members.iter().map(|(&id, m)| (id, m.share))
+    }
+
+    /// What the last rebalance decided.
+    pub fn outcome(&self) -> Outcome {
+        self.last
+    }
+
+    /// Divides `budget` less `unmanaged` among the members (module essay).
+    pub fn rebalance(&mut self, budget: u64, unmanaged: u64) -> Outcome {
+        let available = budget.saturating_sub(unmanaged);
+        let floors: u64 = self.members.values().map(floor_of).sum();
+        let overcommitted = floors > available;
+        self.last = Outcome { available, floors, overcommitted };
+        if overcommitted {
+            for member in self.members.values_mut() {
+                member.share = floor_of(member);
+            }
+            return self.last;
+        }
+        let spare = available - floors;
+        let weights = self.weights();
+        let total: f64 = weights.iter().sum();
+        for (member, weight) in self.members.values_mut().zip(weights) {
+            let part = (spare as f64 * weight / total) as u64 / PAGE * PAGE;
+            member.share = floor_of(member) + part.min(spare);
+        }
+        self.last
+    }
+
+    /// Each member's weight, in id order: held bytes plus its pressure; a member with no
+    /// sample yet weighs as the mean of those with one (all equal when none has).
+    fn weights(&self) -> Vec<f64> {
+        let known: Vec<f64> = self
+            .members
+            .values()
+            .filter_map(|m| m.last.map(|s| s.held as f64 + PRESSURE_TICKS * m.pressure))
+            .collect();
+        let mean =
+            if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+        self.members
+            .values()
+            .map(|m| match m.last {
+                Some(s) => s.held as f64 + PRESSURE_TICKS * m.pressure,
+                None => mean,
+            })
+            .map(|w| w.max(PAGE as f64))
+            .collect()
+    }
+
+    /// Checks the invariants of the module essay against the last rebalance.
+    ///
+    /// # Panics
+    /// Naming the first one that does not hold.
+    pub fn check(&self) {
+        let mut sum = 0u64;
+        for (id, member) in &self.members {
+            let floor = floor_of(member);
+            assert!(member.share >= floor, "member {id}: share {} < floor {floor}", member.share);
+            assert_eq!(member.share % PAGE, 0, "member {id}: share of a part of a page");
+            sum += member.share;
+        }
+        if !self.last.overcommitted {
+            assert!(sum <= self.last.available, "shares {sum} > available {}", self.last.available);
+        }
+    }
+}
+
+fn floor_of(member: &Member) -> u64 {
+    let fixed = member.last.map_or(0, |s| s.fixed);
+    page_up(MIN_SHARE_BYTES.max(fixed.saturating_add(WORKING_MIN_BYTES)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn sample(held: u64, refaults: u64) -> Sample {
+        Sample { held, fixed: 8 * MIB, footprint: held, refaults }
+    }
+
+    #[test]
+    fn a_new_member_gets_a_fair_share_at_once() {
+        let mut p = Policy::new();
+        p.join(1);
+        p.rebalance(96 * MIB, 0);
+        assert_eq!(p.share(1), Some(96 * MIB), "alone: everything");
+        p.observe(1, sample(80 * MIB, 0));
+        p.join(2);
+        p.rebalance(96 * MIB, 0);
+        p.check();
+        let (a, b) = (p.share(1).unwrap(), p.share(2).unwrap());
+        assert_eq!(a + b, 96 * MIB);
+        assert!(b > 30 * MIB && a > 30 * MIB, "a fair share each: {a} {b}");
+    }
+
+    /// A member whose memory is `footprint` bytes (besides 8 MiB fixed) under `share`:
+    /// what does not fit is paged out.
+    fn holding(footprint: u64, share: u64, refaults: u64) -> Sample {
+        let held = footprint.min(share - 8 * MIB);
+        Sample { held, fixed: 8 * MIB, footprint, refaults }
+    }
+
+    #[test]
+    fn budget_moves_from_cold_memory_to_a_member_that_refaults() {
+        let mut p = Policy::new();
+        for id in [1, 2] {
+            p.join(id);
+            p.observe(id, sample(40 * MIB, 0));
+        }
+        p.rebalance(96 * MIB, 0);
+        let start = p.share(2).unwrap();
+        // Member 2 works over 120 MiB and refaults 4 MiB a tick; member 1 holds 40 MiB it
+        // never touches.
+        let mut refaults = 0;
+        for tick in 1..=20 {
+            refaults += 1024;
+            p.observe(1, holding(40 * MIB, p.share(1).unwrap(), 0));
+            p.observe(2, holding(120 * MIB, p.share(2).unwrap(), refaults));
+            p.rebalance(96 * MIB, 0);
+            p.check();
+            if tick == 2 {
+                assert!(p.share(2).unwrap() > start + 4 * MIB, "within two ticks");
+            }
+        }
+        let (cold, floor) = (p.share(1).unwrap(), p.floor(1).unwrap());
+        assert!(cold <= floor + 2 * MIB, "the cold member is near its floor: {cold} {floor}");
+        // Member 1 needs its pages again (refaults) and member 2 is done: within a second
+        // member 1 is back above half of what it held.
+        let mut back = 0;
+        for _ in 0..20 {
+            back += 512;
+            p.observe(1, holding(40 * MIB, p.share(1).unwrap(), back));
+            p.observe(2, holding(120 * MIB, p.share(2).unwrap(), refaults));
+            p.rebalance(96 * MIB, 0);
+            p.check();
+        }
+        assert!(p.share(1).unwrap() > 28 * MIB, "{:?}", p.share(1));
+    }
+
+    #[test]
+    fn a_leaving_members_share_returns_and_unmanaged_memory_is_taken_off() {
+        let mut p = Policy::new();
+        for id in [1, 2, 3] {
+            p.join(id);
+            p.observe(id, sample(20 * MIB, 0));
+        }
+        p.rebalance(96 * MIB, 0);
+        p.leave(2);
+        p.rebalance(96 * MIB, 0);
+        assert_eq!(p.shares().map(|(_, s)| s).sum::<u64>(), 96 * MIB);
+        p.rebalance(96 * MIB, 30 * MIB);
+        p.check();
+        assert_eq!(p.shares().map(|(_, s)| s).sum::<u64>(), 66 * MIB);
+    }
+
+    #[test]
+    fn more_floors_than_budget_gives_each_its_floor() {
+        let mut p = Policy::new();
+        for id in 0..10 {
+            p.join(id);
+            p.observe(id, Sample { held: MIB, fixed: 12 * MIB, footprint: MIB, refaults: 0 });
+        }
+        let outcome = p.rebalance(96 * MIB, 0);
+        p.check();
+        assert!(outcome.overcommitted);
+        assert_eq!(outcome.floors, 140 * MIB);
+        assert!(p.shares().all(|(_, s)| s == 14 * MIB));
+        let outcome = p.rebalance(1 << 40, 0);
+        assert!(!outcome.overcommitted);
+    }
+
+    #[test]
+    fn growth_counts_as_pressure() {
+        let mut p = Policy::new();
+        for id in [1, 2] {
+            p.join(id);
+            p.observe(id, sample(40 * MIB, 0));
+        }
+        p.rebalance(96 * MIB, 0);
+        for tick in 1..=10u64 {
+            p.observe(1, sample(40 * MIB, 0));
+            // Member 2 touches 4 MiB of new memory a tick; what does not fit goes out.
+            let footprint = 40 * MIB + tick * 4 * MIB;
+            p.observe(2, Sample { held: 40 * MIB, fixed: 8 * MIB, footprint, refaults: 0 });
+            p.rebalance(96 * MIB, 0);
+        }
+        assert!(p.share(2).unwrap() > p.share(1).unwrap() + 20 * MIB);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Join,
+        Leave(usize),
+        Observe(usize, u64, u64, u64),
+        Rebalance(u64, u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            Just(Step::Join),
+            (0..8usize).prop_map(Step::Leave),
+            (0..8usize, 0..200u64, 0..40u64, 0..100_000u64)
+                .prop_map(|(i, held, fixed, refaults)| Step::Observe(i, held, fixed, refaults)),
+            (1..512u64, 0..64u64)
+                .prop_map(|(budget, unmanaged)| Step::Rebalance(budget, unmanaged)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn shares_keep_floors_and_the_budget(steps in proptest::collection::vec(step(), 1..200)) {
+            let mut p = Policy::new();
+            let mut ids: Vec<MemberId> = Vec::new();
+            let mut next = 0;
+            let mut refaults = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Join => { p.join(next); ids.push(next); next += 1; }
+                    Step::Leave(i) if !ids.is_empty() => { p.leave(ids.remove(i % ids.len())); }
+                    Step::Observe(i, held, fixed, more) if !ids.is_empty() => {
+                        let id = ids[i % ids.len()];
+                        let total = refaults.entry(id).or_insert(0u64);
+                        *total += more;
+                        let sample = Sample { held: held * MIB, fixed: fixed * MIB,
+                            footprint: held * MIB, refaults: *total };
+                        p.observe(id, sample);
+                    }
+                    Step::Rebalance(budget, unmanaged) => {
+                        p.rebalance(budget * MIB, unmanaged * MIB);
+                        p.check();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
