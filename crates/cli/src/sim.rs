@@ -32,6 +32,7 @@ use std::path::PathBuf;
 ///   uswap sim --workload kbuild --compare-policies --json
 ///   uswap sim --workload zipf --sweep budget=64,128,256 --sweep readahead=0,8 --csv
 ///   uswap sim --workload phases --sweep pool=0,10,20,50 --seeds 0..5
+///   uswap sim --tree --seeds 0..20                several engines under one budget
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SimArgs {
@@ -150,6 +151,11 @@ pub struct SimArgs {
     /// Run seeds in a release build anyway (assertions are weaker there).
     #[arg(long)]
     allow_release: bool,
+    /// Run a process tree instead: several engines under one budget divided by `uswap
+    /// run`'s broker policy, processes starting and exiting (each seed draws its tree;
+    /// docs/RUN.md, "A process tree under one budget").
+    #[arg(long)]
+    tree: bool,
 }
 
 /// Runs `uswap sim`.
@@ -159,6 +165,9 @@ pub struct SimArgs {
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let overrides = overrides(&args)?;
     let seeds = seeds(&args)?;
+    if args.tree {
+        return run_trees(&args, &seeds);
+    }
     if args.compare_policies {
         return compare(&args, &overrides, &seeds);
     }
@@ -297,6 +306,54 @@ fn run_seeds(a: &SimArgs, o: &Overrides, seeds: &[u64]) -> anyhow::Result<()> {
         println!("{}", seeds_json(&reports, &flags));
     } else {
         println!("{ran} seeds, {} failed, commit {}", failed.len(), sim::COMMIT);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!("failing seeds: {failed:?}"))
+    }
+}
+
+/// `--tree`: each seed's process tree (sim::tree), a line each, or one JSON object.
+fn run_trees(a: &SimArgs, seeds: &[u64]) -> anyhow::Result<()> {
+    let mut failed = Vec::new();
+    let mut runs = Vec::new();
+    for &seed in seeds {
+        let options = sim::tree::TreeOptions::draw(seed);
+        let report = sim::tree::run_tree(&options);
+        if a.json {
+            runs.push(serde_json::json!({
+                "seed": seed,
+                "passed": report.passed(),
+                "failure": report.failure,
+                "options": options.describe(),
+                "reads_checked": report.reads_checked,
+                "pages_out": report.pages_out,
+                "gains": report.gains,
+                "slowest_gain_ticks": report.slowest_gain_ticks,
+                "overcommitted_ticks": report.overcommitted_ticks,
+                "digest": format!("{:016x}", report.digest),
+            }));
+        } else {
+            println!("{}", report.summary_line());
+            if let Some(failure) = &report.failure {
+                eprintln!(
+                    "  {failure}\n  {}\n  replay: uswap sim --tree --seed {seed}",
+                    options.describe()
+                );
+            }
+        }
+        if !report.passed() {
+            failed.push(seed);
+            if !a.keep_going {
+                break;
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::json!({ "commit": sim::COMMIT, "runs": runs }));
+    } else {
+        println!("{} trees, {} failed, commit {}", seeds.len(), failed.len(), sim::COMMIT);
     }
     if failed.is_empty() {
         Ok(())

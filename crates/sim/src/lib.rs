@@ -49,6 +49,7 @@ pub mod sched;
 pub mod source;
 pub mod study;
 pub mod trace;
+pub mod tree;
 pub mod world;
 
 pub use buggify::{Faults, Site};
