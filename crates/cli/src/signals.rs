@@ -10,9 +10,10 @@
 //! resumes it goes on to the program.
 //!
 //! How: the forwarded signals and CHLD are blocked in `uswap run` before the program is
-//! spawned (std resets the mask in the child: the program gets the defaults), and the main
-//! thread waits for them with `sigwaitinfo`, reaping the program at each CHLD: no signal is
-//! lost between two waits, and none is handled in a signal handler.
+//! spawned and before the broker's threads start (std resets the mask in the child: the
+//! program gets the defaults), and the main thread waits for them with `sigwaitinfo`,
+//! reaping the program, and the tree's orphans re-parented to `uswap run`, at each CHLD:
+//! no signal is lost between two waits, and none is handled in a signal handler.
 //!
 //! `uswap run` killed by SIGKILL forwards nothing: the program goes on, managed by the engine
 //! inside it; the idle pollers' process dies with `uswap run` (`PR_SET_PDEATHSIG`); the run
@@ -76,7 +77,9 @@ impl Signals {
     }
 
     /// Waits until process `pid` (the program, a child of this process) ends, forwarding
-    /// every signal that arrives meanwhile; its wait status and resource usage.
+    /// every signal that arrives meanwhile, and reaping every other child that ends (the
+    /// tree's orphans, re-parented to `uswap run`, a child subreaper); the program's wait
+    /// status and resource usage.
     ///
     /// # Errors
     /// `wait4` or `sigwaitinfo` failing otherwise than by EINTR.
@@ -85,10 +88,13 @@ impl Signals {
             let mut status = 0;
             // SAFETY: rusage is plain data, filled by the kernel.
             let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: waits for our own child with valid out-pointers.
-            let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+            // SAFETY: waits for any child of ours with valid out-pointers.
+            let r = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
             if r == pid {
                 return Ok((status, usage));
+            }
+            if r > 0 {
+                continue; // an orphan of the tree (or the pollers' process), reaped
             }
             if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 bail!("waiting for the program: {}", std::io::Error::last_os_error());

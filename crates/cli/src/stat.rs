@@ -1,23 +1,28 @@
-//! `uswap stat PID`: the live figures of a program running under `uswap run`.
+//! `uswap stat PID`: the live figures of a process tree running under `uswap run`, given
+//! the pid of any process of the tree or of `uswap run` itself.
 //!
-//! The shim rewrites `<run dir>/live-<pid>` every second (runstat's stats file); the run
-//! directory is in the program's environment (`USWAP_RUN_DIR`, read from
-//! /proc/PID/environ). PID may also be `uswap run`'s own: its managed program is found
-//! among its descendants (/proc/PID/task/PID/children, two levels: `uswap run` starts the
-//! program through a helper). A program that writes over its environment (redis's process
-//! title takes that memory) is found by its live file instead: `uswap-run-<pid of uswap
-//! run>-*/live-<pid>` in the temporary directory, `uswap run` being an ancestor.
+//! The broker rewrites `<run dir>/tree` every second (crates/cli/src/run/view.rs) and each
+//! member's shim `<run dir>/live-<pid>` (runstat's stats file). The run directory is found
+//! from the process's environment (`USWAP_RUN_DIR` in /proc/PID/environ), or, for
+//! `uswap run`'s own pid, by its name (`uswap-run-<pid>-*` in the temporary directory),
+//! or, for a program that wrote over its environment (redis's process title takes that
+//! memory), by the tree files there that list it. A directory counts only if its tree
+//! lists the pid as running: an environment inherited by a process outside the run, or
+//! a run that ended, is not enough. Anything else is "pid N is not running under uswap",
+//! exit status 1.
 
-use anyhow::{anyhow, bail, Result};
-use runstat::{StatsFile, Summary};
-use std::path::PathBuf;
+use crate::run::summary::{self, Files};
+use crate::run::view::{ProcState, TreeView};
+use anyhow::{bail, Result};
+use runstat::format_size;
+use std::path::{Path, PathBuf};
 
 /// Flags of `uswap stat`.
 #[derive(Debug, clap::Args)]
 pub struct StatArgs {
-    /// The managed program's pid (or `uswap run`'s).
+    /// The pid of any process of the tree (or of `uswap run`).
     pid: u32,
-    /// Print every counter, not only the summary.
+    /// Print every counter of every process, and the broker's figures.
     #[arg(long)]
     all: bool,
 }
@@ -25,97 +30,116 @@ pub struct StatArgs {
 /// Prints the figures.
 ///
 /// # Errors
-/// No such process, or not one run by `uswap run`, or no stats yet.
+/// The pid is not running under uswap.
 pub fn run(args: StatArgs) -> Result<()> {
-    let (pid, dir) = find(args.pid)?;
-    let path = dir.join(format!("live-{pid}"));
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow!("no live stats for pid {pid} at {}: {e}", path.display()))?;
-    let file = StatsFile::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    println!("pid {pid}, up {:.1} s", file.get("uptime_ms") as f64 / 1000.0);
-    for line in Summary::of(&file).to_lines("") {
+    let Some((dir, view)) = find(args.pid) else {
+        bail!("pid {} is not running under uswap", args.pid);
+    };
+    let files = summary::read_files(&dir);
+    for line in lines(&view, &files) {
         println!("{line}");
     }
     if args.all {
-        for (name, value) in &file.values {
-            println!("{name} {value}");
+        println!("tree");
+        for (name, value) in &view.values {
+            println!("  {name} {value}");
+        }
+        for (pid, file) in &files.by_pid {
+            println!("pid {pid}");
+            for (name, value) in &file.values {
+                println!("  {name} {value}");
+            }
         }
     }
     Ok(())
 }
 
-/// The managed pid and its run directory.
-fn find(pid: u32) -> Result<(u32, PathBuf)> {
-    let children = |of: u32| -> Vec<u32> {
-        let text = std::fs::read_to_string(format!("/proc/{of}/task/{of}/children"));
-        text.unwrap_or_default().split_whitespace().filter_map(|c| c.parse().ok()).collect()
-    };
-    let mut candidates = vec![pid];
-    for child in children(pid) {
-        candidates.push(child);
-        candidates.extend(children(child));
-    }
-    for &candidate in &candidates {
-        // A process gone meanwhile is skipped, unless it is the one asked for.
-        match run_dir_of(candidate) {
-            Ok(Some(dir)) => return Ok((candidate, dir)),
-            Err(e) if candidate == pid => return Err(e),
-            _ => {}
+/// The tree's totals, then a line per process running.
+fn lines(view: &TreeView, files: &Files) -> Vec<String> {
+    let budget = view.get("budget_bytes");
+    let mut out = vec![
+        format!(
+            "tree of uswap run {}: budget {}, resident now {}, peak {}",
+            view.get("broker"),
+            format_size(budget),
+            format_size(view.get("now_bytes")),
+            format_size(view.get("peak_bytes"))
+        ),
+        summary::paged_out_line(&files.total),
+    ];
+    for p in view.procs.iter().filter(|p| p.state != ProcState::Exited) {
+        let up = files.by_pid.get(&p.pid).map_or(0, |f| f.get("uptime_ms")) as f64 / 1000.0;
+        match files.by_pid.get(&p.pid).filter(|_| p.state == ProcState::Member) {
+            Some(file) => {
+                let line = summary::process_line(p, file);
+                let rest = line.split_once(' ').map_or("", |(_, rest)| rest);
+                out.push(format!(
+                    "pid {}, up {up:.1} s, share {}: {rest}",
+                    p.pid,
+                    format_size(p.share_bytes)
+                ));
+            }
+            None => out.push(format!(
+                "pid {} {}: unmanaged ({}), resident {}",
+                p.pid,
+                p.name,
+                if p.why.is_empty() { "starting" } else { &p.why },
+                format_size(p.rss_bytes)
+            )),
         }
     }
-    for &candidate in &candidates {
-        if let Some(dir) = run_dir_by_live_file(candidate) {
-            return Ok((candidate, dir));
-        }
-    }
-    bail!(
-        "pid {pid} is not a program run by uswap run (no {} in its environment, and no live \
-         stats file of it under {})",
-        runstat::env::RUN_DIR,
-        std::env::temp_dir().display()
-    )
+    out
 }
 
-/// `pid`'s run directory: from its environment, else from its live file (module essay);
-/// `None` for a process not managed (or gone, or not yet started by the shim).
+/// The run directory and tree of the run `pid` belongs to (module essay).
+fn find(pid: u32) -> Option<(PathBuf, TreeView)> {
+    let mut candidates: Vec<PathBuf> = run_dir_of(pid).into_iter().collect();
+    let runs = run_dirs();
+    let mine = format!("uswap-run-{pid}-");
+    candidates.extend(runs.iter().filter(|d| name_of(d).starts_with(&mine)).cloned());
+    candidates.extend(runs);
+    candidates.into_iter().find_map(|dir| {
+        let view = read_view(&dir)?;
+        let running = view.proc(pid).is_some_and(|p| p.state != ProcState::Exited);
+        (running || view.get("broker") == u64::from(pid)).then_some((dir, view))
+    })
+}
+
+fn name_of(dir: &Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default()
+}
+
+/// Every run directory in the temporary directory.
+fn run_dirs() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| name_of(p).starts_with("uswap-run-") && p.is_dir())
+        .collect()
+}
+
+fn read_view(dir: &Path) -> Option<TreeView> {
+    let text = std::fs::read_to_string(dir.join(runstat::env::TREE_FILE)).ok()?;
+    TreeView::parse(&text).ok()
+}
+
+/// `pid`'s run directory, if it is a managed process: from its environment, else the run
+/// directory holding its live stats file (module essay).
 pub(crate) fn run_dir_for(pid: u32) -> Option<PathBuf> {
-    run_dir_of(pid).ok().flatten().or_else(|| run_dir_by_live_file(pid))
-}
-
-/// The run directory holding `pid`'s live file, found from its ancestors (module essay).
-fn run_dir_by_live_file(pid: u32) -> Option<PathBuf> {
-    let parent = |of: u32| -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{of}/status")).ok()?;
-        let line = status.lines().find_map(|l| l.strip_prefix("PPid:"))?;
-        line.trim().parse().ok().filter(|&p| p > 1)
-    };
-    let dirs: Vec<PathBuf> =
-        std::fs::read_dir(std::env::temp_dir()).ok()?.flatten().map(|e| e.path()).collect();
-    let mut ancestor = parent(pid);
-    for _ in 0..4 {
-        let prefix = format!("uswap-run-{}-", ancestor?);
-        let found = dirs.iter().find(|dir| {
-            let name = dir.file_name().map(|n| n.to_string_lossy().to_string());
-            name.is_some_and(|n| n.starts_with(&prefix)) && dir.join(format!("live-{pid}")).exists()
-        });
-        if found.is_some() {
-            return found.cloned();
-        }
-        ancestor = ancestor.and_then(parent);
+    if let Some(dir) = run_dir_of(pid).filter(|d| d.join(format!("live-{pid}")).exists()) {
+        return Some(dir);
     }
-    None
+    run_dirs().into_iter().find(|d| d.join(format!("live-{pid}")).exists())
 }
 
-/// The run directory in `pid`'s environment, if `uswap run` started it.
-///
-/// # Errors
-/// The process is gone, or its environment cannot be read.
-pub(crate) fn run_dir_of(pid: u32) -> Result<Option<PathBuf>> {
-    let environ =
-        std::fs::read(format!("/proc/{pid}/environ")).map_err(|e| anyhow!("pid {pid}: {e}"))?;
+/// The run directory in `pid`'s environment, if it names one that exists.
+fn run_dir_of(pid: u32) -> Option<PathBuf> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let key = format!("{}=", runstat::env::RUN_DIR);
-    Ok(environ
+    environ
         .split(|&b| b == 0)
         .find_map(|var| var.strip_prefix(key.as_bytes()))
-        .map(|dir| PathBuf::from(String::from_utf8_lossy(dir).to_string())))
+        .map(|dir| PathBuf::from(String::from_utf8_lossy(dir).to_string()))
+        .filter(|dir| dir.is_dir())
 }

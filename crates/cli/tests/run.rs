@@ -18,9 +18,14 @@ fn uswap(args: &[&str]) -> Output {
     uswap_alone(args)
 }
 
-/// [`uswap`], for a test that holds [`CPUS`] for writing.
+/// [`uswap`], for a test that holds [`CPUS`] for writing. `uswap run` is given
+/// `--verbose`: these tests read the engine's detail lines.
 fn uswap_alone(args: &[&str]) -> Output {
-    common::uswap(args)
+    let mut args = args.to_vec();
+    if args.first() == Some(&"run") {
+        args.insert(1, "--verbose");
+    }
+    common::uswap(&args)
 }
 
 fn stderr(out: &Output) -> String {
@@ -795,7 +800,9 @@ fn malloc_check() -> PathBuf {
 /// `(engine-thread calls, checked calls)`, one per process that exited.
 fn run_checked(check: &Path, args: &[&str]) -> (Output, Vec<(u64, u64)>) {
     let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(args)
+        .args(&args[..1])
+        .arg("--verbose")
+        .args(&args[1..])
         .env("USWAP_PRELOAD", shim())
         .env("LD_PRELOAD", check)
         .output()

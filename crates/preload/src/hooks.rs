@@ -156,6 +156,12 @@ struct Counters {
     protect_failed: AtomicU64,
     register_failed: AtomicU64,
     trace_errors: AtomicU64,
+    /// Time the program's threads waited on faults, summed (`fault_stall_ns`).
+    stall_ns: AtomicU64,
+    /// The compressed pool at its largest: its bytes and the pages it held then (the
+    /// summary's compression ratio; at the end the pool is often empty).
+    pool_peak_bytes: AtomicU64,
+    pool_peak_stored: AtomicU64,
 }
 
 /// The shim's hooks (module essay).
@@ -381,6 +387,40 @@ impl ShimHooks {
         }
     }
 
+    /// This process's report to the broker (runstat's `proto::Report`), and the pool's
+    /// peak noted.
+    ///
+    /// Context: the handler thread; reads /proc/self/status and the engine's stats.
+    fn report(&self, engine: &Engine) -> runstat::proto::Report {
+        let stats = engine.stats();
+        let (c, g) = (&stats.counters, &stats.gauges);
+        if g.pool_bytes > self.counters.pool_peak_bytes.load(Relaxed) {
+            self.counters.pool_peak_bytes.store(g.pool_bytes, Relaxed);
+            self.counters.pool_peak_stored.store(g.pool_stored_pages, Relaxed);
+        }
+        let rss = uffd::MemStatus::read().map_or(0, |m| m.rss_bytes);
+        let charged = engine.charged_bytes();
+        let held = charged.saturating_sub(engine.outside_charge());
+        runstat::proto::Report {
+            budget: engine.budget_bytes(),
+            charged,
+            held,
+            resident: g.resident_pages * PAGE as u64,
+            rss,
+            fixed: rss.saturating_sub(held + engine.beside_bytes()),
+            swapped: g.swap_inuse_pages * PAGE as u64,
+            refaults: c.workingset_refault_anon,
+            stall_ns: self.counters.stall_ns.load(Relaxed),
+            faults: self.fault_ns.snapshot().total(),
+            out_zero: c.swpout_zero,
+            out_pool: c.zswpout,
+            out_file: c.pswpout,
+            in_zero: c.swpin_zero,
+            in_pool: c.zswpin,
+            in_file: c.pswpin,
+        }
+    }
+
     /// The stats file's contents now.
     pub fn stats(&self, engine: &Engine, final_: bool) -> StatsFile {
         let mut file = StatsFile::default();
@@ -420,6 +460,18 @@ impl ShimHooks {
             ("shim_trace_errors", &c.trace_errors),
         ] {
             file.set(name, value.load(Relaxed));
+        }
+        for (name, value) in [
+            ("fault_stall_ns", c.stall_ns.load(Relaxed)),
+            ("pool_peak_bytes", c.pool_peak_bytes.load(Relaxed)),
+            ("pool_peak_stored_pages", c.pool_peak_stored.load(Relaxed)),
+            ("member_shares_applied", crate::member::SHARES_APPLIED.load(Relaxed)),
+            ("member_share_errors", crate::member::SHARE_ERRORS.load(Relaxed)),
+            ("member_broker_lost", crate::member::BROKER_LOST.load(Relaxed)),
+            ("swap_quota_refused_bytes", crate::member::quota_refused_bytes()),
+            ("engine_cpu_ns", engine_cpu_ns()),
+        ] {
+            file.set(name, value);
         }
         for (name, value) in fds::stats() {
             file.set(name, value);
@@ -506,6 +558,7 @@ impl uffd::Hooks for ShimHooks {
             idle.note_faults();
         }
         self.fault_ns.record(wait_ns);
+        self.counters.stall_ns.fetch_add(wait_ns, Relaxed);
         let kind = if write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
         self.record(kind, thread_id, addr & !(PAGE - 1), PAGE);
     }
@@ -562,11 +615,16 @@ impl uffd::Hooks for ShimHooks {
             }
         }
         let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));
-        if sc.last_stats.is_none_or(|t| now - t >= interval) {
+        let stats_due = sc.last_stats.is_none_or(|t| now - t >= interval);
+        if stats_due {
             sc.last_stats = Some(now);
-            drop(sc);
+        }
+        drop(sc);
+        if stats_due {
             self.write_stats(engine, false);
         }
+        let now_ns = self.t0.elapsed().as_nanos() as u64;
+        crate::member::tick(engine, now_ns, || self.report(engine));
         Some(wait.max(Duration::from_millis(1)))
     }
 }
@@ -692,6 +750,33 @@ impl std::io::Write for TraceFile {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// CPU time of the engine's threads (named `uswap-*`) so far, in nanoseconds: what the
+/// summary takes off the program's own CPU time. From /proc/self/task/*/stat (utime and
+/// stime, in clock ticks of 10 ms); the threads are listed without `opendir`, which calls
+/// glibc's malloc (crate essay).
+///
+/// Context: any thread; allocates from the shim's arena.
+fn engine_cpu_ns() -> u64 {
+    let mut tids = [0u32; 512];
+    let n = crate::member::task_ids(&mut tids);
+    let mut ticks = 0u64;
+    for tid in &tids[..n] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else { continue };
+        if !text[open + 1..close].starts_with("uswap-") {
+            continue;
+        }
+        // After the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        // cmajflt utime stime (fields 3 to 15 of proc(5)).
+        let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+        let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        ticks += number(11) + number(12);
+    }
+    ticks * 10_000_000
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -61,6 +61,7 @@ mod hooks;
 mod interpose;
 mod io;
 pub mod maps;
+pub mod member;
 mod shim;
 mod signals;
 mod stdio;

@@ -234,6 +234,12 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
     uffd::bring_in(&engine, &control, addr as u64, len as u64, write, max_pages)
 }
 
+/// This process's engine, once the shim manages it (a forked child served by its
+/// parent's has none).
+pub fn engine() -> Option<Arc<engine::Engine>> {
+    STATE.get()?.swap.engine().ok()
+}
+
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
 /// passes: [`uffd::handler::Control::wait_passes`]), at most `timeout`; at once outside the
 /// process that runs the engine.
@@ -290,10 +296,13 @@ fn start() -> Result<(), Refusal> {
     let config = RunConfig::from_env(|name| std::env::var(name).ok())?;
     // SAFETY: getppid/getpid have no preconditions.
     let (ppid, pid) = unsafe { (libc::getppid(), libc::getpid()) };
-    if ppid as u32 != config.parent_pid {
+    // A member of the run's tree, or a process outside it that inherited the environment
+    // (runstat's env protocol): the broker decides.
+    let Ok(joined) = crate::member::join(&config) else {
         leave(&config);
         return Ok(());
-    }
+    };
+    crate::member::install_fork_hook();
     retire_previous_image(&config, pid);
     let run_lock = join_run(&config);
     install_panic_hook();
@@ -308,7 +317,15 @@ fn start() -> Result<(), Refusal> {
     // descriptor is said and stays lost.
     let _ = fds::keep();
     let hooks = Arc::new(ShimHooks::new(config.clone())?);
-    let swap = match build(&config, hooks.clone()) {
+    let swap_file = config.swap_file.as_ref().map(|path| {
+        // CMD's process has the path it was given, every other member one of its own.
+        if ppid as u32 == config.parent_pid {
+            path.clone()
+        } else {
+            format!("{path}.{pid}")
+        }
+    });
+    let swap = match build(&config, joined.share, swap_file.as_deref(), hooks.clone()) {
         Ok(swap) => swap,
         Err(Built::Lost(error)) => return Err(run_unmanaged(&config, pid, &error)),
         Err(Built::Failed(message)) => return Err(Refusal::Fatal(message)),
@@ -407,8 +424,15 @@ impl From<String> for Built {
     }
 }
 
-/// Builds the swap for `config` (the uffd crate's library API, as libuswap.so does).
-fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, Built> {
+/// Builds the swap for `config` under the share the broker gave (the uffd crate's library
+/// API, as libuswap.so does), its swap file at `swap_file` or in the run directory, on
+/// the tree's swap space.
+fn build(
+    config: &RunConfig,
+    share: u64,
+    swap_file: Option<&str>,
+    hooks: Arc<ShimHooks>,
+) -> Result<Uswap, Built> {
     let options = HandlerOptions {
         trim: false,
         resync: true,
@@ -421,8 +445,9 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, Built> {
     // pages in outside the managed set later) is counted against it as the outside charge,
     // set below and then every scan period (`hooks::charge_the_rest`).
     let mut builder = Uswap::builder()
-        .budget_bytes(config.budget_bytes)
+        .budget_bytes(share)
         .swap_size_bytes(config.swap_size_bytes)
+        .swap_quota(Arc::new(crate::member::TreeQuota))
         .swap_file_uncached(config.swap_file_cache == "drop")
         .swap_file_keep_free(env::SWAP_FILE_KEEP_FREE_BYTES)
         .folio_order(config.folio_order)
@@ -437,7 +462,7 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, Built> {
             .map_err(|e| format!("{}: {e}", env::RECLAIM_CPUS))?;
         builder = builder.reclaimer_cpus(cpus);
     }
-    builder = match (&config.far, &config.swap_file) {
+    builder = match (&config.far, swap_file) {
         // Resolved here, on the program's thread before its main: the resolver may malloc.
         (Some(url), _) => {
             let far = uffd::FarConfig::parse(url, config.far_replicas as usize)
@@ -464,13 +489,14 @@ fn build(config: &RunConfig, hooks: Arc<ShimHooks>) -> Result<Uswap, Built> {
         Err(e) => return Err(Built::Failed(format!("cannot start the engine: {e}"))),
     };
     if let Ok(engine) = swap.engine() {
+        crate::member::apply(&engine, share);
         let _ = crate::hooks::charge_the_rest(&engine);
         if hooks.recording() {
             // Set before any region exists: no page-out can be missed.
             engine.set_page_out_hook(hooks.clone()).map_err(|e| Built::Failed(e.to_string()))?;
         }
     }
-    if let Some(path) = &config.swap_file {
+    if let Some(path) = swap_file {
         // The backend holds the file open: its name is not needed, and gone now it cannot
         // outlive the program (nor collide with an exec'd image's own).
         let _ = std::fs::remove_file(path);
@@ -532,8 +558,8 @@ fn retire_previous_image(config: &RunConfig, pid: i32) {
     }
 }
 
-/// Not `uswap run`'s own child (a grandchild that exec'd): run unmanaged, and take the
-/// shim and the protocol out of the environment, so nothing below is managed either.
+/// Not a member of the run (the broker refused it, or is gone): run unmanaged, and take
+/// the shim and the protocol out of the environment, so nothing below tries either.
 fn leave(config: &RunConfig) {
     if let Some(preload) = std::env::var_os("LD_PRELOAD") {
         match env::preload_without(&preload.to_string_lossy(), &config.preload_path) {

@@ -1,12 +1,16 @@
 //! The environment protocol between `uswap run` and the shim.
 //!
 //! `uswap run` checks every flag, then hands the shim a [`RunConfig`] as `USWAP_*`
-//! variables next to `LD_PRELOAD`. The shim manages a process only if it is `uswap run`'s
-//! own child: `getppid()` equals [`PARENT_PID`]. That child keeps its pid across `execve`,
-//! so every image it execs is managed in turn (one at a time: "the new image starts
-//! clean"), while anything it forks and that then execs sees another parent and runs
-//! unmanaged, with the shim and these variables removed from its environment: a budget is
-//! never multiplied by the number of processes.
+//! variables next to `LD_PRELOAD`. Every process of the run's tree that loads the shim
+//! (any depth: fork + exec, posix_spawn, pipelines) asks the run's broker to join: it
+//! connects to the control socket [`SOCKET`] in the private run directory and sends the
+//! run's random token ([`RUN_TOKEN`]); the broker checks the token, the peer's credentials
+//! (`SO_PEERCRED`) and that the peer descends from `uswap run` (a child subreaper, so
+//! orphans stay in the tree), and answers with the process's share of the run's one
+//! budget ([`crate::proto`]). A process the broker refuses, or that finds no broker (one
+//! outside the run that inherited the environment, a run that ended), runs unmanaged with
+//! the shim and these variables removed from its environment: a budget is never
+//! multiplied by the number of processes.
 
 /// The exit status of a process whose shim could not start: it said why on stderr, in one
 /// line, before the program's `main`.
@@ -24,8 +28,12 @@ pub const RUN_LOCK: &str = "lock";
 
 /// The run directory (private, 0700): stats files, the default swap file.
 pub const RUN_DIR: &str = "USWAP_RUN_DIR";
-/// `uswap run`'s pid: the shim manages the process whose parent this is.
+/// `uswap run`'s pid (the broker's: `uswap stat` finds a run by it).
 pub const PARENT_PID: &str = "USWAP_PARENT_PID";
+/// The run's token: 32 hex digits drawn at random by `uswap run`, proof that a process
+/// was started inside this run (with the socket's place, which only the run's tree
+/// knows).
+pub const RUN_TOKEN: &str = "USWAP_RUN_TOKEN";
 /// The budget in bytes.
 pub const BUDGET: &str = "USWAP_BUDGET";
 /// The compressed pool: `lz4`, `zstd` or `off`.
@@ -76,10 +84,19 @@ pub const FAR: &str = "USWAP_FAR";
 /// Copies of each page in the far tier (`uswap run --far-replicas`).
 pub const FAR_REPLICAS: &str = "USWAP_FAR_REPLICAS";
 
+/// The broker's control socket in the run directory.
+pub const SOCKET: &str = "broker.sock";
+/// The tree's swap-space counter in the run directory (`--swap-size` for the whole tree:
+/// crates/preload/src/member/quota.rs).
+pub const QUOTA_FILE: &str = "swap-quota";
+/// The broker's view of the tree, rewritten while it runs (`uswap stat`).
+pub const TREE_FILE: &str = "tree";
+
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 24] = [
     RUN_DIR,
     PARENT_PID,
+    RUN_TOKEN,
     BUDGET,
     ZSWAP,
     POOL_PERCENT,
@@ -110,6 +127,8 @@ pub struct RunConfig {
     pub run_dir: String,
     /// `uswap run`'s pid.
     pub parent_pid: u32,
+    /// The run's token ([`RUN_TOKEN`]).
+    pub run_token: String,
     /// The budget in bytes.
     pub budget_bytes: u64,
     /// `lz4`, `zstd` or `off`.
@@ -176,6 +195,7 @@ impl RunConfig {
         let mut vars = vec![
             (RUN_DIR, self.run_dir.clone()),
             (PARENT_PID, self.parent_pid.to_string()),
+            (RUN_TOKEN, self.run_token.clone()),
             (BUDGET, self.budget_bytes.to_string()),
             (ZSWAP, self.zswap.clone()),
             (POOL_PERCENT, self.pool_percent.to_string()),
@@ -227,6 +247,7 @@ impl RunConfig {
         Ok(RunConfig {
             run_dir: need(RUN_DIR)?,
             parent_pid: number(PARENT_PID)? as u32,
+            run_token: need(RUN_TOKEN)?,
             budget_bytes: number(BUDGET)?,
             zswap: need(ZSWAP)?,
             pool_percent: number(POOL_PERCENT)? as u32,
@@ -270,6 +291,7 @@ mod tests {
         let config = RunConfig {
             run_dir: "/tmp/uswap-x".into(),
             parent_pid: 42,
+            run_token: "00112233445566778899aabbccddeeff".into(),
             budget_bytes: 256 << 20,
             zswap: "lz4".into(),
             pool_percent: 20,

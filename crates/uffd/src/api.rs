@@ -404,6 +404,7 @@ impl Builder {
                 keep: false,
                 uncached: self.swap_file_uncached,
                 keep_free_bytes: self.swap_file_keep_free,
+                quota: self.swap_quota.clone(),
             },
         };
         let uffd = Arc::new(settings.open_uffd(false)?);
@@ -516,7 +517,7 @@ impl Settings {
                 path.parent().map_or_else(std::env::temp_dir, std::path::Path::to_path_buf)
             }
         };
-        swap_file(&dir, size_bytes, self.file_options)
+        swap_file(&dir, size_bytes, self.file_options.clone())
     }
 }
 

@@ -1,23 +1,45 @@
-//! `uswap run [FLAGS] -- CMD ARGS...`: run an unmodified program with its private
-//! anonymous memory managed by uswap under a budget (docs/RUN.md).
+//! `uswap run [FLAGS] -- CMD ARGS...`: run an unmodified program, and every process it
+//! starts, with their private anonymous memory managed by uswap under one budget
+//! (docs/RUN.md).
 //!
 //! ```text
-//!   check everything (sizes, budget, CMD exists and is dynamically linked, swap file
-//!   path writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim built)
+//!   check everything (sizes, budget, CMD exists and can load the shim, swap file path
+//!   writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim built)
 //!     -> one line on stderr and exit 1 on the first problem, before CMD starts
-//!   private run directory (0700, in $TMPDIR)  ->  CMD with LD_PRELOAD=libuswap_preload.so
-//!   and runstat's USWAP_* variables; wait4 (ru_maxrss); every catchable signal forwarded
-//!   summary from the shim's stats files; remove the run directory; exit as CMD did
-//!   (its code, or 128 + the signal that killed it, as shells do)
+//!   private run directory (0700, in $TMPDIR), a run token, a child subreaper
+//!   the broker's thread (broker/): the control socket, the tree's budget and swap space
+//!   CMD with LD_PRELOAD=libuswap_preload.so and runstat's USWAP_* variables; every
+//!   process of the tree that loads the shim joins the broker, which gives it a share
+//!   wait4 for CMD (reaping orphans; ru_maxrss); forward every catchable signal
+//!   summary (summary.rs) from the broker's view and the shims' stats files; leave the
+//!   run directory (its last member removes it); exit as CMD did (its code, or 128 +
+//!   the signal, as shells do)
 //! ```
+//!
+//! Modules: [`checks`] (flags and the environment, before CMD starts), [`budget`] (the
+//! default budget), [`broker`], [`view`] (the broker's view of the tree, also the tree
+//! file `uswap stat` reads), [`summary`], [`sys`] (spawning, waiting, the unsafe calls).
+
+mod broker;
+mod budget;
+mod checks;
+pub mod summary;
+mod sys;
+pub mod view;
 
 use anyhow::{anyhow, bail, Context, Result};
+pub use checks::find_shim;
+use checks::{
+    absolute, check_pool_size, check_swap_file, check_uncached_io, check_zswap, find_program,
+    swap_size,
+};
 use engine::LargeFolios;
 use runstat::env::RunConfig;
 use runstat::{format_size, parse_size, StatsFile, Summary};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use uffd::idle::{IdlePage, IdlePolling, IdleStats, Pollers};
+use uffd::idle::{IdlePage, IdlePolling};
 
 /// A line on stderr that a closed stderr does not turn into a panic: nothing `uswap run`
 /// says may change the exit status it passes on (`... 2>&1 | true` closes the pipe).
@@ -30,8 +52,6 @@ macro_rules! say {
 
 /// An order-0 folio: the smallest budget is one folio of the order in force.
 const PAGE_BYTES: u64 = 4096;
-/// The default budget's share of MemAvailable, percent.
-const DEFAULT_BUDGET_PERCENT: u64 = 50;
 /// The default swap device size (a sparse file).
 const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
 /// The smallest swap device: one cluster of 512 pages.
@@ -167,6 +187,10 @@ pub struct RunArgs {
     /// how much they spun.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     idle_poll: String,
+    /// Print the detail after the summary: where the budget came from, the broker's
+    /// figures, every engine counter the summary is made of.
+    #[arg(long, short)]
+    verbose: bool,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     cmd: Vec<String>,
@@ -191,19 +215,43 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // Directories of runs whose members are all gone (killed) go first.
     crate::rundir::sweep(&std::env::temp_dir());
     let dir = crate::rundir::RunDir::create()?;
+    let socket = dir.path.join(runstat::env::SOCKET);
+    if socket.as_os_str().len() >= 108 {
+        bail!("{}: too long for a Unix socket's address: set TMPDIR shorter", socket.display());
+    }
     for note in &plan.swap_notes {
         say!("uswap: note: {note}");
     }
     config.run_dir = dir.path.display().to_string();
+    config.run_token = format!("{:032x}", rand::random::<u128>());
     // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
     let pollers = start_pollers(plan.idle_poll, &dir.path).unwrap_or_else(|e| {
         say!("uswap: note: idle polling is off for this run: {e:#}");
         None
     });
     config.idle_page = pollers.as_ref().map(|_| dir.path.join(IDLE_PAGE).display().to_string());
+    // Orphans of the tree are re-parented here, not to init: they stay in the tree.
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .context("cannot become a child subreaper (PR_SET_CHILD_SUBREAPER)")?;
+    let settings = broker::Settings {
+        budget_bytes: config.budget_bytes,
+        budget_source: plan.budget_source.describe(),
+        token: config.run_token.clone(),
+        dir: dir.path.clone(),
+        exclude: pollers.iter().map(sys::PollerProcess::pid).collect(),
+        shim: config.preload_path.clone(),
+    };
+    // Before the broker's threads start: they inherit the mask, and leave every forwarded
+    // signal to the main thread's wait.
+    let signals = crate::signals::Signals::block();
+    let broker = broker::Broker::start(settings, config.swap_size_bytes)?;
     let started = Instant::now();
-    let outcome = sys::spawn_and_wait(&plan, &config, &args, stats_out)?;
-    let mut total = collect(&dir.path);
+    let outcome = sys::spawn_and_wait(&plan, &config, &args, stats_out, signals);
+    let wall = started.elapsed();
+    let view = broker.finish();
+    let outcome = outcome?;
+    let mut files = summary::read_files(&dir.path);
+    let total = &mut files.total;
     if let Some(pollers) = pollers {
         let idle = pollers.stop();
         total.set("idle_pollers", idle.pollers);
@@ -214,19 +262,29 @@ pub fn run(args: RunArgs) -> Result<i32> {
     total.set("vm_hwm_bytes", hwm);
     total.set("budget_bytes", config.budget_bytes);
     total.set("pool_size_bytes", config.pool_bytes.unwrap_or(0));
-    say!(
-        "uswap: {} exited with status {} after {:.2} s",
-        plan.cmd[0],
-        outcome.status,
-        started.elapsed().as_secs_f64()
-    );
-    for line in Summary::of(&total).to_lines("uswap: ") {
-        say!("{line}");
-    }
+    let ending = summary::Ending {
+        cmd: plan.cmd[0].clone(),
+        status: outcome.status,
+        wall,
+        children_cpu_ns: outcome.children_cpu_ns,
+    };
+    let mut lines = summary::lines(&ending, &view, &files, args.verbose);
+    let total = &files.total;
     if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
-        say!("uswap: note: the shim could not start in {} (its reason is above)", plan.cmd[0]);
+        lines.push(format!(
+            "note: the shim could not start in {} (its reason is above)",
+            plan.cmd[0]
+        ));
     } else if total.get("shim_scans") == 0 {
-        say!("uswap: note: the program wrote no stats (it exited before the shim's first scan)");
+        lines.push(
+            "note: the program wrote no stats (it exited before the shim's first scan)".into(),
+        );
+    }
+    // The summary never changes the exit status: a stderr that cannot be written to
+    // (closed, a pipe whose reader left) loses the lines, nothing more.
+    let mut err = std::io::stderr().lock();
+    for line in lines {
+        let _ = writeln!(err, "uswap: {line}");
     }
     Ok(outcome.status)
 }
@@ -239,6 +297,8 @@ struct Plan {
     config: RunConfig,
     cpus: Option<crate::cpus::Cpus>,
     idle_poll: IdlePolling,
+    /// Where the budget came from (the verbose summary says).
+    budget_source: budget::BudgetSource,
     /// Said as the run starts: that the swap file may grow past the free disk space, or
     /// that it would be in memory; both when both hold.
     swap_notes: Vec<String>,
@@ -304,10 +364,13 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let Some(name) = cmd.first() else {
         bail!("no program to run: uswap run [FLAGS] -- CMD ARGS...");
     };
-    let budget_bytes = match &args.budget {
-        Some(text) => parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?,
+    let (budget_bytes, budget_source) = match &args.budget {
+        Some(text) => {
+            (parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?, budget::BudgetSource::Flag)
+        }
         None => {
-            crate::preflight::default_budget(mem_available_bytes()? * DEFAULT_BUDGET_PERCENT / 100)
+            let (wanted, source) = budget::default_budget()?;
+            (crate::preflight::default_budget(wanted), source)
         }
     };
     let swap_dir =
@@ -370,6 +433,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let config = RunConfig {
         run_dir: String::new(),
         parent_pid: std::process::id(),
+        run_token: String::new(),
         budget_bytes,
         zswap: args.zswap.clone(),
         pool_percent: args.pool_percent,
@@ -396,153 +460,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far: args.far.clone(),
         far_replicas: args.far_replicas,
     };
-    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes })
-}
-
-/// The swap file's size: `--swap-size` or [`DEFAULT_SWAP_BYTES`], and a note when it is
-/// more than the free space of `dir`, where the file goes. The file is sparse and the pool
-/// in front of it writes few of its slots, so it may be larger than the free space; the
-/// shim stops writing to it while less than `SWAP_FILE_KEEP_FREE_BYTES` is free there
-/// (CI's disk once had less than the 8 GiB default free, and a shim that wanted all of it
-/// free refused to start).
-fn swap_size(text: Option<&str>, dir: &Path) -> Result<(u64, Option<String>)> {
-    let bytes = match text {
-        Some(text) => parse_size(text).map_err(|e| anyhow!("--swap-size: {e}"))?,
-        None => DEFAULT_SWAP_BYTES,
-    };
-    if !(MIN_SWAP_BYTES..=MAX_SWAP_BYTES).contains(&bytes) {
-        bail!(
-            "--swap-size {}: use {} to {}",
-            format_size(bytes),
-            format_size(MIN_SWAP_BYTES),
-            format_size(MAX_SWAP_BYTES)
-        );
-    }
-    let stat = rustix::fs::statvfs(dir).map_err(|e| {
-        anyhow!("cannot see the free space of {} (for the swap file): {e}", dir.display())
-    })?;
-    let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
-    let note = (free_bytes < bytes).then(|| {
-        format!(
-            "the swap file may grow to {} and {} has {} free: uswap stops writing to it while \
-             less than {} is free there (those pages stay in the pool or in memory)",
-            format_size(bytes),
-            dir.display(),
-            format_size(free_bytes),
-            format_size(runstat::env::SWAP_FILE_KEEP_FREE_BYTES)
-        )
-    });
-    Ok((bytes, note))
-}
-
-/// `--pool-size`: a size the pool can take (64 KiB up to the 64 GiB its allocator
-/// addresses), with a pool to size.
-fn check_pool_size(text: &str, zswap: &str) -> Result<u64> {
-    if zswap == "off" {
-        bail!("--pool-size with --zswap off: there is no pool to size");
-    }
-    let bytes = parse_size(text).map_err(|e| anyhow!("--pool-size: {e}"))?;
-    let (min, max) = (zswap::config::MIN_POOL_BYTES, zswap::config::MAX_POOL_BYTES);
-    if !(min..=max).contains(&bytes) {
-        bail!(
-            "--pool-size {}: use {} to {}",
-            format_size(bytes),
-            format_size(min),
-            format_size(max)
-        );
-    }
-    Ok(bytes)
-}
-
-/// `--zswap`: off, or a compressor the pool knows (lz4, zstd, zstd:1..=3; `none`, which
-/// stores pages uncompressed, is refused: it only costs memory under a budget). zstd's
-/// contexts allocate from the shim's arena, never from the program's malloc
-/// (zswap's compress/zstd_ctx.rs).
-fn check_zswap(text: &str) -> Result<()> {
-    if text == "off" {
-        return Ok(());
-    }
-    match text.parse::<zswap::CompressorKind>() {
-        Ok(zswap::CompressorKind::None) | Err(_) => {
-            bail!("--zswap {text}: use lz4, zstd (zstd:1..=3) or off")
-        }
-        Ok(_) => Ok(()),
-    }
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-fn mem_available_bytes() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    let kib = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .ok_or_else(|| anyhow!("no MemAvailable in /proc/meminfo: give --budget"))?;
-    Ok(kib * 1024)
-}
-
-/// `name` as execvp would find it.
-fn find_program(name: &str) -> Result<PathBuf> {
-    if name.contains('/') {
-        let path = PathBuf::from(name);
-        return if path.is_file() { Ok(path) } else { Err(anyhow!("{name}: no such file")) };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| anyhow!("{name}: command not found in PATH"))
-}
-
-fn check_swap_file(path: &Path) -> Result<()> {
-    if path.exists() {
-        bail!(
-            "--swap-file {}: already exists (uswap creates it, and removes it at exit)",
-            path.display()
-        );
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| anyhow!("--swap-file {}: cannot create it: {e}", path.display()))?;
-    std::fs::remove_file(path).map_err(|e| anyhow!("--swap-file {}: {e}", path.display()))
-}
-
-/// `--swap-file-cache drop` needs `RWF_DONTCACHE` where the swap file goes: tried on a
-/// small private file in `dir`, gone again at once.
-fn check_uncached_io(dir: &Path) -> Result<()> {
-    let options = backend::FileOptions { uncached: true, ..backend::FileOptions::default() };
-    backend::FileBackend::create(dir, 1 << 16, options)
-        .map(drop)
-        .map_err(|e| anyhow!("--swap-file-cache drop: {e}; use --swap-file-cache keep"))
-}
-
-/// The shim: $USWAP_PRELOAD, or libuswap_preload.so beside this program (or its parent
-/// directory: test binaries live in target/<profile>/deps).
-pub(crate) fn find_shim() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("USWAP_PRELOAD") {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(absolute(&path))
-        } else {
-            Err(anyhow!("USWAP_PRELOAD={}: no such file", path.display()))
-        };
-    }
-    let exe = std::env::current_exe().context("locating uswap")?;
-    let dir = exe.parent().ok_or_else(|| anyhow!("uswap has no directory"))?;
-    [dir.join("libuswap_preload.so"), dir.join("../libuswap_preload.so")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "libuswap_preload.so not found beside {}: build it (cargo build -p preload)",
-                exe.display()
-            )
-        })
+    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source })
 }
 
 /// Every image's stats in a run directory, added up (final files, and live files of
@@ -591,169 +509,5 @@ fn report_live(
                 let _ = std::io::stderr().write_all(lines.as_bytes());
             }
         }
-    }
-}
-
-/// Spawning and waiting: the one place `uswap run` needs `unsafe` (signal handlers,
-/// wait4 for ru_maxrss).
-#[allow(unsafe_code)]
-mod sys {
-    use super::*;
-    use std::process::Command;
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-
-    /// How the program ended.
-    #[derive(Debug)]
-    pub struct Outcome {
-        /// Its exit code, or 128 + the signal.
-        pub status: i32,
-        /// Its peak resident set (ru_maxrss).
-        pub maxrss_bytes: u64,
-    }
-
-    /// `GLIBC_TUNABLES` with glibc's restartable sequences off, for SIGBUS delivery. The
-    /// kernel writes each thread's `struct rseq` (in its thread control block, in managed
-    /// memory: the top of its stack) on the way back to user mode; under SIGBUS delivery a
-    /// swapped page there is a fault the kernel cannot take, and it kills the process with
-    /// SIGSEGV (`si_code` SI_KERNEL). Without rseq, `sched_getcpu` asks the kernel instead.
-    pub fn without_rseq(tunables: Option<String>) -> String {
-        match tunables {
-            Some(old) if !old.is_empty() => format!("{old}:glibc.pthread.rseq=0"),
-            _ => "glibc.pthread.rseq=0".to_string(),
-        }
-    }
-
-    /// Spawns the program with the shim, forwards signals to it, waits.
-    pub fn spawn_and_wait(
-        plan: &Plan,
-        config: &RunConfig,
-        run: &RunArgs,
-        stats_out: Option<std::fs::File>,
-    ) -> Result<Outcome> {
-        let (program, args, argv0) = (&plan.program, &plan.cmd[1..], &plan.cmd[0]);
-        let preload = match std::env::var("LD_PRELOAD") {
-            Ok(old) if !old.is_empty() => format!("{}:{old}", config.preload_path),
-            _ => config.preload_path.clone(),
-        };
-        let mut command = Command::new(program);
-        std::os::unix::process::CommandExt::arg0(&mut command, argv0);
-        command.args(args).env("LD_PRELOAD", preload).envs(config.to_env());
-        if config.sigbus_delivery() {
-            command.env("GLIBC_TUNABLES", without_rseq(std::env::var("GLIBC_TUNABLES").ok()));
-        }
-        let signals = crate::signals::Signals::block();
-        let child =
-            command.spawn().with_context(|| format!("cannot start {}", program.display()))?;
-        let pid = child.id() as libc::pid_t;
-        let done = std::sync::Arc::new(AtomicBool::new(false));
-        let reporter = run.stats_every.filter(|s| *s > 0.0).map(|secs| {
-            let (dir, to, done) = (PathBuf::from(&config.run_dir), stats_out, done.clone());
-            std::thread::spawn(move || report_live(dir, Duration::from_secs_f64(secs), to, &done))
-        });
-        let outcome = wait(&signals, pid);
-        done.store(true, SeqCst);
-        if let Some(reporter) = reporter {
-            let _ = reporter.join();
-        }
-        outcome
-    }
-
-    /// The idle pollers' process ([`super::start_pollers`]).
-    #[derive(Debug)]
-    pub struct PollerProcess {
-        pid: libc::pid_t,
-        page: std::sync::Arc<IdlePage>,
-    }
-
-    impl PollerProcess {
-        /// Stops the pollers, waits for their process, and returns their counters.
-        pub fn stop(mut self) -> IdleStats {
-            self.halt();
-            self.page.stats()
-        }
-
-        fn halt(&mut self) {
-            if self.pid == 0 {
-                return;
-            }
-            self.page.stop();
-            let mut status = 0;
-            // SAFETY: waits for our own child; EINTR is retried.
-            while unsafe { libc::waitpid(self.pid, &mut status, 0) } == -1
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-            {}
-            self.pid = 0;
-        }
-    }
-
-    /// A run that fails after the pollers started (the program cannot be spawned) stops
-    /// them too.
-    impl Drop for PollerProcess {
-        fn drop(&mut self) {
-            self.halt();
-        }
-    }
-
-    /// Forks the pollers' process: a new session (so a new autogroup, given nice 19), killed
-    /// with this process (`PR_SET_PDEATHSIG`), running [`Pollers`] on `page` until it is
-    /// stopped. Refused (an internal error) if this process has other threads already: a
-    /// fork would copy their locks, not them.
-    pub fn fork_pollers(
-        page: std::sync::Arc<IdlePage>,
-        cpus: &[usize],
-        window: Duration,
-    ) -> Result<PollerProcess> {
-        let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
-        if threads != 1 {
-            bail!("uswap run has {threads} threads before the program starts (expected 1)");
-        }
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: this process has one thread (checked above), so the child's copy of every
-        // lock is consistent; the child only starts threads and `_exit`s.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            bail!("fork: {}", std::io::Error::last_os_error());
-        }
-        if pid > 0 {
-            return Ok(PollerProcess { pid, page });
-        }
-        // The child from here on.
-        // SAFETY: prctl with plain integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-        // SAFETY: getppid has no preconditions.
-        if unsafe { libc::getppid() } != parent {
-            // SAFETY: _exit ends this child at once, running nothing of the parent's.
-            unsafe { libc::_exit(0) }; // the parent is already gone
-        }
-        // None of uswap run's descriptors stays open here: among them is the run
-        // directory's lock, whose shared flock (one open file) this child would hold after
-        // uswap run is killed, until it is scheduled to die at nice 19; the program's exit
-        // would then not find itself the run's last member, and leave the directory.
-        // SAFETY: close_range with plain integer arguments; nothing here uses those numbers.
-        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
-        // SAFETY: setsid has no preconditions (this child leads no process group).
-        unsafe { libc::setsid() };
-        // Best effort: without autogroups (or /proc) the session alone changes nothing.
-        let _ = std::fs::write("/proc/self/autogroup", "19");
-        let code = match Pollers::spawn(page, cpus, window) {
-            Ok(pollers) => {
-                pollers.join();
-                0
-            }
-            Err(_) => 1,
-        };
-        // SAFETY: as above: no destructor of the parent's objects runs in this copy.
-        unsafe { libc::_exit(code) }
-    }
-
-    fn wait(signals: &crate::signals::Signals, pid: libc::pid_t) -> Result<Outcome> {
-        let (status, usage) = signals.wait(pid)?;
-        let code = if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            128 + libc::WTERMSIG(status)
-        };
-        Ok(Outcome { status: code, maxrss_bytes: usage.ru_maxrss as u64 * 1024 })
     }
 }

@@ -1,0 +1,552 @@
+//! The broker: `uswap run`'s thread that holds the run's one budget and divides it among
+//! the engines of its process tree (runstat's `share` policy), over the control socket in
+//! the private run directory (runstat's `proto`).
+//!
+//! ```text
+//!   poll: the listening socket, every connection  (at most TICK apart)
+//!     accept -> a connection waits for its hello (at most JOIN_WAIT)
+//!     hello  -> the token, SO_PEERCRED (pid, uid), descent from uswap run
+//!               -> welcome share row (the others' shares sent at once) | refused why
+//!     report -> the member's sample for the policy
+//!     EOF    -> the member is gone (exit, exec, crash): its share returns at the next
+//!               tick, its row of the swap-space counter is given back
+//!   tick (every TICK): scan the tree (/proc), charge what runs without an engine,
+//!     rebalance, send the shares that changed; every second, the tree file
+//! ```
+//!
+//! Membership cannot be had by accident: the token comes only through the environment
+//! of the run's processes, the socket only lives in a 0700 directory, and the peer must
+//! be a process of this user that descends from `uswap run` (a child subreaper, so
+//! orphans stay below it). A process that inherited the environment outside the tree, or
+//! another run's member, is refused and runs unmanaged.
+//!
+//! Context: one thread; the policy and every connection are its own (no locks). The
+//! main thread only asks it to stop ([`Broker::finish`]).
+
+mod conn;
+pub mod procs;
+
+use super::sys::SharedWords;
+use super::view::{ProcState, ProcView, TreeView};
+use anyhow::{Context, Result};
+use conn::Conn;
+use runstat::proto::{self, Message, QUOTA_FIRST_ROW, QUOTA_ROWS, QUOTA_USED};
+use runstat::share::{MemberId, Policy, Sample};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the broker scans the tree and rebalances.
+pub const TICK: Duration = Duration::from_millis(50);
+/// How long a new connection may take to say hello.
+const JOIN_WAIT: Duration = Duration::from_secs(2);
+/// Connections waiting for their hello at once, at most.
+const PENDING_MAX: usize = 256;
+/// Scans a process must run without an engine before the summary names it: a process
+/// between its fork and its exec, or whose shim is starting, is not a finding.
+const GRACE_SCANS: u32 = 2;
+/// The tree file is rewritten every this many ticks (a second).
+const VIEW_TICKS: u64 = 20;
+
+/// What the broker needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The tree's budget.
+    pub budget_bytes: u64,
+    /// Where it came from, in words.
+    pub budget_source: String,
+    /// The run token.
+    pub token: String,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Children of `uswap run` that are not the program's (the idle pollers).
+    pub exclude: Vec<u32>,
+    /// The shim's path (to tell a process that loaded it from one that did not).
+    pub shim: String,
+}
+
+/// The running broker.
+#[derive(Debug)]
+pub struct Broker {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<TreeView>,
+}
+
+/// A process of the tree, as the broker has seen it.
+#[derive(Debug, Clone, Default)]
+struct Record {
+    name: String,
+    ppid: u32,
+    /// A member now.
+    member: bool,
+    /// A member at some time (an image of this pid joined).
+    ever_member: bool,
+    alive: bool,
+    rss: u64,
+    peak: u64,
+    /// Consecutive scans it ran without an engine.
+    unmanaged_scans: u32,
+    /// Why, once it passed the grace scans.
+    why: Option<String>,
+    /// The broker refused it, and why.
+    refused: Option<String>,
+    /// It has the shim loaded without being a member: forked without an exec, its
+    /// inherited memory served by its parent's engine (looked up once, at its first scan
+    /// and again at its grace scan).
+    forked: Option<bool>,
+}
+
+/// The broker's state (module essay).
+struct State {
+    settings: Settings,
+    root: u32,
+    uid: u32,
+    listener: UnixListener,
+    conns: Vec<Conn>,
+    policy: Policy,
+    next_id: MemberId,
+    quota: SharedWords,
+    rows: Vec<bool>,
+    records: BTreeMap<u32, Record>,
+    figures: BTreeMap<&'static str, u64>,
+    unmanaged_now: u64,
+    ticks: u64,
+    /// A process joined since the tree file was last written.
+    view_due: bool,
+}
+
+impl Broker {
+    /// Binds the control socket and makes the swap-space counter in `settings.dir`, then
+    /// starts the broker's thread.
+    ///
+    /// # Errors
+    /// The socket or the counter file cannot be made, or the thread started.
+    pub fn start(settings: Settings, swap_limit_bytes: u64) -> Result<Broker> {
+        let socket = settings.dir.join(runstat::env::SOCKET);
+        let listener = UnixListener::bind(&socket)
+            .with_context(|| format!("cannot listen on {}", socket.display()))?;
+        listener.set_nonblocking(true)?;
+        let quota = make_quota(&settings, swap_limit_bytes)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut state = State {
+            root: std::process::id(),
+            uid: rustix::process::geteuid().as_raw(),
+            settings,
+            listener,
+            conns: Vec::new(),
+            policy: Policy::new(),
+            next_id: 0,
+            quota,
+            rows: vec![false; QUOTA_ROWS],
+            records: BTreeMap::new(),
+            figures: BTreeMap::new(),
+            unmanaged_now: 0,
+            ticks: 0,
+            view_due: true,
+        };
+        state.figures.insert("swap_limit_bytes", swap_limit_bytes);
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("uswap-broker".into())
+            .spawn(move || state.run(&stop2))
+            .context("cannot start the broker's thread")?;
+        Ok(Broker { stop, thread })
+    }
+
+    /// Stops the broker after one last scan; its view of the tree. Members still running
+    /// keep their last shares and go on alone once this process exits.
+    pub fn finish(self) -> TreeView {
+        self.stop.store(true, SeqCst);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Makes the swap-space counter file: its header, every row zero.
+fn make_quota(settings: &Settings, limit: u64) -> Result<SharedWords> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = settings.dir.join(runstat::env::QUOTA_FILE);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.set_len(proto::QUOTA_FILE_BYTES as u64)?;
+    let words = SharedWords::map(&file, proto::QUOTA_FILE_BYTES / 8)?;
+    words.word(proto::QUOTA_LIMIT).store(limit, SeqCst);
+    words.word(proto::QUOTA_MAGIC_WORD).store(proto::QUOTA_MAGIC, SeqCst);
+    Ok(words)
+}
+
+impl State {
+    fn run(mut self, stop: &AtomicBool) -> TreeView {
+        let mut next_tick = Instant::now();
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            self.poll(timeout);
+            self.accept();
+            self.serve();
+            if Instant::now() >= next_tick {
+                let stopping = stop.load(SeqCst);
+                self.tick(stopping);
+                if stopping {
+                    break;
+                }
+                next_tick = (next_tick + TICK).max(Instant::now());
+            }
+        }
+        self.view()
+    }
+
+    /// Waits until a connection or the listener has something, or `timeout`.
+    fn poll(&self, timeout: Duration) {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = Vec::with_capacity(self.conns.len() + 1);
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        for conn in &self.conns {
+            let mut flags = PollFlags::IN;
+            if conn.wants_out() {
+                flags |= PollFlags::OUT;
+            }
+            fds.push(PollFd::new(&conn.stream, flags));
+        }
+        let timeout = rustix::event::Timespec::try_from(timeout).ok();
+        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+    }
+
+    fn accept(&mut self) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            let pending = self.conns.iter().filter(|c| c.member.is_none()).count();
+            if pending >= PENDING_MAX || stream.set_nonblocking(true).is_err() {
+                continue; // dropped: the peer sees EOF and runs unmanaged
+            }
+            self.conns.push(Conn::new(stream));
+        }
+    }
+
+    /// Reads every connection, handles its messages, writes what it owes, drops the
+    /// closed ones.
+    fn serve(&mut self) {
+        for i in 0..self.conns.len() {
+            let mut lines = Vec::new();
+            self.conns[i].read(|line| lines.push(line.to_vec()));
+            for line in lines {
+                self.handle(i, &line);
+            }
+            self.conns[i].flush();
+            let c = &mut self.conns[i];
+            if c.member.is_none() && c.since.elapsed() > JOIN_WAIT {
+                c.closed = true;
+            }
+        }
+        let mut i = 0;
+        while i < self.conns.len() {
+            if self.conns[i].closed {
+                let conn = self.conns.swap_remove(i);
+                self.gone(conn);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn handle(&mut self, i: usize, line: &[u8]) {
+        match (proto::parse(line), self.conns[i].member.is_some()) {
+            (Ok(Message::Hello { pid, token, version }), false) => {
+                match self.admit(i, pid, token, version) {
+                    Ok(()) => self.welcome(i, pid),
+                    Err(why) => self.refuse(i, pid, &why),
+                }
+            }
+            (Ok(Message::Report(report)), true) => {
+                let Some(m) = self.conns[i].member.as_mut() else { return };
+                m.report = Some(report);
+                let sample = Sample {
+                    held: report.held,
+                    fixed: report.fixed,
+                    footprint: report.resident + report.swapped,
+                    refaults: report.refaults,
+                };
+                self.policy.observe(m.id, sample);
+            }
+            _ => self.conns[i].closed = true, // not the protocol: hang up
+        }
+    }
+
+    /// Whether the peer of connection `i`, saying hello as `pid`, may join (module essay).
+    fn admit(&self, i: usize, pid: u32, token: &str, version: u32) -> Result<(), String> {
+        if version != proto::VERSION {
+            return Err(format!(
+                "protocol version {version}, the broker speaks {}",
+                proto::VERSION
+            ));
+        }
+        if token != self.settings.token {
+            return Err("another run's token".into());
+        }
+        let cred = rustix::net::sockopt::socket_peercred(&self.conns[i].stream)
+            .map_err(|e| format!("no peer credentials: {e}"))?;
+        let peer = cred.pid.as_raw_nonzero().get() as u32;
+        if peer != pid {
+            return Err(format!("says pid {pid}, is pid {peer}"));
+        }
+        if cred.uid.as_raw() != self.uid {
+            return Err("another user's process".into());
+        }
+        if !procs::descends(pid, self.root) {
+            return Err(format!("not a descendant of uswap run {}", self.root));
+        }
+        if !self.rows.contains(&false) {
+            return Err("the run has as many members as it can hold".into());
+        }
+        Ok(())
+    }
+
+    fn welcome(&mut self, i: usize, pid: u32) {
+        // A new image of a pid that was a member: the old one exec'd.
+        for c in &mut self.conns {
+            if c.member.as_ref().is_some_and(|m| m.pid == pid) {
+                c.closed = true;
+            }
+        }
+        let Some(row) = self.rows.iter().position(|used| !used) else { return };
+        self.rows[row] = true;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.policy.join(id);
+        self.conns[i].admit(id, pid, row as u32);
+        let gone: Vec<MemberId> = self
+            .conns
+            .iter()
+            .filter(|c| c.closed)
+            .filter_map(|c| c.member.as_ref().map(|m| m.id))
+            .collect();
+        for old in gone {
+            self.policy.leave(old);
+        }
+        self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
+        let share = self.policy.share(id).unwrap_or(0);
+        self.conns[i].send(Message::Welcome { share, row: row as u32 });
+        if let Some(m) = self.conns[i].member.as_mut() {
+            m.sent = share;
+        }
+        let record = self.records.entry(pid).or_default();
+        record.name = procs::name(pid);
+        record.member = true;
+        record.ever_member = true;
+        record.alive = true;
+        record.unmanaged_scans = 0;
+        record.why = None;
+        record.refused = None;
+        *self.figures.entry("joins").or_insert(0) += 1;
+        self.view_due = true;
+        self.send_shares(true);
+    }
+
+    fn refuse(&mut self, i: usize, pid: u32, why: &str) {
+        self.conns[i].send(Message::Refused { reason: why });
+        self.conns[i].flush();
+        self.conns[i].closed = true;
+        *self.figures.entry("refused").or_insert(0) += 1;
+        if procs::descends(pid, self.root) {
+            self.records.entry(pid).or_default().refused = Some(why.to_string());
+        }
+    }
+
+    /// A connection closed: a member's share returns, its row is given back.
+    fn gone(&mut self, conn: Conn) {
+        let Some(m) = conn.member else { return };
+        self.policy.leave(m.id);
+        self.rows[m.row as usize] = false;
+        let row = self.quota.word(QUOTA_FIRST_ROW + m.row as usize).swap(0, SeqCst);
+        let _ = self
+            .quota
+            .word(QUOTA_USED)
+            .fetch_update(SeqCst, SeqCst, |u| Some(u.saturating_sub(row)));
+        if !self.conns.iter().any(|c| c.member.as_ref().is_some_and(|n| n.pid == m.pid)) {
+            if let Some(record) = self.records.get_mut(&m.pid) {
+                record.member = false;
+            }
+        }
+    }
+
+    /// Sends each member its share if it changed enough to matter (`all`: any change).
+    fn send_shares(&mut self, all: bool) {
+        for conn in &mut self.conns {
+            let Some(m) = conn.member.as_mut() else { continue };
+            let Some(share) = self.policy.share(m.id) else { continue };
+            let step = (m.sent / 256).max(64 << 10);
+            if share != m.sent && (all || share.abs_diff(m.sent) >= step) {
+                m.sent = share;
+                conn.send(Message::Share(share));
+            }
+        }
+    }
+
+    /// One tick (module essay).
+    fn tick(&mut self, last: bool) {
+        self.ticks += 1;
+        self.scan();
+        let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
+        if outcome.overcommitted {
+            *self.figures.entry("overcommitted_ticks").or_insert(0) += 1;
+            let floors = self.figures.entry("floors_peak_bytes").or_insert(0);
+            *floors = (*floors).max(outcome.floors);
+        }
+        self.send_shares(false);
+        for conn in &mut self.conns {
+            conn.flush();
+        }
+        let used = self.quota.word(QUOTA_USED).load(SeqCst);
+        self.peak("swap_used_peak_bytes", used);
+        self.figures.insert("swap_used_bytes", used);
+        if last || self.view_due || self.ticks.is_multiple_of(VIEW_TICKS) {
+            self.view_due = false;
+            self.write_view();
+        }
+    }
+
+    fn peak(&mut self, name: &'static str, value: u64) {
+        let slot = self.figures.entry(name).or_insert(0);
+        *slot = (*slot).max(value);
+    }
+
+    /// Scans the tree: every process's memory, the tree's total and peak, what runs
+    /// without an engine (charged to the budget, named once past its grace scans). A
+    /// member counts its resident set; a process without an engine the memory only it
+    /// maps (a forked child's copy-on-write pages are its parent's), and a vfork child
+    /// nothing (it runs in its parent's memory until it execs).
+    ///
+    /// A child forked without an exec is in the tree's total and named, but not taken
+    /// off the members' shares: its parent's engine serves it (userfaultfd's fork event)
+    /// and charges the pages it maps into it, and its private memory is mostly those;
+    /// taking it off again squeezed the parent to its floor for memory its engine already
+    /// held (a program reading 128 MiB in a child under 16M: the parent's system calls'
+    /// retries lost their pages to reclaim). What such a child allocates itself is not
+    /// managed until children run engines of their own.
+    fn scan(&mut self) {
+        let found = procs::descendants(self.root, &self.settings.exclude);
+        let members: BTreeSet<u32> =
+            self.conns.iter().filter_map(|c| c.member.as_ref().map(|m| m.pid)).collect();
+        let pids: BTreeSet<u32> = found.iter().map(|p| p.pid).collect();
+        for record in self.records.values_mut() {
+            record.alive = false;
+        }
+        let (mut total, mut unmanaged) = (0u64, 0u64);
+        for p in &found {
+            let member = members.contains(&p.pid);
+            let charged = if member {
+                p.rss
+            } else if pids.contains(&p.ppid) && super::sys::same_mm(p.pid, p.ppid) {
+                0 // a vfork child: its parent's memory until it execs
+            } else {
+                procs::private_bytes(p.pid).unwrap_or(p.rss)
+            };
+            total += charged;
+            let record = self.records.entry(p.pid).or_default();
+            record.alive = true;
+            record.ppid = p.ppid;
+            record.rss = charged;
+            record.peak = record.peak.max(charged);
+            if member {
+                record.unmanaged_scans = 0;
+                for m in self.conns.iter().filter_map(|c| c.member.as_ref()) {
+                    if m.pid == p.pid {
+                        self.policy.set_usage(m.id, charged);
+                    }
+                }
+                continue;
+            }
+            record.unmanaged_scans += 1;
+            if record.unmanaged_scans == GRACE_SCANS {
+                record.forked = None;
+            }
+            let shim = &self.settings.shim;
+            if !*record.forked.get_or_insert_with(|| procs::has_shim(p.pid, shim)) {
+                unmanaged += charged;
+            }
+            if record.unmanaged_scans == GRACE_SCANS && record.why.is_none() {
+                let why = procs::why_unmanaged(
+                    p.pid,
+                    p.ppid,
+                    &members,
+                    &self.settings.shim,
+                    record.refused.as_deref(),
+                );
+                record.name = procs::name(p.pid);
+                record.why = Some(why);
+            }
+            if record.why.is_some() {
+                let peak = self.figures.entry("unmanaged_peak_bytes").or_insert(0);
+                *peak = (*peak).max(charged);
+            }
+        }
+        self.unmanaged_now = unmanaged;
+        let footprint: u64 = unmanaged
+            + self
+                .conns
+                .iter()
+                .filter_map(|c| c.member.as_ref()?.report)
+                .map(|r| r.rss + r.swapped)
+                .sum::<u64>();
+        self.figures.insert("now_bytes", total);
+        self.peak("peak_bytes", total);
+        self.peak("footprint_peak_bytes", footprint);
+        self.peak("members_peak", members.len() as u64);
+    }
+
+    /// The tree as the summary and `uswap stat` see it.
+    fn view(&self) -> TreeView {
+        let mut view =
+            TreeView { budget_source: self.settings.budget_source.clone(), ..TreeView::default() };
+        for (name, value) in &self.figures {
+            view.set(name, *value);
+        }
+        view.set("broker", u64::from(self.root));
+        view.set("budget_bytes", self.settings.budget_bytes);
+        view.set("ticks", self.ticks);
+        view.set("members", self.policy.len() as u64);
+        for (&pid, r) in &self.records {
+            let share = self
+                .conns
+                .iter()
+                .filter_map(|c| c.member.as_ref())
+                .filter(|m| m.pid == pid)
+                .find_map(|m| self.policy.share(m.id))
+                .unwrap_or(0);
+            let state = match (r.alive, r.member) {
+                (false, _) => ProcState::Exited,
+                (true, true) => ProcState::Member,
+                (true, false) => ProcState::Unmanaged,
+            };
+            let why = r.why.clone().unwrap_or_default();
+            if why.is_empty() && !r.ever_member {
+                continue; // seen between a fork and an exec, or as its shim started
+            }
+            let (rss_bytes, peak_bytes) = (r.rss, r.peak);
+            view.procs.push(ProcView {
+                pid,
+                state,
+                share_bytes: share,
+                rss_bytes,
+                peak_bytes,
+                name: r.name.clone(),
+                why,
+            });
+        }
+        view
+    }
+
+    /// Writes the tree file (a temporary name, then a rename: readers see whole files).
+    fn write_view(&self) {
+        let dir = &self.settings.dir;
+        let tmp = dir.join(format!(".{}", runstat::env::TREE_FILE));
+        if std::fs::write(&tmp, self.view().to_text()).is_ok() {
+            let _ = std::fs::rename(&tmp, dir.join(runstat::env::TREE_FILE));
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The tree seen through /proc: its processes, their resident memory, their parents, and
+//! why one runs without an engine.
+//!
+//! The descendants of `uswap run` are found through each task's `children` file (every
+//! thread's: a child belongs to the thread that forked it, and an orphan to whichever
+//! thread of the subreaper the kernel picked), which costs a read per thread of the tree
+//! instead of one per process on the machine; a kernel without those files gets a walk of
+//! every /proc/PID/stat.
+//!
+//! Context: the broker's thread; every read may fail (a process gone meanwhile), which
+//! reads as "not there".
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One process of the tree at one scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// Its resident set (statm), bytes.
+    pub rss: u64,
+}
+
+/// How many processes a scan follows at most (a fork bomb must not stall the broker).
+pub const SCAN_MAX: usize = 16_384;
+
+/// The pids `pid`'s threads forked, or `None` where the kernel has no `children` files.
+fn children(pid: u32) -> Option<Vec<u32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
+        any = true;
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    any.then_some(out)
+}
+
+/// `pid`'s parent (from /proc/PID/stat), `None` for a process gone.
+pub fn parent(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` descends from `root` (its parent links lead there).
+pub fn descends(pid: u32, root: u32) -> bool {
+    let mut at = pid;
+    for _ in 0..SCAN_MAX {
+        match parent(at) {
+            Some(p) if p == root => return true,
+            Some(p) if p > 1 && p != at => at = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// `pid`'s resident set, bytes.
+pub fn rss(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// The memory only `pid` maps (`Private_Clean + Private_Dirty` of smaps_rollup), bytes:
+/// what a process that runs without an engine adds to the tree. A child forked without
+/// an exec shares its parent's pages copy-on-write, and its resident set counts them
+/// again; its private pages are the ones it wrote since.
+pub fn private_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kib = |key: &str| -> u64 {
+        let line = text.lines().find_map(|l| l.strip_prefix(key));
+        line.and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    };
+    Some((kib("Private_Clean:") + kib("Private_Dirty:")) * 1024)
+}
+
+/// Every live descendant of `root` but those in `exclude` (and their subtrees), parents
+/// before children.
+pub fn descendants(root: u32, exclude: &[u32]) -> Vec<Proc> {
+    let mut out = Vec::new();
+    let mut queue = vec![(root, 0u32)];
+    let mut fallback = None;
+    while let Some((pid, ppid)) = queue.pop() {
+        if pid != root {
+            let Some(rss) = rss(pid) else { continue };
+            out.push(Proc { pid, ppid, rss });
+        }
+        if out.len() >= SCAN_MAX {
+            break;
+        }
+        let kids = match children(pid) {
+            Some(kids) => kids,
+            None => {
+                fallback.get_or_insert_with(parents_of_all).get(&pid).cloned().unwrap_or_default()
+            }
+        };
+        queue.extend(kids.into_iter().filter(|k| !exclude.contains(k)).map(|k| (k, pid)));
+    }
+    out
+}
+
+/// Every process's children, from every /proc/PID/stat.
+fn parents_of_all() -> BTreeMap<u32, Vec<u32>> {
+    let mut map: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return map };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(ppid) = parent(pid) {
+            map.entry(ppid).or_default().push(pid);
+        }
+    }
+    map
+}
+
+/// A short name for `pid`: its program's file name, and its first argument's when that
+/// is not a flag (`python3 child.py`, `sh`); at most 48 characters.
+pub fn name(pid: u32) -> String {
+    let basename = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).to_string())
+        .collect();
+    let mut name = match args.first() {
+        Some(first) => basename(first),
+        None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|_| "?".to_string()),
+    };
+    if let Some(second) = args.get(1).filter(|a| !a.starts_with('-')) {
+        name = format!("{name} {}", basename(second));
+    }
+    name.chars().take(48).collect()
+}
+
+/// Whether `pid` has the shim `shim` mapped: without a member's hello, a child forked
+/// without an exec (the shim's constructor runs at an exec only).
+pub fn has_shim(pid: u32, shim: &str) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    !shim.is_empty() && maps.contains(shim)
+}
+
+/// Why `pid` runs without an engine, in words (the summary's warning line).
+///
+/// `members` are the tree's member pids, `shim` the shim's path, `refused` the reason the
+/// broker refused it, if it did.
+pub fn why_unmanaged(
+    pid: u32,
+    ppid: u32,
+    members: &BTreeSet<u32>,
+    shim: &str,
+    refused: Option<&str>,
+) -> String {
+    if let Some(reason) = refused {
+        return format!("refused: {reason}");
+    }
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        let ids = |key: &str| -> Option<(String, String)> {
+            let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+            let mut f = line.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.to_string()))
+        };
+        if ids("Uid:").is_some_and(|(real, effective)| real != effective)
+            || ids("Gid:").is_some_and(|(real, effective)| real != effective)
+        {
+            return "set-user-ID or set-group-ID: the loader ignores LD_PRELOAD".to_string();
+        }
+    }
+    if has_shim(pid, shim) {
+        // The shim's constructor runs at an exec only: loaded and never said hello, this
+        // is a fork without an exec (of a member, or of such a child).
+        let of = if members.contains(&ppid) { "a member" } else { "a process" };
+        return format!(
+            "forked by {of} ({ppid}) without an exec: the memory it inherited is its \
+             parent's engine's, what it allocates is not managed"
+        );
+    }
+    let exe = read_head(&format!("/proc/{pid}/exe"), 64 << 10);
+    if crate::preflight::elf_interp(&exe) == Some(false) {
+        return "statically linked: the shim cannot load into it".to_string();
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let preloaded = environ
+        .split(|&b| b == 0)
+        .filter_map(|v| v.strip_prefix(b"LD_PRELOAD="))
+        .any(|v| !shim.is_empty() && String::from_utf8_lossy(v).contains(shim));
+    if preloaded {
+        "the shim did not load".to_string()
+    } else {
+        "started without the shim (LD_PRELOAD cleared)".to_string()
+    }
+}
+
+/// The first `max` bytes of a file (empty if unreadable).
+fn read_head(path: &str, max: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(max as u64).read_to_end(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_descends_from_its_parent_and_is_among_its_descendants() {
+        let me = std::process::id();
+        let parent = parent(me).unwrap();
+        assert!(descends(me, parent));
+        assert!(!descends(parent, me));
+        let child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let found = descendants(me, &[]);
+        let _ = std::process::Command::new("kill").arg(child.id().to_string()).status();
+        let mut child = child;
+        let _ = child.wait();
+        let c = found.iter().find(|p| p.pid == child.id()).expect("the child");
+        assert_eq!(c.ppid, me);
+        assert!(c.rss > 0);
+        assert!(descendants(me, &[child.id()]).iter().all(|p| p.pid != child.id()));
+        assert!(name(me).starts_with("uswap-"), "{}", name(me));
+    }
+}

@@ -1,0 +1,327 @@
+//! Membership of the run's tree: joining the broker, reporting to it, taking the shares
+//! it gives (runstat's `proto` is the wire format, `share` the broker's policy).
+//!
+//! ```text
+//!   constructor                       handler thread, every pass (~10 ms)
+//!   join: connect <run dir>/broker.sock   tick: every REPORT_PERIOD a report;
+//!     hello pid token -> welcome            read what the broker sent (never waits);
+//!     share row | refused (-> leave)        a new share -> Engine::set_budget
+//!   attach the swap-space counter          the broker gone (EOF, EPIPE): close, go on
+//!   build the engine with the share          alone under the last share
+//! ```
+//!
+//! **Forks.** A forked child inherits the connection's descriptor, and a child that kept
+//! it open would keep the broker from seeing its parent exit or exec. So every child
+//! closes its copy at once ([`install_fork_hook`]; closing one process's descriptor
+//! leaves the parent's connection alone), unless it already joined as itself.
+//! [`rejoin_after_fork`] is the call for a child that runs an engine of its own: it drops
+//! the inherited descriptor, joins as its own pid and applies its share.
+//!
+//! The connection is one word (`CONN`: the pid that made it and its descriptor), the
+//! rest of the state atomics too: nothing here takes a lock or allocates on the paths a
+//! forked child runs (join, the fork hook), where a lock may be held by a thread that
+//! was not copied and the shim's allocator may be one of them.
+
+mod quota;
+mod sys;
+
+pub use quota::TreeQuota;
+
+use engine::Engine;
+use runstat::env::RunConfig;
+use runstat::proto::{self, Message, Report, LINE_MAX};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// How long joining waits for the broker's answer: a process outside a run it cannot
+/// reach must not hang before its `main`, and a broker answers in microseconds.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// No connection.
+const NONE: u64 = u64::MAX;
+
+/// The connection: `pid << 32 | fd` of the process that made it, or [`NONE`].
+static CONN: AtomicU64 = AtomicU64::new(NONE);
+/// When the last report was sent, nanoseconds on the monotonic clock.
+static LAST_REPORT_NS: AtomicU64 = AtomicU64::new(0);
+/// The last share received and not applied yet (0: none).
+static PENDING_SHARE: AtomicU64 = AtomicU64::new(0);
+/// Shares applied (`member_shares_applied`).
+pub static SHARES_APPLIED: AtomicU64 = AtomicU64::new(0);
+/// Shares the engine refused (`member_share_errors`).
+pub static SHARE_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// 1 once the broker went away while this process ran (`member_broker_lost`).
+pub static BROKER_LOST: AtomicU64 = AtomicU64::new(0);
+/// The tree's whole budget (`USWAP_BUDGET`).
+static TREE_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+/// Where the run's broker is, copied at the first join so that a forked child finds it
+/// without reading the environment.
+#[derive(Debug)]
+struct Target {
+    socket: [u8; 108],
+    socket_len: usize,
+    quota: [u8; 4096],
+    quota_len: usize,
+    token: [u8; 64],
+    token_len: usize,
+}
+
+static TARGET: OnceLock<Target> = OnceLock::new();
+
+/// Joined: this process's share and its row in the swap-space counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joined {
+    /// The share of the budget, in bytes.
+    pub share: u64,
+    /// The row.
+    pub row: u32,
+}
+
+/// Why a process is not a member (it runs unmanaged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outside {
+    /// No broker listens (the run ended, or this is not a run's directory).
+    NoBroker,
+    /// The broker refused (a process outside the run, another run's token).
+    Refused,
+    /// The broker did not answer in time, or said something else.
+    NoAnswer,
+    /// The run directory's paths do not fit, or its counter file cannot be mapped.
+    Broken,
+}
+
+fn copy_into<const N: usize>(text: &[u8]) -> Option<([u8; N], usize)> {
+    let mut out = [0u8; N];
+    out.get_mut(..text.len())?.copy_from_slice(text);
+    Some((out, text.len()))
+}
+
+/// Joins the run of `config` as this process (the constructor: module essay).
+///
+/// # Errors
+/// [`Outside`]: the process is not a member and must leave.
+pub fn join(config: &RunConfig) -> Result<Joined, Outside> {
+    let dir = config.run_dir.as_bytes();
+    let socket = [dir, b"/", runstat::env::SOCKET.as_bytes()].concat();
+    let quota = [dir, b"/", runstat::env::QUOTA_FILE.as_bytes()].concat();
+    let ((socket, socket_len), (quota, quota_len), (token, token_len)) = (
+        copy_into::<108>(&socket).ok_or(Outside::Broken)?,
+        copy_into::<4096>(&quota).ok_or(Outside::Broken)?,
+        copy_into::<64>(config.run_token.as_bytes()).ok_or(Outside::Broken)?,
+    );
+    TREE_BUDGET.store(config.budget_bytes, SeqCst);
+    let target =
+        TARGET.get_or_init(|| Target { socket, socket_len, quota, quota_len, token, token_len });
+    join_as(target, sys::getpid())
+}
+
+/// Connects, says hello as `pid`, waits for the answer, attaches the counter file.
+///
+/// Context: no allocation, no lock (a forked child runs it).
+fn join_as(target: &Target, pid: u32) -> Result<Joined, Outside> {
+    let socket = &target.socket[..target.socket_len];
+    if !sys::fits_socket_address(socket) {
+        return Err(Outside::Broken);
+    }
+    let fd =
+        sys::connect(socket, JOIN_TIMEOUT.as_millis() as u64).map_err(|_| Outside::NoBroker)?;
+    let answer = hello(fd, target, pid);
+    let joined = answer.and_then(|joined| {
+        let quota = &target.quota[..target.quota_len];
+        quota::attach(quota, joined.row).map_err(|_| Outside::Broken)?;
+        Ok(joined)
+    });
+    match joined {
+        Ok(joined) => {
+            CONN.store(u64::from(pid) << 32 | fd as u32 as u64, SeqCst);
+            Ok(joined)
+        }
+        Err(outside) => {
+            sys::close(fd);
+            Err(outside)
+        }
+    }
+}
+
+/// Sends the hello on `fd` and reads the broker's one-line answer.
+fn hello(fd: i32, target: &Target, pid: u32) -> Result<Joined, Outside> {
+    let token =
+        std::str::from_utf8(&target.token[..target.token_len]).map_err(|_| Outside::Broken)?;
+    let mut line = [0u8; LINE_MAX];
+    let hello = Message::Hello { pid, token, version: proto::VERSION };
+    let len = hello.encode(&mut line).ok_or(Outside::Broken)?;
+    sys::send(fd, &line[..len], true).map_err(|_| Outside::NoBroker)?;
+    let mut got = 0;
+    while !line[..got].contains(&b'\n') {
+        match sys::recv(fd, &mut line[got..], true) {
+            Ok(0) => return Err(Outside::NoBroker),
+            Ok(n) => got += n,
+            Err(_) => return Err(Outside::NoAnswer),
+        }
+        if got == line.len() {
+            return Err(Outside::NoAnswer);
+        }
+    }
+    let end = line[..got].iter().position(|&b| b == b'\n').unwrap_or(got);
+    match proto::parse(&line[..end]) {
+        Ok(Message::Welcome { share, row }) => Ok(Joined { share, row }),
+        Ok(Message::Refused { .. }) => Err(Outside::Refused),
+        _ => Err(Outside::NoAnswer),
+    }
+}
+
+/// The connection's descriptor if this process made it.
+fn own_fd() -> Option<i32> {
+    let conn = CONN.load(SeqCst);
+    (conn != NONE && (conn >> 32) as u32 == sys::getpid()).then_some(conn as u32 as i32)
+}
+
+/// Drops the connection if this process did not make it (an inherited copy), or if
+/// `always`. Returns whether one was closed.
+fn drop_connection(always: bool) -> bool {
+    let conn = CONN.load(SeqCst);
+    if conn == NONE || (!always && (conn >> 32) as u32 == sys::getpid()) {
+        return false;
+    }
+    if CONN.compare_exchange(conn, NONE, SeqCst, SeqCst).is_ok() {
+        sys::close(conn as u32 as i32);
+        return true;
+    }
+    false
+}
+
+/// `pthread_atfork` child handler: a child closes the descriptor it inherited (module
+/// essay). Async-signal-safe: atomics and close(2).
+extern "C" fn close_inherited() {
+    drop_connection(false);
+}
+
+/// Makes every forked child close its copy of the connection (module essay). Once per
+/// process image, from the constructor.
+pub fn install_fork_hook() {
+    sys::atfork_child(close_inherited);
+}
+
+/// For a forked child that runs an engine of its own, on its single thread right after
+/// the engine is re-homed: drops the connection inherited from the parent (this process's
+/// descriptor only; the parent's connection is untouched), joins the run as this pid, and
+/// applies the share it gets to the engine. A child the broker refuses, or that finds it
+/// gone, goes on under the budget it inherited.
+///
+/// Context: a fork child hook: no allocation, no lock another (now nonexistent) thread
+/// could hold: atomics, system calls, stack buffers, and `Engine::set_budget` (lock-free).
+pub fn rejoin_after_fork() {
+    drop_connection(false);
+    let Some(target) = TARGET.get() else { return };
+    PENDING_SHARE.store(0, SeqCst);
+    LAST_REPORT_NS.store(0, SeqCst);
+    if let Ok(joined) = join_as(target, sys::getpid()) {
+        if let Some(engine) = crate::shim::engine() {
+            apply(&engine, joined.share);
+        }
+    }
+}
+
+/// Applies `share` to `engine`, counting the outcome.
+pub fn apply(engine: &Engine, share: u64) {
+    set_room(engine, share);
+    if share == engine.budget_bytes() {
+        return;
+    }
+    match engine.set_budget(share) {
+        Ok(()) => SHARES_APPLIED.fetch_add(1, SeqCst),
+        Err(_) => SHARE_ERRORS.fetch_add(1, SeqCst),
+    };
+}
+
+/// How much of its budget the engine keeps from the outside charge under `share`.
+///
+/// With the whole budget (the tree's only member, or the only one with a say), half of
+/// it, as a single program under `uswap run` always had: memory a program touches before
+/// its shim adopts it counts as outside for a scan period, and an engine left less than
+/// half would take back the pages a system call's retry just brought in (SIGBUS
+/// delivery's `fread` of 4 MiB under 8M failed so). With a share of it, the broker's
+/// floor already covers the process's unmanaged memory and a working room above it
+/// (runstat's share module): the outside charge may take all but that room, so that a
+/// member whose interpreter and libraries hold 16 MiB stays within a share of 21.
+fn set_room(engine: &Engine, share: u64) {
+    let alone = share >= TREE_BUDGET.load(SeqCst);
+    engine.set_outside_room(if alone { 0 } else { runstat::share::WORKING_MIN_BYTES });
+}
+
+/// Whether this process is a member with a live connection to its broker.
+pub fn connected() -> bool {
+    own_fd().is_some()
+}
+
+/// The handler's turn (module essay): a report every [`proto::REPORT_PERIOD_MS`] (made by
+/// `report` only when one is due), the broker's messages read without waiting, the last
+/// share applied.
+///
+/// Context: the handler thread.
+pub fn tick(engine: &Engine, now_ns: u64, report: impl FnOnce() -> Report) {
+    let Some(fd) = own_fd() else { return };
+    let last = LAST_REPORT_NS.load(SeqCst);
+    if now_ns.saturating_sub(last) >= proto::REPORT_PERIOD_MS * 1_000_000 {
+        LAST_REPORT_NS.store(now_ns, SeqCst);
+        let mut line = [0u8; LINE_MAX];
+        if let Some(len) = Message::Report(report()).encode(&mut line) {
+            match sys::send(fd, &line[..len], false) {
+                Ok(()) | Err(libc::EAGAIN) => {}
+                Err(_) => return lose_broker(),
+            }
+        }
+    }
+    if !receive(fd) {
+        return lose_broker();
+    }
+    let share = PENDING_SHARE.swap(0, SeqCst);
+    if share != 0 {
+        apply(engine, share);
+    }
+}
+
+/// Reads every message waiting; false when the broker is gone.
+fn receive(fd: i32) -> bool {
+    let mut buf = [0u8; 4 * LINE_MAX];
+    let mut kept = 0;
+    loop {
+        match sys::recv(fd, &mut buf[kept..], false) {
+            Ok(0) => return false,
+            Ok(n) => kept += n,
+            Err(libc::EAGAIN) => return true,
+            Err(_) => return false,
+        }
+        let mut start = 0;
+        while let Some(at) = buf[start..kept].iter().position(|&b| b == b'\n') {
+            if let Ok(Message::Share(share)) = proto::parse(&buf[start..start + at]) {
+                PENDING_SHARE.store(share, SeqCst);
+            }
+            start += at + 1;
+        }
+        buf.copy_within(start..kept, 0);
+        kept -= start;
+        if kept == buf.len() {
+            return false; // a line longer than any message: not a broker
+        }
+    }
+}
+
+/// The broker is gone (`uswap run` ended or was killed): the engine goes on alone under
+/// its last share.
+fn lose_broker() {
+    drop_connection(true);
+    BROKER_LOST.store(1, SeqCst);
+}
+
+/// This process's thread ids ([`sys::task_ids`]).
+pub fn task_ids(out: &mut [u32]) -> usize {
+    sys::task_ids(out)
+}
+
+/// Bytes of swap space this process asked of the tree and was refused.
+pub fn quota_refused_bytes() -> u64 {
+    quota::REFUSED_BYTES.load(SeqCst)
+}

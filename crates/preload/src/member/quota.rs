@@ -1,0 +1,92 @@
+//! This member's side of the tree's swap-space counter (`--swap-size` for the whole tree):
+//! the run directory's counter file, mapped shared ([`runstat::proto::QUOTA_FILE_BYTES`]),
+//! as the [`SpaceQuota`] of this process's swap file.
+//!
+//! A reservation takes the bytes from the tree's word (a compare-and-swap that never
+//! passes the limit), then adds them to this member's row; a release takes them off the
+//! row, then the tree's word. A member killed between the two steps of a reservation
+//! leaves one chunk (2 MiB) counted until the run ends; the broker gives back the rest of
+//! a dead member's row (crates/cli/src/run/quota.rs). The row changes when a forked child
+//! joins as a member of its own (`rejoin_after_fork`).
+//!
+//! Context: lock-free; any thread; also in a forked child's single thread.
+
+use super::sys;
+use backend::SpaceQuota;
+use runstat::proto::{QUOTA_FIRST_ROW, QUOTA_LIMIT, QUOTA_MAGIC, QUOTA_MAGIC_WORD, QUOTA_USED};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+
+/// This member's row.
+static ROW: AtomicU32 = AtomicU32::new(0);
+/// Reservations refused (the tree's swap space was used up), in bytes asked.
+pub static REFUSED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn word(index: usize) -> Option<&'static AtomicU64> {
+    sys::counter_word(index)
+}
+
+/// Maps the counter file at `path` (once per process; a forked child keeps its parent's
+/// mapping) and uses `row`.
+///
+/// # Errors
+/// errno of the mapping, or `EINVAL` for a file that is not a counter file.
+pub fn attach(path: &[u8], row: u32) -> Result<(), i32> {
+    sys::map_counter(path)?;
+    if word(QUOTA_MAGIC_WORD).map(|w| w.load(SeqCst)) != Some(QUOTA_MAGIC) {
+        return Err(libc::EINVAL);
+    }
+    set_row(row)
+}
+
+/// Uses `row` from now on.
+///
+/// # Errors
+/// `EINVAL` for a row past the file's.
+pub fn set_row(row: u32) -> Result<(), i32> {
+    if row as usize >= runstat::proto::QUOTA_ROWS {
+        return Err(libc::EINVAL);
+    }
+    ROW.store(row, SeqCst);
+    Ok(())
+}
+
+/// The tree's quota as seen from this process.
+#[derive(Debug)]
+pub struct TreeQuota;
+
+impl SpaceQuota for TreeQuota {
+    fn reserve(&self, bytes: u64) -> bool {
+        let (Some(limit), Some(used)) = (word(QUOTA_LIMIT), word(QUOTA_USED)) else {
+            return true; // no counter: nothing to bound (never the case once joined)
+        };
+        let limit = limit.load(SeqCst);
+        let taken =
+            used.fetch_update(SeqCst, SeqCst, |u| u.checked_add(bytes).filter(|&a| a <= limit));
+        if taken.is_err() {
+            REFUSED_BYTES.fetch_add(bytes, SeqCst);
+            return false;
+        }
+        if let Some(row) = word(QUOTA_FIRST_ROW + ROW.load(SeqCst) as usize) {
+            row.fetch_add(bytes, SeqCst);
+        }
+        true
+    }
+
+    fn release(&self, bytes: u64) {
+        let Some(used) = word(QUOTA_USED) else { return };
+        if let Some(row) = word(QUOTA_FIRST_ROW + ROW.load(SeqCst) as usize) {
+            // A row the broker already gave back (it saw this image gone) is left at zero.
+            let _ = row.fetch_update(SeqCst, SeqCst, |r| Some(r.saturating_sub(bytes)));
+        }
+        let _ = used.fetch_update(SeqCst, SeqCst, |u| Some(u.saturating_sub(bytes)));
+    }
+
+    fn available(&self, bytes: u64) -> bool {
+        match (word(QUOTA_LIMIT), word(QUOTA_USED)) {
+            (Some(limit), Some(used)) => {
+                used.load(SeqCst).saturating_add(bytes) <= limit.load(SeqCst)
+            }
+            _ => true,
+        }
+    }
+}
