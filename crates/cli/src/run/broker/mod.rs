@@ -474,7 +474,7 @@ impl State {
                     p.pid,
                     p.ppid,
                     &members,
-                    &self.settings.shim,
+                    (&self.settings.shim, &self.settings.dir.display().to_string()),
                     record.refused.as_deref(),
                 );
                 record.name = procs::name(p.pid);

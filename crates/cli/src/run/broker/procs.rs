@@ -150,13 +150,13 @@ pub fn has_shim(pid: u32, shim: &str) -> bool {
 
 /// Why `pid` runs without an engine, in words (the summary's warning line).
 ///
-/// `members` are the tree's member pids, `shim` the shim's path, `refused` the reason the
-/// broker refused it, if it did.
+/// `members` are the tree's member pids, `shim` the shim's path, `run_dir` this run's
+/// directory, `refused` the reason the broker refused it, if it did.
 pub fn why_unmanaged(
     pid: u32,
     ppid: u32,
     members: &BTreeSet<u32>,
-    shim: &str,
+    (shim, run_dir): (&str, &str),
     refused: Option<&str>,
 ) -> String {
     if let Some(reason) = refused {
@@ -174,7 +174,18 @@ pub fn why_unmanaged(
             return "set-user-ID or set-group-ID: the loader ignores LD_PRELOAD".to_string();
         }
     }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let var = |name: &str| -> Option<String> {
+        let key = format!("{name}=");
+        environ
+            .split(|&b| b == 0)
+            .find_map(|v| v.strip_prefix(key.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).to_string())
+    };
     if has_shim(pid, shim) {
+        if var(runstat::env::RUN_DIR).is_some_and(|dir| dir != run_dir) {
+            return "its environment names another run, whose broker refused it".to_string();
+        }
         // The shim's constructor runs at an exec only: loaded and never said hello, this
         // is a fork without an exec (of a member, or of such a child).
         let of = if members.contains(&ppid) { "a member" } else { "a process" };
@@ -187,11 +198,7 @@ pub fn why_unmanaged(
     if crate::preflight::elf_interp(&exe) == Some(false) {
         return "statically linked: the shim cannot load into it".to_string();
     }
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let preloaded = environ
-        .split(|&b| b == 0)
-        .filter_map(|v| v.strip_prefix(b"LD_PRELOAD="))
-        .any(|v| !shim.is_empty() && String::from_utf8_lossy(v).contains(shim));
+    let preloaded = var("LD_PRELOAD").is_some_and(|v| !shim.is_empty() && v.contains(shim));
     if preloaded {
         "the shim did not load".to_string()
     } else {
