@@ -22,7 +22,7 @@ use crate::hooks::PageOutHook;
 use crate::lru::{Lru, RegionId};
 use crate::page_source::PageSource;
 use crate::region::{MmId, Pte, Region};
-use crate::stats::{Gauges, Stats, StatsSnapshot};
+use crate::stats::{Gauges, Polled, Stats, StatsSnapshot};
 use crate::storage::{SlotHook, Storage};
 use crate::swap_cache::{Outcome, SwapCache};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
@@ -734,6 +734,22 @@ impl Engine {
     /// Context: reads atomics; any thread.
     pub fn backend_counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         self.core.storage.device.backend().counters(out);
+    }
+
+    /// The counters and the gauges that take no lock, for a caller that polls (`uswap
+    /// run`'s members report every 50 ms); [`Engine::stats`] takes the regions' and the
+    /// pool's locks in turn.
+    ///
+    /// Context: lock-free; any thread.
+    pub fn polled(&self) -> Polled {
+        let core = &self.core;
+        Polled {
+            counters: core.stats.snapshot(Gauges::default()).counters,
+            resident_pages: core.budget.resident_bytes() / PAGE_SIZE as u64,
+            swap_inuse_pages: core.storage.device.inuse_pages(),
+            pool_bytes: core.storage.pool_bytes(),
+            pool_stored_pages: core.storage.zswap.as_ref().map_or(0, |z| z.stored_pages()),
+        }
     }
 
     /// The configuration in force.

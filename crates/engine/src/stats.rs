@@ -318,6 +318,22 @@ impl Stats {
     }
 }
 
+/// What a caller that polls reads ([`crate::Engine::polled`]): the counters and the gauges
+/// that take no lock.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Polled {
+    /// Event counters.
+    pub counters: CountersSnapshot,
+    /// See [`Gauges::resident_pages`].
+    pub resident_pages: u64,
+    /// See [`Gauges::swap_inuse_pages`].
+    pub swap_inuse_pages: u64,
+    /// See [`Gauges::pool_bytes`].
+    pub pool_bytes: u64,
+    /// See [`Gauges::pool_stored_pages`].
+    pub pool_stored_pages: u64,
+}
+
 /// The size of a folio of `order` in KiB, as the kernel names its per-size directories.
 pub fn order_size_kib(order: usize) -> u64 {
     4u64 << order

@@ -390,10 +390,11 @@ impl ShimHooks {
     /// This process's report to the broker (runstat's `proto::Report`), and the pool's
     /// peak noted.
     ///
-    /// Context: the handler thread; reads /proc/self/status and the engine's stats.
+    /// Context: the handler thread; reads /proc/self/status, and the engine's figures that
+    /// take no lock (`Engine::polled`).
     fn report(&self, engine: &Engine) -> runstat::proto::Report {
-        let stats = engine.stats();
-        let (c, g) = (&stats.counters, &stats.gauges);
+        let polled = engine.polled();
+        let (c, g) = (&polled.counters, &polled);
         if g.pool_bytes > self.counters.pool_peak_bytes.load(Relaxed) {
             self.counters.pool_peak_bytes.store(g.pool_bytes, Relaxed);
             self.counters.pool_peak_stored.store(g.pool_stored_pages, Relaxed);
