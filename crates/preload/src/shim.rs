@@ -303,6 +303,7 @@ fn start() -> Result<(), Refusal> {
         return Ok(());
     };
     crate::member::install_fork_hook();
+    crate::io::resolve_early();
     retire_previous_image(&config, pid);
     let run_lock = join_run(&config);
     install_panic_hook();
