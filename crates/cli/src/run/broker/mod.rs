@@ -50,6 +50,10 @@ const PENDING_MAX: usize = 256;
 const GRACE_SCANS: u32 = 2;
 /// The tree file is rewritten every this many ticks (a second).
 const VIEW_TICKS: u64 = 20;
+/// Processes the broker remembers: past this, exited processes that never ran unmanaged
+/// are forgotten, the smallest first (a build runs tens of thousands of compilers; the
+/// summary names the largest few and counts the rest).
+const RECORDS_MAX: usize = 4096;
 
 /// What the broker needs.
 #[derive(Debug, Clone)]
@@ -391,6 +395,7 @@ impl State {
     fn tick(&mut self, last: bool) {
         self.ticks += 1;
         self.scan();
+        self.forget();
         let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         if outcome.overcommitted {
             *self.figures.entry("overcommitted_ticks").or_insert(0) += 1;
@@ -497,6 +502,24 @@ impl State {
         self.peak("peak_bytes", total);
         self.peak("footprint_peak_bytes", footprint);
         self.peak("members_peak", members.len() as u64);
+    }
+
+    /// Keeps at most [`RECORDS_MAX`] processes (the constant's comment).
+    fn forget(&mut self) {
+        if self.records.len() <= RECORDS_MAX {
+            return;
+        }
+        let mut gone: Vec<(u64, u32)> = (self.records.iter())
+            .filter(|(_, r)| !r.alive && r.why.is_none())
+            .map(|(&pid, r)| (r.peak, pid))
+            .collect();
+        gone.sort_unstable();
+        let excess = self.records.len() - RECORDS_MAX;
+        let forgotten = gone.len().min(excess);
+        for (_, pid) in gone.into_iter().take(forgotten) {
+            self.records.remove(&pid);
+        }
+        *self.figures.entry("processes_forgotten").or_insert(0) += forgotten as u64;
     }
 
     /// The tree as the summary and `uswap stat` see it.
