@@ -203,6 +203,28 @@ fn a_static_descendant_runs_and_is_named() {
     assert!(warning.starts_with("uswap: warning: ") && warning.contains("uswap-tree-static"));
 }
 
+/// A program that closes the shim's connection to its broker and puts a socket of its
+/// own under the same number (a daemon closing every descriptor) gets nothing written
+/// into it and keeps it open: the member sees the number is not its socket any more and
+/// forgets it, never sending a report there nor closing it.
+#[test]
+fn a_program_that_takes_the_connections_number_keeps_its_socket() {
+    if !can_run() {
+        return;
+    }
+    let exe = std::env::temp_dir().join(format!("uswap-tree-reuse-{}", std::process::id()));
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-o"]).arg(&exe).arg(program("socket_reuse.c"));
+    assert!(cc.status().unwrap().success(), "cc socket_reuse.c");
+    let _alone = alone();
+    let out = uswap(&["run", "--budget", "32M", "--", exe.to_str().unwrap()]);
+    std::fs::remove_file(&exe).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout.starts_with("socket -1 "), "no socket found: {stdout}");
+    assert!(stdout.ends_with("injected 0 kept 1\n"), "{stdout}");
+}
+
 /// A member SIGKILLed with its memory paged out (to the swap file: no pool) does not
 /// disturb the broker or the other member, and its swap space is given back (the broker
 /// frees the row of a member whose connection closed; a killed process never frees its

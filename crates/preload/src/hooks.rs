@@ -469,6 +469,7 @@ impl ShimHooks {
             ("member_shares_applied", crate::member::SHARES_APPLIED.load(Relaxed)),
             ("member_share_errors", crate::member::SHARE_ERRORS.load(Relaxed)),
             ("member_broker_lost", crate::member::BROKER_LOST.load(Relaxed)),
+            ("member_socket_taken", crate::member::SOCKET_TAKEN.load(Relaxed)),
             ("swap_quota_refused_bytes", crate::member::quota_refused_bytes()),
             ("engine_cpu_ns", engine_cpu_ns()),
         ] {

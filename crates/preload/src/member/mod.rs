@@ -43,6 +43,12 @@ const NONE: u64 = u64::MAX;
 
 /// The connection: `pid << 32 | fd` of the process that made it, or [`NONE`].
 static CONN: AtomicU64 = AtomicU64::new(NONE);
+/// The socket's inode: a program that closes every descriptor and opens files or sockets
+/// of its own may get the connection's number back (a daemon does), and a report must
+/// never go into them, nor a close take them away.
+static CONN_INODE: AtomicU64 = AtomicU64::new(0);
+/// The connection's number was found taken by the program (`member_socket_taken`).
+pub static SOCKET_TAKEN: AtomicU64 = AtomicU64::new(0);
 /// When the last report was sent, nanoseconds on the monotonic clock.
 static LAST_REPORT_NS: AtomicU64 = AtomicU64::new(0);
 /// The last share received and not applied yet (0: none).
@@ -135,6 +141,7 @@ fn join_as(target: &Target, pid: u32) -> Result<Joined, Outside> {
     });
     match joined {
         Ok(joined) => {
+            CONN_INODE.store(sys::inode(fd).unwrap_or(0), SeqCst);
             CONN.store(u64::from(pid) << 32 | fd as u32 as u64, SeqCst);
             Ok(joined)
         }
@@ -263,6 +270,13 @@ pub fn connected() -> bool {
 /// Context: the handler thread.
 pub fn tick(engine: &Engine, now_ns: u64, report: impl FnOnce() -> Report) {
     let Some(fd) = own_fd() else { return };
+    if sys::inode(fd) != Some(CONN_INODE.load(SeqCst)) {
+        // Closed by the program, its number perhaps reused: not ours to use or close.
+        CONN.store(NONE, SeqCst);
+        SOCKET_TAKEN.store(1, SeqCst);
+        BROKER_LOST.store(1, SeqCst);
+        return;
+    }
     let last = LAST_REPORT_NS.load(SeqCst);
     if now_ns.saturating_sub(last) >= proto::REPORT_PERIOD_MS * 1_000_000 {
         LAST_REPORT_NS.store(now_ns, SeqCst);

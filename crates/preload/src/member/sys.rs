@@ -147,6 +147,16 @@ pub fn close(fd: i32) {
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
+/// The inode of the file `fd` refers to (a socket's is unique while it lives), `None` for
+/// a descriptor that is closed.
+pub fn inode(fd: i32) -> Option<u64> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat(2) into a live stat buffer.
+    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) };
+    checked(r).ok().map(|_| st.st_ino)
+}
+
 /// This process's pid.
 pub fn getpid() -> u32 {
     // SAFETY: getpid has no preconditions.
