@@ -10,10 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-// Each test binary uses a part of the shared helpers.
-#[allow(dead_code)]
 mod common;
-use common::shim;
+use common::{output_within, shim, within, Group};
+
+/// The longest any one command of these tests may take (a tree under a small budget on a
+/// loaded machine takes tens of seconds; past this it hangs).
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// One tree at a time: each takes both CPUs, and a peak measured beside another test's
 /// program is not this tree's.
@@ -24,11 +26,8 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn uswap(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(args)
-        .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    let out = output_within(command.args(args).env("USWAP_PRELOAD", shim()), LIMIT);
     eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     out
 }
@@ -48,8 +47,8 @@ fn can_run() -> bool {
 }
 
 fn python() -> Option<String> {
-    let out =
-        Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    let mut command = Command::new("python3");
+    let out = output_within(command.args(["-c", "import sys; print(sys.executable)"]), LIMIT);
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
@@ -75,7 +74,7 @@ fn both_with(flags: &[&str], cmd: &str) -> Option<(Output, Output)> {
     let objects = program("objects.py").display().to_string();
     let cmd = cmd.replace("{py}", &py).replace("{objects}", &objects);
     let _alone = alone();
-    let plain = Command::new("sh").args(["-c", &cmd]).output().unwrap();
+    let plain = output_within(Command::new("sh").args(["-c", &cmd]), LIMIT);
     assert!(plain.status.success(), "{}", stderr(&plain));
     let args = [&["run"], flags, &["--", "sh", "-c", &cmd]].concat();
     let out = uswap(&args);
@@ -181,13 +180,9 @@ fn a_static_descendant_runs_and_is_named() {
         return;
     }
     let exe = std::env::temp_dir().join(format!("uswap-tree-static-{}", std::process::id()));
-    let built = Command::new("cc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&exe)
-        .arg(program("managed_check.c"))
-        .status()
-        .unwrap();
-    if !built.success() {
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-static", "-o"]).arg(&exe).arg(program("managed_check.c"));
+    if !output_within(&mut cc, LIMIT).status.success() {
         eprintln!("skipped: no static libc to build a static program with");
         return;
     }
@@ -215,7 +210,7 @@ fn a_program_that_takes_the_connections_number_keeps_its_socket() {
     let exe = std::env::temp_dir().join(format!("uswap-tree-reuse-{}", std::process::id()));
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-o"]).arg(&exe).arg(program("socket_reuse.c"));
-    assert!(cc.status().unwrap().success(), "cc socket_reuse.c");
+    assert!(output_within(&mut cc, LIMIT).status.success(), "cc socket_reuse.c");
     let _alone = alone();
     let out = uswap(&["run", "--budget", "32M", "--", exe.to_str().unwrap()]);
     std::fs::remove_file(&exe).unwrap();
@@ -298,21 +293,25 @@ fn a_member_cannot_join_another_runs_broker() {
     let exe = std::env::temp_dir().join(format!("uswap-tree-check-{}", std::process::id()));
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-o"]).arg(&exe).arg(program("managed_check.c")).arg("-ldl");
-    assert!(cc.status().unwrap().success(), "cc managed_check.c");
+    assert!(output_within(&mut cc, LIMIT).status.success(), "cc managed_check.c");
     let exe = exe.display().to_string();
     let _alone = alone();
     // Run B waits on its stdin, after saying where it is.
-    let mut b = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--verbose", "--budget", "32M", "--", "sh", "-c"])
-        .arg("echo $USWAP_RUN_DIR $USWAP_RUN_TOKEN; read x")
-        .env("USWAP_PRELOAD", shim())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(b.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut b = Group::spawn(
+        Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["run", "--verbose", "--budget", "32M", "--", "sh", "-c"])
+            .arg("echo $USWAP_RUN_DIR $USWAP_RUN_TOKEN; read x")
+            .env("USWAP_PRELOAD", shim())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let stdout = b.child.stdout.take().unwrap();
+    let line = within(LIMIT, "run B's first line", move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    });
     let (dir, token) = line.trim().split_once(' ').unwrap();
     let into_b = format!("USWAP_RUN_DIR={dir} {exe} 300");
     let into_b_with_its_token = format!("USWAP_RUN_DIR={dir} USWAP_RUN_TOKEN={token} {exe} 300");
@@ -320,8 +319,14 @@ fn a_member_cannot_join_another_runs_broker() {
         .iter()
         .map(|cmd| uswap(&["run", "--budget", "32M", "--", "sh", "-c", cmd]))
         .collect();
-    drop(b.stdin.take());
-    let b = b.wait_with_output().unwrap();
+    drop(b.child.stdin.take());
+    let b_stderr = b.child.stderr.take().unwrap();
+    let b_err = within(LIMIT, "run B's summary", move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::BufReader::new(b_stderr), &mut text).unwrap();
+        text
+    });
+    b.wait_within(LIMIT, "run B");
     let _ = std::fs::remove_file(&exe);
     for out in &outs {
         let err = stderr(out);
@@ -329,7 +334,6 @@ fn a_member_cannot_join_another_runs_broker() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "managing 0\n", "{err}");
         assert!(err.contains("its environment names another run"), "named: {err}");
     }
-    let b_err = stderr(&b);
     assert!(b_err.contains(" joins, 2 refused;"), "run B refused both: {b_err}");
 }
 
@@ -359,13 +363,14 @@ fn a_tree_survives_its_broker_killed() {
          os.rename({result:?} + '.tmp', {result:?})\n"
     );
     let _alone = alone();
-    let mut run = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "48M", "--", &py, "-c", &script])
-        .env("USWAP_PRELOAD", shim())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Its group holds the orphan too: dropping it kills whatever is left.
+    let mut run = Group::spawn(
+        Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["run", "--budget", "48M", "--", &py, "-c", &script])
+            .env("USWAP_PRELOAD", shim())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
     let waited = |path: &Path| {
         let deadline = Instant::now() + Duration::from_secs(120);
         while !path.exists() && Instant::now() < deadline {
@@ -374,9 +379,9 @@ fn a_tree_survives_its_broker_killed() {
         path.exists()
     };
     assert!(waited(&ready), "the program did not build its objects");
-    let broker = run.id();
-    run.kill().unwrap();
-    run.wait().unwrap();
+    let broker = run.child.id();
+    run.child.kill().unwrap();
+    run.wait_within(LIMIT, "uswap run, SIGKILLed");
     std::fs::write(&go, "").unwrap();
     let finished = waited(&result);
     let got = std::fs::read_to_string(&result).unwrap_or_default();
@@ -384,7 +389,7 @@ fn a_tree_survives_its_broker_killed() {
     let plain_script = script.replace(&format!("while not os.path.exists({go:?}): "), "if 0: ");
     std::fs::remove_file(&result).ok();
     if finished {
-        let out = Command::new(&py).args(["-c", &plain_script]).output().unwrap();
+        let out = output_within(Command::new(&py).args(["-c", &plain_script]), LIMIT);
         assert!(out.status.success());
         plain = std::fs::read_to_string(&result).unwrap();
     }
@@ -421,11 +426,133 @@ fn the_default_budget_comes_from_the_memory_cgroups_limit() {
         dir.display(),
         env!("CARGO_BIN_EXE_uswap")
     );
-    let out = Command::new("sh").args(["-c", &cmd]).env("USWAP_PRELOAD", shim()).output().unwrap();
+    let out =
+        output_within(Command::new("sh").args(["-c", &cmd]).env("USWAP_PRELOAD", shim()), LIMIT);
     let _ = std::fs::remove_dir(&dir);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("budget source: half of what the memory cgroup had left"), "{err}");
     let budget = summary_mib(&err, "budget ");
     assert!(budget > 64.0 && budget <= 256.0, "half of what 512 MiB has left: {budget} MiB");
+}
+
+/// A C file of `functions` small functions, each calling the one before (about 230 bytes
+/// of source each): enough work for cc1 at -O2 to hold far more than the budget.
+fn generated_c(functions: usize) -> String {
+    (0..functions)
+        .map(|i| {
+            format!(
+                "int f{i}(int x, int y) {{ int a[16]; for (int k = 0; k < 16; k++) a[k] = x * \
+                 {i} + k * y; switch (x & 7) {{ case 0: return a[{}] + f{}(y, x); case 1: \
+                 return a[3] ^ {i}; case 2: return a[5] - y; default: return a[x & 15] * {}; \
+                 }} }}\n",
+                i % 16,
+                i.saturating_sub(1),
+                i + 1
+            )
+        })
+        .collect()
+}
+
+/// The issue's compiler under one budget: `gcc -O2 -c` of a generated file whose cc1
+/// peaks at about 110 MiB unmanaged, under 64M. The driver, cc1 and the assembler are
+/// each a member with a line in the summary, nothing runs unmanaged, the tree's peak
+/// stays within the budget + 10%, and the object is the unmanaged build's byte for byte.
+#[test]
+fn gcc_and_its_cc1_compile_under_one_budget() {
+    if !can_run() {
+        return;
+    }
+    let on_path = |dir: &Path| dir.join("gcc").is_file();
+    if !std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| on_path(&d))) {
+        eprintln!("skipped: no gcc");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uswap-tree-gcc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("big.c"), generated_c(700)).unwrap();
+    let _alone = alone();
+    let gcc = |prefix: &[&str], object: &str| {
+        let args = [prefix, &["gcc", "-O2", "-c", "big.c", "-o", object]].concat();
+        let mut command = Command::new(args[0]);
+        command.args(&args[1..]).current_dir(&dir).env("USWAP_PRELOAD", shim());
+        output_within(&mut command, LIMIT)
+    };
+    let plain = gcc(&[], "plain.o");
+    let out = gcc(&[env!("CARGO_BIN_EXE_uswap"), "run", "--budget", "64M", "--"], "managed.o");
+    let (plain_o, managed_o) =
+        (std::fs::read(dir.join("plain.o")), std::fs::read(dir.join("managed.o")));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let err = stderr(&out);
+    eprintln!("{err}");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(out.status.success(), "{err}");
+    assert!(plain_o.unwrap() == managed_o.unwrap(), "the objects differ");
+    assert_peak_within(&err, 64.0);
+    for name in [" gcc:", " cc1:", " as:"] {
+        let line = err.lines().find(|l| l.starts_with("uswap:   ") && l.contains(name));
+        assert!(line.is_some(), "no line for{name} {err}");
+    }
+    assert!(!err.contains("unmanaged"), "{err}");
+}
+
+/// `uswap stat` with the pid of a member two levels down (python under sh): the tree's
+/// totals, then a line for each process running, the python and its shell, while the
+/// tree runs.
+#[test]
+fn uswap_stat_of_a_grandchild_shows_the_whole_tree() {
+    if !can_run() {
+        return;
+    }
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3");
+        return;
+    };
+    let script = "import os, sys\n\
+                  data = [(str(i) * 100).encode()[:1000] for i in range(40000)]\n\
+                  print(os.getpid(), flush=True)\n\
+                  sys.stdin.readline()\n\
+                  print(len(data))\n";
+    let cmd = format!("{py} -c '{script}'; echo done");
+    let _alone = alone();
+    let mut run = Group::spawn(
+        Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["run", "--budget", "32M", "--", "sh", "-c", &cmd])
+            .env("USWAP_PRELOAD", shim())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let stdout = run.child.stdout.take().unwrap();
+    let (line, stdout) = within(LIMIT, "the python's pid", move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        (line, reader)
+    });
+    let grandchild = line.trim().to_string();
+    // The tree file is rewritten every second: the python is listed within a few.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let out = uswap(&["stat", &grandchild]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.success() && text.contains(&format!("pid {grandchild},")) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "uswap stat {grandchild}: {text}{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    drop(run.child.stdin.take());
+    let rest = within(LIMIT, "the tree's end", move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout.into_inner(), &mut rest).unwrap();
+        rest
+    });
+    assert!(run.wait_within(LIMIT, "uswap run").success());
+    assert_eq!(rest, "40000\ndone\n");
+    let first = text.lines().next().unwrap_or_default();
+    let tree = format!("tree of uswap run {}: budget 32.0 MiB, resident now ", run.child.id());
+    assert!(first.starts_with(&tree), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("pid ") && l.contains(": sh")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with(&format!("pid {grandchild},"))), "{text}");
 }

@@ -4,8 +4,9 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The directory holding the `uswap` binary under test (target/debug or target/release).
 pub fn target_dir() -> PathBuf {
@@ -110,4 +111,104 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A process started in a process group of its own, with everything it starts: dropping
+/// it kills the whole group, so a test that fails or times out leaves no tree running.
+pub struct Group {
+    /// The group's leader.
+    pub child: std::process::Child,
+}
+
+impl Group {
+    /// Spawns `command` as the leader of a new process group.
+    pub fn spawn(command: &mut Command) -> Group {
+        use std::os::unix::process::CommandExt;
+        Group { child: command.process_group(0).spawn().unwrap() }
+    }
+
+    /// Kills every process of the group.
+    pub fn kill(&self) {
+        // SAFETY: kill(2) of this test's own process group; integer arguments only.
+        unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+    }
+
+    /// Waits for the leader until `limit` has passed: its status, or a panic naming
+    /// `what` (the group killed first).
+    pub fn wait_within(&mut self, limit: Duration, what: &str) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                let _ = self.child.wait();
+                panic!("{what}: still running after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `f` on a thread of its own and gives its result, or panics naming `what` once
+/// `limit` has passed (a blocking read of a pipe, a wait for a child).
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("{what}: no result after {limit:?}"))
+}
+
+/// `command.output()` with a deadline: the command runs in a process group of its own
+/// (stdin empty, stdout and stderr captured); once `limit` passes, or once the leader has
+/// exited and its descendants still hold the pipes open past it, the group is killed and
+/// the test panics with what the command printed so far.
+pub fn output_within(command: &mut Command, limit: Duration) -> Output {
+    use std::io::Read;
+    let deadline = Instant::now() + limit;
+    let what = format!("{command:?}");
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut group = Group::spawn(command);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, mut pipe) in [
+        Box::new(group.child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(group.child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            let _ = tx.send((i, bytes));
+        });
+    }
+    let status = group.wait_within(deadline.saturating_duration_since(Instant::now()), &what);
+    let mut got = [Vec::new(), Vec::new()];
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(5));
+        match rx.recv_timeout(left) {
+            Ok((i, bytes)) => got[i] = bytes,
+            Err(_) => {
+                group.kill();
+                panic!("{what}: exited, but its descendants hold its output open");
+            }
+        }
+    }
+    let [stdout, stderr] = got;
+    Output { status, stdout, stderr }
 }
