@@ -234,12 +234,6 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
     uffd::bring_in(&engine, &control, addr as u64, len as u64, write, max_pages)
 }
 
-/// This process's engine, once the shim manages it (a forked child served by its
-/// parent's has none).
-pub fn engine() -> Option<Arc<engine::Engine>> {
-    STATE.get()?.swap.engine().ok()
-}
-
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
 /// passes: [`uffd::handler::Control::wait_passes`]), at most `timeout`; at once outside the
 /// process that runs the engine.

@@ -15,7 +15,8 @@
 //! closes its copy at once ([`install_fork_hook`]; closing one process's descriptor
 //! leaves the parent's connection alone), unless it already joined as itself.
 //! [`rejoin_after_fork`] is the call for a child that runs an engine of its own: it drops
-//! the inherited descriptor, joins as its own pid and applies its share.
+//! the inherited descriptor, joins as its own pid and applies its share (its contract is
+//! in its comment).
 //!
 //! The connection is one word (`CONN`: the pid that made it and its descriptor), the
 //! rest of the state atomics too: nothing here takes a lock or allocates on the paths a
@@ -109,15 +110,20 @@ fn copy_into<const N: usize>(text: &[u8]) -> Option<([u8; N], usize)> {
 /// # Errors
 /// [`Outside`]: the process is not a member and must leave.
 pub fn join(config: &RunConfig) -> Result<Joined, Outside> {
-    let dir = config.run_dir.as_bytes();
+    join_run(&config.run_dir, &config.run_token, config.budget_bytes)
+}
+
+/// [`join`] with the three settings it takes from the run's configuration.
+fn join_run(run_dir: &str, run_token: &str, budget_bytes: u64) -> Result<Joined, Outside> {
+    let dir = run_dir.as_bytes();
     let socket = [dir, b"/", runstat::env::SOCKET.as_bytes()].concat();
     let quota = [dir, b"/", runstat::env::QUOTA_FILE.as_bytes()].concat();
     let ((socket, socket_len), (quota, quota_len), (token, token_len)) = (
         copy_into::<108>(&socket).ok_or(Outside::Broken)?,
         copy_into::<4096>(&quota).ok_or(Outside::Broken)?,
-        copy_into::<64>(config.run_token.as_bytes()).ok_or(Outside::Broken)?,
+        copy_into::<64>(run_token.as_bytes()).ok_or(Outside::Broken)?,
     );
-    TREE_BUDGET.store(config.budget_bytes, SeqCst);
+    TREE_BUDGET.store(budget_bytes, SeqCst);
     let target =
         TARGET.get_or_init(|| Target { socket, socket_len, quota, quota_len, token, token_len });
     join_as(target, sys::getpid())
@@ -211,24 +217,55 @@ pub fn install_fork_hook() {
     sys::atfork_child(close_inherited);
 }
 
-/// For a forked child that runs an engine of its own, on its single thread right after
-/// the engine is re-homed: drops the connection inherited from the parent (this process's
-/// descriptor only; the parent's connection is untouched), joins the run as this pid, and
-/// applies the share it gets to the engine. A child the broker refuses, or that finds it
-/// gone, goes on under the budget it inherited.
+/// Joins the run as a new member from a child forked without an exec that runs an engine
+/// of its own (`engine`, its copy of its parent's), and gives that engine the share the
+/// broker grants; the child's pages are then budgeted as the tree's, under its own share.
 ///
-/// Context: a fork child hook: no allocation, no lock another (now nonexistent) thread
-/// could hold: atomics, system calls, stack buffers, and `Engine::set_budget` (lock-free).
-pub fn rejoin_after_fork() {
+/// What it expects:
+/// - It runs in the child, on its only thread, before the program's code resumes there
+///   and before the engine writes to a swap file of the child's own: the tree's swap-space
+///   reservations are counted on the member's row, and until this call that is the
+///   parent's (a chunk reserved before it is given back with the parent's row).
+/// - The parent joined the run (the constructor's [`join`]); a parent that never did
+///   (no run, refused, no broker) has no broker to hand its child: `NoBroker` and nothing
+///   changes.
+///
+/// What it does with what the child inherited:
+/// - The connection: the child's copy of the parent's socket is closed (the fork hook
+///   closed it already after a glibc `fork()`; a raw clone has not run it). Only this
+///   process's descriptor goes: the parent's connection and membership are untouched,
+///   and the broker never sees the child speak on it. (Before the program resumes in the
+///   child, that number can only be the inherited socket.)
+/// - The token and the socket's path: the copies made at the parent's join (no
+///   environment read, no allocation). The child says hello as its own pid; the broker
+///   checks the token, the peer's credentials and that the child descends from `uswap
+///   run`, and answers with a share and a row of the swap-space counter, both its own.
+/// - The counter file's mapping is shared with the parent and kept; the row changes.
+/// - The per-process member figures (shares applied and refused, broker lost, socket
+///   taken, swap space refused) restart at zero: they are the child's stats file's.
+///
+/// A child the broker refuses, or that finds it gone, goes on alone under the budget its
+/// engine inherited (the parent's share: the tree may pass its budget by that much while
+/// both live), as a member whose broker was killed does; the error says why.
+///
+/// # Errors
+/// [`Outside`]: not joined (above).
+///
+/// Context: a fork child: no allocation, no lock a thread that was not copied could hold:
+/// atomics, system calls, stack buffers, and `Engine::set_budget` (lock-free). Blocks
+/// for the broker's answer, at most [`JOIN_TIMEOUT`] per step (microseconds when it runs).
+pub fn rejoin_after_fork(engine: &Engine) -> Result<Joined, Outside> {
     drop_connection(false);
-    let Some(target) = TARGET.get() else { return };
+    for counter in [&SHARES_APPLIED, &SHARE_ERRORS, &BROKER_LOST, &SOCKET_TAKEN] {
+        counter.store(0, SeqCst);
+    }
+    quota::REFUSED_BYTES.store(0, SeqCst);
     PENDING_SHARE.store(0, SeqCst);
     LAST_REPORT_NS.store(0, SeqCst);
-    if let Ok(joined) = join_as(target, sys::getpid()) {
-        if let Some(engine) = crate::shim::engine() {
-            apply(&engine, joined.share);
-        }
-    }
+    let target = TARGET.get().ok_or(Outside::NoBroker)?;
+    let joined = join_as(target, sys::getpid())?;
+    apply(engine, joined.share);
+    Ok(joined)
 }
 
 /// Applies `share` to `engine`, counting the outcome.
@@ -338,4 +375,102 @@ pub fn task_ids(out: &mut [u32]) -> usize {
 /// Bytes of swap space this process asked of the tree and was refused.
 pub fn quota_refused_bytes() -> u64 {
     quota::REFUSED_BYTES.load(SeqCst)
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // fork and waitpid
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::time::Instant;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A broker that welcomes two hellos (the parent's, then the child's) with shares and
+    /// rows of its own choosing, and says which pids they came from and whether the
+    /// parent's connection was still open once the child had exited.
+    fn fake_broker(listener: UnixListener, token: String) -> std::thread::JoinHandle<Vec<u32>> {
+        std::thread::spawn(move || {
+            let mut pids = Vec::new();
+            let mut streams: Vec<UnixStream> = Vec::new();
+            for (share, row) in [(32 * MIB, 1u32), (16 * MIB, 2)] {
+                let (stream, _) = listener.accept().unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut line = String::new();
+                BufReader::new(&stream).read_line(&mut line).unwrap();
+                let Ok(Message::Hello { pid, token: said, .. }) =
+                    proto::parse(line.trim().as_bytes())
+                else {
+                    panic!("not a hello: {line}");
+                };
+                assert_eq!(said, token);
+                pids.push(pid);
+                let mut reply = [0u8; LINE_MAX];
+                let len = Message::Welcome { share, row }.encode(&mut reply).unwrap();
+                (&stream).write_all(&reply[..len]).unwrap();
+                streams.push(stream);
+            }
+            // The child's connection closes when it exits; the parent's stays open.
+            let mut byte = [0u8; 1];
+            assert_eq!((&streams[1]).read(&mut byte).unwrap(), 0, "the child's EOF");
+            streams[0].set_nonblocking(true).unwrap();
+            let parent = (&streams[0]).read(&mut byte);
+            assert!(parent.is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock));
+            pids
+        })
+    }
+
+    /// A child forked without an exec joins as itself: its own hello, share and row, its
+    /// engine's budget set to its share, the parent's connection left open and its
+    /// membership untouched.
+    #[test]
+    fn a_forked_child_rejoins_as_itself_and_leaves_its_parents_connection() {
+        let dir = std::env::temp_dir().join(format!("uswap-member-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut counter = vec![0u8; runstat::proto::QUOTA_FILE_BYTES];
+        let magic_at = runstat::proto::QUOTA_MAGIC_WORD * 8;
+        counter[magic_at..magic_at + 8].copy_from_slice(&runstat::proto::QUOTA_MAGIC.to_ne_bytes());
+        std::fs::write(dir.join(runstat::env::QUOTA_FILE), counter).unwrap();
+        let listener = UnixListener::bind(dir.join(runstat::env::SOCKET)).unwrap();
+        let token = "0123456789abcdef0123456789abcdef";
+        let broker = fake_broker(listener, token.to_string());
+        let run_dir = dir.display().to_string();
+        assert_eq!(join_run(&run_dir, token, 64 * MIB), Ok(Joined { share: 32 * MIB, row: 1 }));
+        assert!(connected());
+        let config = engine::EngineConfig {
+            budget_bytes: 32 * MIB,
+            background_reclaim: false,
+            zswap: None,
+            ..engine::EngineConfig::default()
+        };
+        let source = std::sync::Arc::new(engine::mem_source::MemorySource::new(0, 1));
+        let engine = Engine::new(config, source).unwrap();
+        // SAFETY: the child only runs the call under test (no allocation, no lock: its
+        // contract) and _exits with what it found.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let joined = rejoin_after_fork(&engine);
+            let ok = joined == Ok(Joined { share: 16 * MIB, row: 2 })
+                && engine.budget_bytes() == 16 * MIB
+                && connected()
+                && quota::row() == 2;
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut status = 0;
+        // SAFETY: waits for this test's own child, with a valid out-pointer.
+        while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+            assert!(Instant::now() < deadline, "the child did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pids = broker.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child: {status}");
+        assert_eq!(pids, [std::process::id(), child as u32]);
+        assert!(connected(), "the parent's connection is its own still");
+        assert_eq!(engine.budget_bytes(), 32 * MIB, "the parent's engine keeps its budget");
+    }
 }

@@ -38,6 +38,12 @@ pub fn attach(path: &[u8], row: u32) -> Result<(), i32> {
     set_row(row)
 }
 
+/// The row in use (tests).
+#[cfg(test)]
+pub fn row() -> u32 {
+    ROW.load(SeqCst)
+}
+
 /// Uses `row` from now on.
 ///
 /// # Errors
