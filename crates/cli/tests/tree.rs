@@ -237,6 +237,29 @@ fn a_member_killed_mid_run_disturbs_nobody() {
     assert!(!swap.starts_with("uswap: swap space: 0 B of"), "nothing reached the disk: {swap}");
 }
 
+/// `--swap-size` bounds the tree's swap files together: two members that page out more
+/// than it holds (no pool: every page out goes to a file) reserve at most the bound
+/// between them, the pages the files cannot take stay in memory (the tree then over its
+/// budget, and the summary says the swap space was full), and no checksum changes.
+#[test]
+fn the_trees_swap_files_share_one_bound() {
+    let cmd = "{py} {objects} 120000 & {py} {objects} 120000 & wait";
+    let flags = ["--verbose", "--budget", "48M", "--zswap", "off", "--swap-size", "64M"];
+    let Some((plain, out)) = both_with(&flags, cmd) else { return };
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(sorted_lines(&out), sorted_lines(&plain), "{err}");
+    let swap = err.lines().find(|l| l.starts_with("uswap: swap space: ")).expect("verbose");
+    let reserved = swap.trim_start_matches("uswap: swap space: ");
+    let (value, unit) = reserved.split_once(' ').unwrap();
+    let mib =
+        value.parse::<f64>().unwrap() * if unit.starts_with("KiB") { 1.0 / 1024.0 } else { 1.0 };
+    assert!(unit.starts_with("MiB") || unit.starts_with("KiB"), "{swap}");
+    assert!(mib > 32.0 && mib <= 64.0, "reserved {mib} MiB of 64: {swap}");
+    assert!(swap.contains(" of 64.0 MiB reserved at most"), "{swap}");
+    assert!(err.contains("the swap space was full (raise --swap-size)"), "{err}");
+}
+
 /// `uswap stat` on a pid outside any run: one line, exit status 1.
 #[test]
 fn uswap_stat_of_a_pid_outside_any_run_says_so() {
