@@ -156,7 +156,7 @@ fn sealing_and_opening_pages_never_call_malloc_on_engine_threads() {
     let program = compile("secret_pages", &[]);
     let check = compile("malloc_check", &["-g", "-shared", "-fPIC"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "16M", "--zswap", "off", "--swap-size", "256M"])
+        .args(["run", "--verbose", "--budget", "16M", "--zswap", "off", "--swap-size", "256M"])
         .args(["--idle-poll", "off", "--encrypt", "on", "--"])
         .arg(&program)
         .args(["uswap-malloc-secret", "48"])

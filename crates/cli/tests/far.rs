@@ -68,7 +68,7 @@ struct Run {
 impl Run {
     fn start(far: &str, program: &[&str]) -> Run {
         let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
-            .args(["run", "--budget", "32M", "--pool-size", "8M", "--far", far])
+            .args(["run", "--verbose", "--budget", "32M", "--pool-size", "8M", "--far", far])
             .args(["--idle-poll", "off", "--stats-every", "0.2", "--stats-file", "/dev/null"])
             .arg("--")
             .args(program)
@@ -110,8 +110,9 @@ impl Run {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
+        // `name value` lines, indented under `tree` and `pid N` (this run has one process).
         text.lines()
-            .filter_map(|l| l.split_once(' '))
+            .filter_map(|l| l.trim_start().split_once(' '))
             .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
             .collect()
     }
@@ -279,7 +280,7 @@ fn far_tier_threads_never_call_malloc() {
     let program = compile("pages_check");
     let check = compile_with("malloc_check", &["-g", "-shared", "-fPIC"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
+        .args(["run", "--verbose", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
         .args(["--idle-poll", "off", "--"])
         .arg(&program)
         .arg("48")
@@ -335,7 +336,16 @@ fn python_objects_in_the_far_tier(objects: &str, server_mb: u32) {
     let servers = servers_of(3, server_mb);
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "128M", "--pool-size", "1M", "--far", &url(&servers)])
+        .args([
+            "run",
+            "--verbose",
+            "--budget",
+            "128M",
+            "--pool-size",
+            "1M",
+            "--far",
+            &url(&servers),
+        ])
         .args(["--idle-poll", "off", "--", &py, script, objects])
         .env("USWAP_PRELOAD", shim())
         .output()
