@@ -872,6 +872,12 @@ impl Engine {
         self.core.storage.device.backend().fork(backend::ForkStep::Prepare);
     }
 
+    /// Whether reclaim is paused for a fork ([`Engine::pause_for_fork`]); in a forked
+    /// child, until the frontend has let it run again (after the embedder's fork hook).
+    pub fn reclaim_paused(&self) -> bool {
+        self.core.fork_pause.is_paused()
+    }
+
     /// Lets reclaim run again after [`Engine::pause_for_fork`] (in the parent).
     pub fn resume_after_fork(&self) {
         self.core.storage.device.backend().fork(backend::ForkStep::Resume);

@@ -22,7 +22,8 @@
 //!     the pipe's read end polled: the            regions moved to the handler's uffd
 //!       references go when it hangs up           zero pages write-protected again
 //!     fork mode ends, reclaim resumes            the embedder's hook (the shim rejoins
-//!                                                  its run's broker)
+//!                                                  its run's broker), then reclaim
+//!                                                  resumes
 //! ```
 //!
 //! What makes the child's copy consistent: at the fork no page-out, writeback or
@@ -224,9 +225,14 @@ impl Forkable for Inner {
                 let engine = parts.engine.clone();
                 self.parts.store(Some(Arc::new(parts)));
                 self.pid.store(process::getpid(), std::sync::atomic::Ordering::SeqCst);
+                // The embedder's hook runs while reclaim is still paused: until it returns
+                // the child's engine writes nothing to its own device, so what the hook
+                // sets for that device first (the shim's run gives the child a swap-space
+                // row of its own) holds from its first write.
                 if let Some(hooks) = &self.settings.handler.hooks {
                     hooks.forked(&engine, true);
                 }
+                engine.resume_after_fork();
             }
             Err(error) => run_unmanaged(&old, &error),
         }
@@ -296,7 +302,6 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
         source.set_region_uffd(uffd.clone());
     }
     drop(boot_dispatcher);
-    engine.resume_after_fork();
     if source.protects_zero_pages() {
         for (addr, pages) in engine.zero_mapped_ranges(MmId::DEFAULT) {
             let range = Range::new(addr as usize, pages as usize * crate::PAGE_SIZE)?;

@@ -496,8 +496,10 @@ pub trait Hooks: Send + Sync + std::fmt::Debug {
     /// The process forked. In the parent (`child` false), after the fork's parent handler
     /// has let the engine run again; in the child (`child` true), on its only thread, once
     /// its engine runs on its own uffd and threads (crate::fork), before the program's own
-    /// child handlers. The child may allocate and start threads here; it must not touch
-    /// managed memory.
+    /// child handlers, and before the child's engine reclaims anything: its reclaim stays
+    /// paused until this returns, so nothing is written to the child's own swap device
+    /// before it (faults are served meanwhile, charged past the budget if need be). The
+    /// child may allocate and start threads here; it must not touch managed memory.
     fn forked(&self, engine: &Engine, child: bool) {
         let _ = (engine, child);
     }

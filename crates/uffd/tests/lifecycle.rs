@@ -151,6 +151,60 @@ fn a_child_writes_its_own_copy_and_the_parent_keeps_its_data() {
     }
 }
 
+/// The hooks of [`the_childs_hook_runs_before_its_reclaim_resumes`]: whether the child's
+/// engine had its reclaim paused when its fork hook ran (0: not run, 1: paused, 2: not).
+#[derive(Debug, Default)]
+struct ForkHookSees {
+    paused: AtomicU64,
+}
+
+impl uffd::Hooks for ForkHookSees {
+    fn forked(&self, engine: &engine::Engine, child: bool) {
+        if child {
+            self.paused.store(if engine.reclaim_paused() { 1 } else { 2 }, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A forked child's hook runs while its engine's reclaim is still paused (the embedder
+/// sets up what the child's own swap device needs first: the shim joins its run's budget,
+/// whose swap-space row the device's first write must use), and reclaim runs once it
+/// returns: the child's own pages then page out.
+#[test]
+fn the_childs_hook_runs_before_its_reclaim_resumes() {
+    let _serial = serial();
+    let hooks = Arc::new(ForkHookSees::default());
+    let options = uffd::HandlerOptions { hooks: Some(hooks.clone()), ..Default::default() };
+    let Some(swap) = swap_or_skip(builder().handler_options(options)) else { return };
+    const PAGES: usize = 8;
+    let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        fill_page(page, i as u64, 5);
+    }
+    settle_resident(&swap, PAGES as u64);
+    let base = region.addr();
+    let pid = fork_child(|| {
+        match hooks.paused.load(Ordering::SeqCst) {
+            1 => {}
+            seen => return 10 + seen as i32, // 10: no hook; 12: reclaim already running
+        }
+        for page in 0..PAGES {
+            // SAFETY: a page of the child's copy of the region; the write makes it the
+            // child's own (no longer shared with the parent), so it can be paged out.
+            unsafe { std::ptr::write_volatile((base + page * PAGE_SIZE) as *mut u64, 9) };
+        }
+        let Ok(engine) = swap.engine() else { return 3 };
+        match engine.pageout(base as u64, (PAGES * PAGE_SIZE) as u64) {
+            Ok(taken) if taken == PAGES as u64 && !engine.reclaim_paused() => 0,
+            _ => 2, // reclaim did not resume after the hook
+        }
+    });
+    assert_eq!(exit_code(pid), 0, "see the child's codes");
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page_is(page, i as u64, 5), "parent page {i} intact");
+    }
+}
+
 /// Forks while the process works: worker threads fault continuously (the handler allocates
 /// for every fault it serves), a pager evicts, and the main thread forks in a loop; each
 /// child starts a swap of its own and reads evicted pages that never change. A fork that
