@@ -41,7 +41,7 @@
 //! Locks: none. `pread` / `pwrite` at distinct offsets are safe from many threads.
 
 use crate::quota::{ChunkSet, SpaceQuota, QUOTA_CHUNK_BYTES};
-use crate::{check_range, check_request, Backend, Error, PAGE_SIZE};
+use crate::{check_range, check_request, Backend, Error, ForkStep, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::fd::BorrowedFd;
@@ -136,6 +136,9 @@ pub struct FileBackend {
     quota: Option<(Arc<dyn SpaceQuota>, ChunkSet)>,
     /// The last write found the quota used up: `out_of_space` says so until it has room.
     quota_full: AtomicBool,
+    /// A forked child's copy of its parent's file ([`ForkStep::Inherited`]): the quota's
+    /// reservations are the parent's, never given back from this copy.
+    inherited: AtomicBool,
     stats: FileStats,
 }
 
@@ -210,6 +213,7 @@ impl FileBackend {
             created: std::time::Instant::now(),
             quota: options.quota.map(|quota| (quota, ChunkSet::new(nr_pages))),
             quota_full: AtomicBool::new(false),
+            inherited: AtomicBool::new(false),
             stats: FileStats::default(),
         };
         backend.look_at_free_space();
@@ -249,6 +253,12 @@ impl FileBackend {
         &self.stats
     }
 
+    /// The shared quota and this file's chunks in it, unless this is a forked child's copy
+    /// of its parent's file, whose reservations are the parent's to give back.
+    fn own_quota(&self) -> Option<&(Arc<dyn SpaceQuota>, ChunkSet)> {
+        self.quota.as_ref().filter(|_| !self.inherited.load(Ordering::Relaxed))
+    }
+
     /// Bytes of the shared quota this file holds ([`FileOptions::quota`]).
     pub fn quota_bytes(&self) -> u64 {
         self.quota.as_ref().map_or(0, |(_, chunks)| chunks.reserved_bytes())
@@ -274,10 +284,11 @@ impl FileBackend {
     }
 }
 
-/// The file's blocks go with it: its chunks' reservations go back to the shared quota.
+/// The file's blocks go with it: its chunks' reservations go back to the shared quota
+/// (not from a forked child's copy: they are its parent's, and go with the parent's).
 impl Drop for FileBackend {
     fn drop(&mut self) {
-        if let Some((quota, chunks)) = &self.quota {
+        if let Some((quota, chunks)) = self.own_quota() {
             chunks.release_all(quota.as_ref());
         }
     }
@@ -429,7 +440,7 @@ impl Backend for FileBackend {
             .map_err(lost)
             .and_then(|p| p.map_err(std::io::Error::from))
             .map_err(|e| self.io_error("discard", offset, e))?;
-        if let Some((quota, chunks)) = &self.quota {
+        if let Some((quota, chunks)) = self.own_quota() {
             chunks.uncover(quota.as_ref(), offset, nr);
         }
         self.stats.discard_pages.fetch_add(nr, Ordering::Relaxed);
@@ -442,6 +453,14 @@ impl Backend for FileBackend {
 
     fn nr_pages(&self) -> u64 {
         self.nr_pages
+    }
+
+    /// A forked child's copy: read only from now on (the overlay above it), and its quota
+    /// reservations left to the parent, which still holds them.
+    fn fork(&self, step: ForkStep) {
+        if step == ForkStep::Inherited {
+            self.inherited.store(true, Ordering::Relaxed);
+        }
     }
 
     /// While the disk is low, looked up again every [`DISK_LOW_RECHECK`] at most (a

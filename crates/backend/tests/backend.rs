@@ -4,7 +4,7 @@
 
 use backend::{
     Backend, ChecksumBackend, Error, FaultBackend, FaultKind, FaultPlan, FileBackend, FileOptions,
-    MemoryBackend, PAGE_SIZE,
+    ForkStep, MemoryBackend, PAGE_SIZE,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -144,6 +144,25 @@ fn files_sharing_a_quota_stop_writing_when_it_is_used_up() {
     assert_eq!(buf, page(4));
     drop(b);
     assert_eq!(quota.used_bytes(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A forked child's copy of its parent's file (told by `ForkStep::Inherited`) never gives back the
+/// parent's quota reservations: dropped in the child, the chunks stay reserved for the
+/// parent, which still holds them.
+#[test]
+fn a_forked_childs_copy_of_a_file_keeps_its_parents_quota() {
+    use backend::quota::{LocalQuota, QUOTA_CHUNK_BYTES, QUOTA_CHUNK_PAGES};
+    let dir = scratch_dir("quota-forked");
+    let quota = std::sync::Arc::new(LocalQuota::new(4 * QUOTA_CHUNK_BYTES));
+    let options = FileOptions { quota: Some(quota.clone()), ..FileOptions::default() };
+    let file = FileBackend::create(&dir, 8 * QUOTA_CHUNK_BYTES, options).unwrap();
+    file.write(0, &page(1)).unwrap();
+    file.write(2 * QUOTA_CHUNK_PAGES, &page(2)).unwrap();
+    assert_eq!(quota.used_bytes(), 2 * QUOTA_CHUNK_BYTES);
+    file.fork(ForkStep::Inherited);
+    drop(file);
+    assert_eq!(quota.used_bytes(), 2 * QUOTA_CHUNK_BYTES, "the parent's chunks stay");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
