@@ -399,7 +399,7 @@ impl ShimHooks {
             self.counters.pool_peak_bytes.store(g.pool_bytes, Relaxed);
             self.counters.pool_peak_stored.store(g.pool_stored_pages, Relaxed);
         }
-        let rss = uffd::MemStatus::read().map_or(0, |m| m.rss_bytes);
+        let rss = mem_status().map_or(0, |m| m.rss_bytes);
         let charged = engine.charged_bytes();
         let held = charged.saturating_sub(engine.outside_charge());
         runstat::proto::Report {
@@ -547,8 +547,13 @@ impl ShimHooks {
 }
 
 impl uffd::Hooks for ShimHooks {
-    fn forked(&self, _engine: &Engine, child: bool) {
+    fn forked(&self, engine: &Engine, child: bool) {
         if child {
+            // First, while the child's reclaim is still paused (the hook's contract): the
+            // child joins the run's budget as a member of its own, so that its engine's
+            // first write to its own swap file is reserved on its own row. A child that
+            // cannot join goes on under its inherited share (`member_broker_lost`).
+            let _ = crate::member::rejoin_after_fork(engine);
             crate::shim::forked_child();
         } else {
             self.record(RecordKind::Fork, 0, 0, 0);

@@ -14,9 +14,10 @@
 //! it open would keep the broker from seeing its parent exit or exec. So every child
 //! closes its copy at once ([`install_fork_hook`]; closing one process's descriptor
 //! leaves the parent's connection alone), unless it already joined as itself.
-//! [`rejoin_after_fork`] is the call for a child that runs an engine of its own: it drops
-//! the inherited descriptor, joins as its own pid and applies its share (its contract is
-//! in its comment).
+//! [`rejoin_after_fork`] is the call for a child that runs an engine of its own (every
+//! forked child of a managed process: docs/ARCHITECTURE.md, "Fork"): it drops the
+//! inherited descriptor, joins as its own pid and applies its share (its contract is in
+//! its comment).
 //!
 //! The connection is one word (`CONN`: the pid that made it and its descriptor), the
 //! rest of the state atomics too: nothing here takes a lock or allocates on the paths a
@@ -246,7 +247,12 @@ pub fn install_fork_hook() {
 ///
 /// A child the broker refuses, or that finds it gone, goes on alone under the budget its
 /// engine inherited (the parent's share: the tree may pass its budget by that much while
-/// both live), as a member whose broker was killed does; the error says why.
+/// both live), as a member whose broker was killed does (`member_broker_lost` is 1); the
+/// error says why.
+///
+/// Where it is called: the shim's fork hook (`ShimHooks::forked` in the child), which
+/// the uffd crate runs while the child's engine has its reclaim paused (crates/uffd's
+/// fork.rs), so nothing is written to the child's own swap file before it.
 ///
 /// # Errors
 /// [`Outside`]: not joined (above).
@@ -262,10 +268,12 @@ pub fn rejoin_after_fork(engine: &Engine) -> Result<Joined, Outside> {
     quota::REFUSED_BYTES.store(0, SeqCst);
     PENDING_SHARE.store(0, SeqCst);
     LAST_REPORT_NS.store(0, SeqCst);
-    let target = TARGET.get().ok_or(Outside::NoBroker)?;
-    let joined = join_as(target, sys::getpid())?;
-    apply(engine, joined.share);
-    Ok(joined)
+    let joined = TARGET.get().ok_or(Outside::NoBroker).and_then(|t| join_as(t, sys::getpid()));
+    match joined {
+        Ok(joined) => apply(engine, joined.share),
+        Err(_) => BROKER_LOST.store(1, SeqCst),
+    }
+    joined
 }
 
 /// Applies `share` to `engine`, counting the outcome.

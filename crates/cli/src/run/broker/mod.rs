@@ -97,8 +97,8 @@ struct Record {
     why: Option<String>,
     /// The broker refused it, and why.
     refused: Option<String>,
-    /// It has the shim loaded without being a member: forked without an exec, its
-    /// inherited memory served by its parent's engine (looked up once, at its first scan
+    /// It has the shim loaded without being a member: forked without an exec and not
+    /// joined yet, its memory its copy of its parent's (looked up once, at its first scan
     /// and again at its grace scan).
     forked: Option<bool>,
 }
@@ -426,13 +426,11 @@ impl State {
     /// maps (a forked child's copy-on-write pages are its parent's), and a vfork child
     /// nothing (it runs in its parent's memory until it execs).
     ///
-    /// A child forked without an exec is in the tree's total and named, but not taken
-    /// off the members' shares: its parent's engine serves it (userfaultfd's fork event)
-    /// and charges the pages it maps into it, and its private memory is mostly those;
-    /// taking it off again squeezed the parent to its floor for memory its engine already
-    /// held (a program reading 128 MiB in a child under 16M: the parent's system calls'
-    /// retries lost their pages to reclaim). What such a child allocates itself is not
-    /// managed until children run engines of their own.
+    /// A child forked without an exec joins as a member of its own from its fork handler
+    /// (the preload crate's `member::rejoin_after_fork`). Until it has, or if it cannot,
+    /// it is in the tree's total and named once past its grace scans, but not taken off
+    /// the members' shares: its engine is a copy of its parent's, under the share it
+    /// inherited, and its memory is mostly its parent's pages shared copy-on-write.
     fn scan(&mut self) {
         let found = procs::descendants(self.root, &self.settings.exclude);
         let members: BTreeSet<u32> =

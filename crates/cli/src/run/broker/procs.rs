@@ -59,11 +59,15 @@ pub fn descends(pid: u32, root: u32) -> bool {
     false
 }
 
-/// `pid`'s resident set, bytes.
+/// `pid`'s resident set, bytes; `None` for a process gone, or one with no address space
+/// left (a zombie: exited, not yet reaped by its parent, as a `multiprocessing` pool's
+/// workers wait for the pool's thread; its exit is its member's, not an unmanaged
+/// process's).
 pub fn rss(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    let (Some(Ok(size)), Some(Ok(pages))) = (fields.next(), fields.next()) else { return None };
+    (size > 0).then_some(pages * 4096)
 }
 
 /// The memory only `pid` maps (`Private_Clean + Private_Dirty` of smaps_rollup), bytes:
@@ -142,7 +146,7 @@ pub fn name(pid: u32) -> String {
 }
 
 /// Whether `pid` has the shim `shim` mapped: without a member's hello, a child forked
-/// without an exec (the shim's constructor runs at an exec only).
+/// without an exec that has not joined (yet: it joins from its fork handler).
 pub fn has_shim(pid: u32, shim: &str) -> bool {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     !shim.is_empty() && maps.contains(shim)
@@ -186,12 +190,13 @@ pub fn why_unmanaged(
         if var(runstat::env::RUN_DIR).is_some_and(|dir| dir != run_dir) {
             return "its environment names another run, whose broker refused it".to_string();
         }
-        // The shim's constructor runs at an exec only: loaded and never said hello, this
-        // is a fork without an exec (of a member, or of such a child).
+        // Loaded and never said hello: a fork without an exec (of a member, or of such a
+        // child) that could not join as a member of its own (its broker's answer lost,
+        // or its engine could not start: it says why on stderr).
         let of = if members.contains(&ppid) { "a member" } else { "a process" };
         return format!(
-            "forked by {of} ({ppid}) without an exec: the memory it inherited is its \
-             parent's engine's, what it allocates is not managed"
+            "forked by {of} ({ppid}) without an exec and not a member: its engine, if it \
+             has one, goes on under the share it inherited"
         );
     }
     let exe = read_head(&format!("/proc/{pid}/exe"), 64 << 10);
