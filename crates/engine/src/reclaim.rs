@@ -109,8 +109,14 @@ impl Core {
             if !self.config.background_reclaim {
                 // Nobody else will shrink a full pool (the kernel's shrink_worker): do it.
                 self.shrink_pool();
-                self.compact_pool();
             }
+            // What is resident could not make the room: the pool holds the charge. The
+            // fault waits for the pool's writeback, as the kernel's direct reclaim runs the
+            // zswap shrinker (mapped over the budget instead, its page was the reclaimer's
+            // next victim, and a system call made again after the fault found it gone every
+            // time, for good where the outside charge leaves the pool the only room).
+            self.shrink_pool_while(need, Pressure::BelowLow);
+            self.compact_pool();
         }
     }
 
@@ -201,7 +207,7 @@ impl Core {
             let Some(_busy) = self.fork_pause.enter() else { continue };
             let _running = self.kswapd_running.lock();
             self.reclaim_to(Pressure::None, false);
-            self.shrink_pool();
+            self.shrink_pool_while(0, Pressure::BelowHigh);
             self.compact_pool();
         }
     }
@@ -210,16 +216,39 @@ impl Core {
     /// is under its accept threshold again (the kernel's `shrink_worker`). Returns pages
     /// written back.
     pub(crate) fn shrink_pool(&self) -> u64 {
+        self.shrink_pool_when(&|zswap: &zswap::Zswap| zswap.is_full())
+    }
+
+    /// [`Core::shrink_pool`], and then on while the budget's pressure for a charge of
+    /// `need` is above `target`: once reclaim has nothing resident left to page out, a pool
+    /// within its own limit may still hold what the budget lacks (a budget cut at once,
+    /// under an outside charge that leaves the pool the only room), and only writeback gives
+    /// it back (the kernel's zswap shrinker, run by a memory cgroup's reclaim).
+    pub(crate) fn shrink_pool_while(&self, need: u64, target: Pressure) -> u64 {
+        let short = |zswap: &zswap::Zswap| {
+            zswap.is_full() || self.budget.pressure(self.pool_charge(), need) > target
+        };
+        self.shrink_pool_when(&short)
+    }
+
+    fn shrink_pool_when(&self, more: &dyn Fn(&zswap::Zswap) -> bool) -> u64 {
         let Some(zswap) = &self.storage.zswap else { return 0 };
         if self.device_out_of_space() {
             return 0; // each write back would fail, its entry staying in the pool
         }
         let target = crate::writeback::Target::new(self);
-        let mut total = 0;
-        while zswap.is_full() && !self.fork_pause.is_paused() {
-            let written = zswap.writeback(&target, self.config.reclaim_batch_pages);
-            total += written;
-            if written == 0 {
+        let batch = self.config.reclaim_batch_pages;
+        let (mut total, mut sparing) = (0, 0);
+        while more(zswap) && !self.fork_pause.is_paused() {
+            let pass = zswap.writeback_pass(&target, batch);
+            total += pass.written;
+            // A pass that only spared referenced entries cleared their bits: go on, for at
+            // most one turn of the LRU (a pass looks at up to twice the batch). A pool
+            // whose every entry was stored since the last pass (a budget cut at once, as
+            // a forked child's first share) is otherwise never written back.
+            let turn = zswap.stored_pages() / (2 * batch).max(1) + 2;
+            sparing = if pass.written == 0 { sparing + 1 } else { 0 };
+            if pass.written == 0 && (pass.spared == 0 || sparing > turn) {
                 break;
             }
         }

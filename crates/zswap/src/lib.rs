@@ -118,5 +118,5 @@ pub use error::{CompressError, Error, Reject};
 pub use faults::FaultHooks;
 pub use stats::ZswapStats;
 pub use tree::{TREE_SHIFT, TREE_SLOTS};
-pub use writeback::{WritebackPin, WritebackTarget};
+pub use writeback::{Pass, WritebackPin, WritebackTarget};
 pub use zswap::Zswap;

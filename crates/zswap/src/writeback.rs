@@ -65,6 +65,15 @@ pub trait WritebackTarget: Send + Sync {
     fn unpin(&self, pin: WritebackPin, written: bool);
 }
 
+/// What one writeback pass did ([`Zswap::writeback_pass`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Entries written back to the device (and erased from the pool).
+    pub written: u64,
+    /// Referenced entries given a second chance: their bit cleared, rotated to the head.
+    pub spared: u64,
+}
+
 /// What happened to one candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -92,25 +101,35 @@ impl Zswap {
     /// time; holds no lock while calling `target`; allocates two page buffers per call.
     /// Looks at most at `2 * max_pages` entries.
     pub fn writeback(&self, target: &dyn WritebackTarget, max_pages: u64) -> u64 {
+        self.writeback_pass(target, max_pages).written
+    }
+
+    /// [`Zswap::writeback`], saying also how many entries it spared (their referenced bit
+    /// cleared, rotated): a pass that wrote nothing but spared some still made progress,
+    /// since the next pass finds those entries cold. The kernel's `shrink_worker` goes on
+    /// after such a pass too; one that stopped there left a pool full of entries stored
+    /// since its last pass, every one referenced, full for good.
+    pub fn writeback_pass(&self, target: &dyn WritebackTarget, max_pages: u64) -> Pass {
         let mut buffers =
             Buffers { object: vec![0u8; PAGE_SIZE].into_boxed_slice(), page: Box::new([0; 4096]) };
         let scan_limit = max_pages.saturating_mul(2);
-        let (mut written, mut scanned) = (0, 0);
-        while written < max_pages && scanned < scan_limit {
+        let (mut pass, mut scanned) = (Pass::default(), 0);
+        while pass.written < max_pages && scanned < scan_limit {
             scanned += 1;
             let Some(candidate) = self.writeback_candidate() else {
                 break; // The LRU is empty.
             };
             let Some(candidate) = candidate else {
-                continue; // Spared: it had its referenced bit.
+                pass.spared += 1; // It had its referenced bit.
+                continue;
             };
             match self.writeback_entry(target, candidate, &mut buffers) {
-                Outcome::Written => written += 1,
+                Outcome::Written => pass.written += 1,
                 Outcome::Failed => {}
                 Outcome::WarmStop => break,
             }
         }
-        written
+        pass
     }
 
     /// Takes the LRU tail: `None` if the LRU is empty, `Some(None)` if it was referenced

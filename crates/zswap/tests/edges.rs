@@ -255,6 +255,25 @@ fn writeback_spares_referenced_entries_once_then_writes_the_coldest() {
     zswap.check_invariants();
 }
 
+/// A pass that writes nothing says what it spared: progress, which the engine's shrinker
+/// goes on after (a pool whose entries were all stored since its last pass).
+#[test]
+fn a_pass_that_only_spares_entries_says_so() {
+    let zswap = pool("lz4");
+    let device = Device::new();
+    for offset in 1..=4 {
+        device.alloc(slot(offset));
+        device.swap_out(&zswap, slot(offset), &text_page(offset)).expect("store");
+    }
+    let pass = zswap.writeback_pass(device.as_ref(), 1);
+    assert_eq!(pass, zswap::Pass { written: 0, spared: 2 });
+    let pass = zswap.writeback_pass(device.as_ref(), 1);
+    assert_eq!(pass, zswap::Pass { written: 0, spared: 2 }, "the other two entries");
+    let pass = zswap.writeback_pass(device.as_ref(), 1);
+    assert_eq!(pass, zswap::Pass { written: 1, spared: 0 }, "every bit clear now");
+    zswap.check_invariants();
+}
+
 #[test]
 fn a_loaded_entry_gets_its_second_chance_back() {
     let zswap = pool("lz4");
