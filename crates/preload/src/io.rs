@@ -8,8 +8,9 @@
 //! system call's buffer) is not a signal: the call fails with EFAULT. Each wrapper calls
 //! libc's own function (found with `dlsym(RTLD_NEXT)`), and when that fails with EFAULT in
 //! SIGBUS mode, in the process that runs the engine, brings in the first managed pages of
-//! the buffer (at most 256 KiB: [`uffd::bring_in`]) and calls again, at most [`RETRIES`]
-//! times (reclaim may take a page back between the two). The call then copies at least
+//! the buffer (at most 256 KiB: [`uffd::bring_in`]) and calls again: [`RETRIES`] times at
+//! once, then after waits, for at most [`RETRY_FOR`] ([`Retry`]: reclaim may take a page
+//! back between the two, for as long as the process is far over its budget). The call then copies at least
 //! that prefix and returns a short count, from which the program goes on (and a next
 //! EFAULT brings in the next prefix). Nothing is lost by the first attempt for files,
 //! pipes and stream sockets: a call that copied nothing consumed nothing (pipes measured,
@@ -30,9 +31,43 @@
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 
-/// Calls after the first one, each after bringing the buffer in.
-pub(crate) const RETRIES: usize = 4;
+/// Calls made again at once after bringing the buffer in; the ones after them wait first
+/// ([`Retry`]).
+pub(crate) const RETRIES: u32 = 4;
+/// How long a call is made again, at most, while its buffer's pages are taken back before
+/// it runs: a budget cut at once (a forked child's first share) keeps reclaim paging out
+/// whatever comes in for as long as the pool's writeback takes, tenths of a second.
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(2);
+/// The longest wait between two calls.
+const RETRY_WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// The pace of one call's retries: [`RETRIES`] at once, then each after a wait that doubles
+/// from 50 us up to [`RETRY_WAIT_MAX`], until [`RETRY_FOR`] has passed since the first.
+/// Waiting lets reclaim reach the budget, after which a page brought in stays.
+#[derive(Debug, Default)]
+pub(crate) struct Retry {
+    made: u32,
+    since: Option<Instant>,
+}
+
+impl Retry {
+    /// Whether to make the call again, after waiting its turn; false once the time is up.
+    pub(crate) fn again(&mut self) -> bool {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        self.made += 1;
+        if self.made <= RETRIES {
+            return true;
+        }
+        if since.elapsed() >= RETRY_FOR {
+            return false;
+        }
+        let doublings = (self.made - RETRIES - 1).min(8);
+        std::thread::sleep(Duration::from_micros(50 << doublings).min(RETRY_WAIT_MAX));
+        true
+    }
+}
 
 /// Set when the shim runs with SIGBUS delivery.
 pub static SIGBUS_DELIVERY: AtomicBool = AtomicBool::new(false);
@@ -142,16 +177,14 @@ pub(crate) fn efault_under_sigbus() -> bool {
 /// length) hold managed pages, brings them in and runs it again (module essay). `write`:
 /// the kernel writes into the buffers (a read-type call).
 fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize {
-    let mut result = call();
-    for attempt in 0..=RETRIES {
-        if result >= 0 || !efault_under_sigbus() {
+    let (mut result, mut retry) = (call(), Retry::default());
+    while result < 0 && efault_under_sigbus() {
+        if !retry.again() {
+            EFAULT_FAILED.fetch_add(1, Relaxed);
+            set_errno(libc::EFAULT);
             break;
         }
         if !bring_in_after_efault(buffers, write) {
-            break;
-        }
-        if attempt == RETRIES {
-            EFAULT_FAILED.fetch_add(1, Relaxed);
             break;
         }
         EFAULT_RETRIES.fetch_add(1, Relaxed);

@@ -11,14 +11,15 @@
 //! the same), and while it stops short with the stream's error set and errno EFAULT, brings
 //! in the first managed pages of the rest of the buffer ([`crate::io::bring_in_after_efault`]),
 //! clears the error and goes on from where it stopped: glibc counts exactly the bytes it
-//! moved. At most [`crate::io::RETRIES`] rounds in a row without progress.
+//! moved. Rounds in a row without progress are paced and bounded as the other calls'
+//! ([`crate::io::Retry`]).
 //!
 //! With handler delivery each wrapper is glibc's function and one atomic load.
 
 #![allow(unsafe_code)]
 
 use crate::io::{bring_in_after_efault, efault_under_sigbus, next, SIGBUS_DELIVERY};
-use crate::io::{EFAULT_FAILED, EFAULT_RETRIES, RETRIES};
+use crate::io::{Retry, EFAULT_FAILED, EFAULT_RETRIES};
 use libc::{c_void, size_t, FILE};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
@@ -45,7 +46,7 @@ unsafe fn transfer(
         // SAFETY: the caller's arguments, to glibc's function.
         return unsafe { f(ptr, size, n, stream) };
     }
-    let (base, mut done, mut stalls) = (ptr as usize, 0usize, 0usize);
+    let (base, mut done, mut retry) = (ptr as usize, 0usize, Retry::default());
     loop {
         // SAFETY: the rest of the caller's buffer, whole bytes of it.
         let got = unsafe { f((base + done) as *mut c_void, 1, total - done, stream) };
@@ -54,8 +55,10 @@ unsafe fn transfer(
         if done == total || unsafe { libc::ferror(stream) } == 0 || !efault_under_sigbus() {
             break;
         }
-        stalls = if got == 0 { stalls + 1 } else { 0 };
-        if stalls > RETRIES {
+        if got > 0 {
+            retry = Retry::default();
+        }
+        if !retry.again() {
             EFAULT_FAILED.fetch_add(1, Relaxed);
             break;
         }
