@@ -406,8 +406,10 @@ fn zero_pages_read_then_written_keep_their_data() {
         assert!(mapped >= 8192 && (4097..=mapped).contains(&written), "{delivery}: {err}");
         // Zero pages the program read before its mapping was registered are adopted
         // protected, not charged: charged, they passed the budget by up to 25 MiB until
-        // reclaimed.
-        assert!(summary_mib(&err, "peak charged ") <= 8.5, "{delivery}: {err}");
+        // reclaimed. The figure is the highest of the tree's members, the forked child's
+        // too, which starts with its parent's charge and its own share: the tree's margin,
+        // a tenth of the budget.
+        assert!(summary_mib(&err, "peak charged ") <= 8.8, "{delivery}: {err}");
     }
     let out =
         uswap(&["run", "--budget", "8M", "--zero-pages", "charged", "--", exe.to_str().unwrap()]);

@@ -201,7 +201,16 @@ fn a_child_and_grandchild_read_pages_paged_out_before_an_unprivileged_fork() {
     let dir = TempDir::new("fork");
     let exe = dir.compile("run_programs", "fork_check");
     for delivery in ["handler", "sigbus"] {
-        let args = ["run", "--budget", "12M", "--delivery", delivery, "--", exe.to_str().unwrap()];
+        let args = [
+            "run",
+            "--verbose",
+            "--budget",
+            "12M",
+            "--delivery",
+            delivery,
+            "--",
+            exe.to_str().unwrap(),
+        ];
         let out = as_nobody(Some(gid), uswap(), &args);
         let (stdout, err) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{delivery}: {stdout}{err}");
@@ -228,7 +237,15 @@ fn a_seccomp_filter_denying_the_system_call_leaves_the_device() {
         report.contains("under a seccomp filter") && report.contains("rung 2 of 3"),
         "{report}"
     );
-    let args = [uswap().to_str().unwrap(), "run", "--budget", "12M", "--", exe.to_str().unwrap()];
+    let args = [
+        uswap().to_str().unwrap(),
+        "run",
+        "--verbose",
+        "--budget",
+        "12M",
+        "--",
+        exe.to_str().unwrap(),
+    ];
     let out = as_nobody(Some(gid), &launcher, &args);
     let (stdout, err) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{err}");
@@ -283,7 +300,7 @@ fn python_1gib_of_objects_under_256m_unprivileged() {
     let plain = as_nobody(None, python, &["-c", PY_OBJECTS, "1000000"]);
     assert_eq!(plain.status.code(), Some(7));
     let py = python.to_str().unwrap();
-    let args = ["run", "--budget", "256M", "--", py, "-c", PY_OBJECTS, "1000000"];
+    let args = ["run", "--verbose", "--budget", "256M", "--", py, "-c", PY_OBJECTS, "1000000"];
     let out = as_nobody(Some(gid), uswap(), &args);
     assert_eq!(out.status.code(), Some(7), "exit code preserved");
     assert_eq!(out.stdout, plain.stdout, "same checksum");
@@ -307,7 +324,15 @@ fn a_device_that_loses_its_permission_leaves_new_images_unmanaged() {
     command.args(["--reuid", UID, "--regid", UID, "--groups", &gid.to_string()]);
     // Live figures every 50 ms: an image that execs leaves its last live stats file.
     let stats = dir.0.join("stats");
-    command.arg(uswap()).args(["run", "--budget", "8M", "--stats-every", "0.05", "--stats-file"]);
+    command.arg(uswap()).args([
+        "run",
+        "--verbose",
+        "--budget",
+        "8M",
+        "--stats-every",
+        "0.05",
+        "--stats-file",
+    ]);
     command.arg(&stats).arg("--").arg(&exe).arg(&dir.0);
     command.env("USWAP_PRELOAD", shim()).env("HOME", "/").current_dir("/");
     command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
@@ -435,7 +460,7 @@ fn redis_bgsave_under_a_budget_below_its_data_set_loads_back_equal() {
     let port = free_port();
     let mut managed = Command::new("setpriv");
     managed.args(["--reuid", UID, "--regid", UID, "--groups", &gid.to_string()]);
-    managed.arg(uswap()).args(["run", "--budget", "24M", "--", "redis-server"]);
+    managed.arg(uswap()).args(["run", "--verbose", "--budget", "24M", "--", "redis-server"]);
     managed.args(server_args(port)).env("USWAP_PRELOAD", shim()).current_dir("/");
     let redis = Redis::start(managed, port);
     assert_eq!(redis.cli(&["DEBUG", "POPULATE", "200000", "key", "320"]), "OK");
