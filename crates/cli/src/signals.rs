@@ -10,8 +10,8 @@
 //! resumes it goes on to the program.
 //!
 //! How: the forwarded signals and CHLD are blocked in `uswap run` before the program is
-//! spawned and before the broker's threads start (std resets the mask in the child: the
-//! program gets the defaults), and the main thread waits for them with `sigwaitinfo`,
+//! spawned and before the broker's threads start (the program is started with an empty
+//! mask: crate::run::sys), and the main thread waits for them with `sigwaitinfo`,
 //! reaping the program, and the tree's orphans re-parented to `uswap run`, at each CHLD:
 //! no signal is lost between two waits, and none is handled in a signal handler.
 //!

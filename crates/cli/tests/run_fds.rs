@@ -26,7 +26,8 @@ fn stderr(out: &Output) -> String {
 fn fd_game(mode: &str) -> (Output, TempDir) {
     let exe = compile("fd_games");
     let dir = TempDir::new(&format!("fd-{mode}"));
-    let args = ["run", "--budget", "16M", "--zswap", "off", "--", exe.to_str().unwrap()];
+    let args =
+        ["run", "--verbose", "--budget", "16M", "--zswap", "off", "--", exe.to_str().unwrap()];
     let out = uswap(&[&args[..], &[mode, dir.path()]].concat());
     let _ = std::fs::remove_file(&exe);
     (out, dir)
@@ -108,7 +109,18 @@ fn a_shell_exec_onto_descriptors_3_to_9_keeps_its_data_and_files() {
         std::process::Command::new("bash").args(["-c", script, "sh", plain_dir.path()]).output();
     let plain = plain.unwrap();
     assert!(plain.status.success());
-    let out = uswap(&["run", "--budget", "8M", "--", "bash", "-c", script, "sh", dir.path()]);
+    let out = uswap(&[
+        "run",
+        "--verbose",
+        "--budget",
+        "8M",
+        "--",
+        "bash",
+        "-c",
+        script,
+        "sh",
+        dir.path(),
+    ]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(stdout(&out), stdout(&plain), "{err}");
@@ -141,7 +153,8 @@ fn python_closerange_keeps_its_objects_and_files() {
                   y = [bytes([i % 251]) * 4000 for i in range(12000, 14000)]\n\
                   bad = sum(b != bytes([i % 251]) * 4000 for i, b in enumerate(x + y))\n\
                   print('objects', len(x + y), 'bad', bad)\n";
-    let out = uswap(&["run", "--budget", "16M", "--", "python3", "-c", script, dir.path()]);
+    let out =
+        uswap(&["run", "--verbose", "--budget", "16M", "--", "python3", "-c", script, dir.path()]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(stdout(&out).trim(), "objects 14000 bad 0", "{err}");

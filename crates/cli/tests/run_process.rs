@@ -64,7 +64,8 @@ fn signals_sent_to_uswap_run_reach_the_program() {
     }
     script += "trap 'echo got TERM; exit 3' TERM\necho ready\n\
                i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n";
-    let mut run = spawn_uswap(&["run", "--budget", "8M", "--", "sh", "-c", &script], None);
+    let mut run =
+        spawn_uswap(&["run", "--verbose", "--budget", "8M", "--", "sh", "-c", &script], None);
     let mut lines = std::io::BufReader::new(run.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let pid = run.id() as libc::pid_t;
@@ -92,7 +93,8 @@ fn uswap_run_killed_leaves_the_program_managed_and_the_last_member_removes_the_d
     }
     let (exe, tmp) = (compile("orphan_check"), TempDir::new("orphan"));
     let result = tmp.0.join("result");
-    let args = ["run", "--budget", "8M", "--idle-poll", "on", "--", exe.to_str().unwrap()];
+    let args =
+        ["run", "--verbose", "--budget", "8M", "--idle-poll", "on", "--", exe.to_str().unwrap()];
     let mut run = spawn_uswap(&[&args[..], &[result.to_str().unwrap()]].concat(), Some(tmp.path()));
     let mut lines = std::io::BufReader::new(run.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
@@ -145,7 +147,7 @@ fn a_later_run_removes_directories_whose_members_are_all_gone() {
     let held = make(format!("uswap-run-{dead}-d-0"), true).unwrap();
     // SAFETY: flock on our own open file.
     assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_SH) }, 0);
-    let run = spawn_uswap(&["run", "--budget", "8M", "--", "true"], Some(tmp.path()));
+    let run = spawn_uswap(&["run", "--verbose", "--budget", "8M", "--", "true"], Some(tmp.path()));
     assert!(run.wait_with_output().unwrap().status.success());
     let mut left: Vec<String> = (std::fs::read_dir(&tmp.0).unwrap().flatten())
         .map(|e| e.file_name().to_string_lossy().to_string())
@@ -169,14 +171,34 @@ fn a_closed_stderr_keeps_the_programs_exit_status() {
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
     drop(read);
     let status = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "8M", "--", "sh", "-c", "exit 7"])
+        .args(["run", "--verbose", "--budget", "8M", "--", "sh", "-c", "exit 7"])
         .env("USWAP_PRELOAD", shim())
         .stderr(Stdio::from(write))
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(7));
-    let out = uswap(&["run", "--budget", "8M", "--", "sh", "-c", "exit 7"]);
+    let out = uswap(&["run", "--verbose", "--budget", "8M", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+}
+
+/// The program starts with no signal blocked, as without uswap: given `uswap run`'s mask
+/// (every forwarded signal and CHLD blocked, for its own `sigwaitinfo`), a shell never woke
+/// from `wait` for a job it had put in the background, and the TERM that `uswap run`
+/// forwarded to it waited, blocked, for ever.
+#[test]
+fn a_shell_waits_for_its_background_job_with_no_signal_blocked() {
+    if !can_run() {
+        return;
+    }
+    let script = "grep SigBlk /proc/$$/status; sleep 0.2 & wait; echo waited";
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    command.args(["run", "--budget", "8M", "--", "sh", "-c", script]);
+    command.env("USWAP_PRELOAD", shim());
+    let out = common::output_within(&mut command, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
+    assert!(text.contains("waited"), "{text}");
 }
 
 /// Whether this test process is root (set-id files to make, setpriv to drop to nobody).
@@ -223,14 +245,14 @@ fn a_secure_mode_program_is_refused_before_it_starts() {
         (setgid.as_str(), "is set-group-ID (group gid 65534)"),
         (script, "(the interpreter of"),
     ] {
-        let out = uswap(&["run", "--budget", "64M", "--", program, "-c", &touch]);
+        let out = uswap(&["run", "--verbose", "--budget", "64M", "--", program, "-c", &touch]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{program}: {err}");
         assert!(err.contains(expect) && err.contains("secure mode (AT_SECURE)"), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(!marker.exists(), "{program} ran");
     }
-    let out = uswap(&["run", "--budget", "64M", "--", &own, "-c", "exit 4"]);
+    let out = uswap(&["run", "--verbose", "--budget", "64M", "--", &own, "-c", "exit 4"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(stderr(&out).contains("pages out:"), "managed: {}", stderr(&out));
 }
@@ -256,7 +278,7 @@ fn a_program_with_file_capabilities_is_refused_for_an_unprivileged_caller() {
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "64M", "--", &capped, "-c", "true"])
+        .args(["run", "--verbose", "--budget", "64M", "--", &capped, "-c", "true"])
         .env("USWAP_PRELOAD", shim())
         .output()
         .unwrap();
@@ -284,7 +306,7 @@ fn a_script_whose_interpreter_is_static_is_refused() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let out = uswap(&["run", "--budget", "64M", "--", script.to_str().unwrap()]);
+    let out = uswap(&["run", "--verbose", "--budget", "64M", "--", script.to_str().unwrap()]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("(the interpreter of") && err.contains("statically linked"), "{err}");
@@ -339,7 +361,7 @@ fn an_address_space_limit_is_kept_or_refused_in_one_line() {
                   print(sum(b == bytes([i%251])*4000 for i, b in enumerate(x)))";
     let run = |kib: u32, budget: &str| {
         let line = format!(
-            "ulimit -v {kib} && exec {uswap_bin} run --budget {budget} -- python3 -c \"{script}\""
+            "ulimit -v {kib} && exec {uswap_bin} run --verbose --budget {budget} -- python3 -c \"{script}\""
         );
         let out = Command::new("bash").args(["-c", &line]).env("USWAP_PRELOAD", shim()).output();
         let out = out.unwrap();
@@ -372,7 +394,7 @@ fn a_swap_file_in_memory_is_said() {
     let dir = std::path::PathBuf::from(format!("/dev/shm/uswap-tmpfs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "8M", "--", "true"])
+        .args(["run", "--verbose", "--budget", "8M", "--", "true"])
         .env("USWAP_PRELOAD", shim())
         .env("TMPDIR", &dir)
         .output()
@@ -412,7 +434,7 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
         ("--record", victim_s, false, "already exists: give --force"),
         ("--stats-file", victim_s, false, "already exists: give --force"),
     ] {
-        let mut args = vec!["run", "--budget", "8M", flag, path];
+        let mut args = vec!["run", "--verbose", "--budget", "8M", flag, path];
         if force {
             args.push("--force");
         }
@@ -426,13 +448,22 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
     if !can_run() {
         return;
     }
-    let args = ["run", "--budget", "8M", "--force", "--stats-every", "0.05"];
+    let args = ["run", "--verbose", "--budget", "8M", "--force", "--stats-every", "0.05"];
     let out = uswap(&[&args[..], &["--stats-file", victim_s, "--", "sleep", "0.3"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&victim).unwrap();
     assert!(text.starts_with("precious\nuswap live: "), "appended to: {text}");
     // A file of another kind holds nothing to lose: written without --force.
-    let args = ["run", "--budget", "8M", "--stats-every", "0.05", "--stats-file", "/dev/null"];
+    let args = [
+        "run",
+        "--verbose",
+        "--budget",
+        "8M",
+        "--stats-every",
+        "0.05",
+        "--stats-file",
+        "/dev/null",
+    ];
     let out = uswap(&[&args[..], &["--", "sleep", "0.2"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
 }
@@ -447,7 +478,7 @@ fn a_recorded_program_that_execs_keeps_every_images_records() {
     }
     let (exe, dir) = (compile("exec_check"), TempDir::new("record-exec"));
     let trace = dir.0.join("t.trace");
-    let args = ["run", "--budget", "8M", "--stats-every", "0.05", "--record"];
+    let args = ["run", "--verbose", "--budget", "8M", "--stats-every", "0.05", "--record"];
     let out = uswap(&[&args[..], &[trace.to_str().unwrap(), "--", exe.to_str().unwrap()]].concat());
     let _ = std::fs::remove_file(&exe);
     let err = stderr(&out);
@@ -480,7 +511,7 @@ fn mlockall_locks_the_programs_memory_not_the_shims_reservation() {
         return;
     }
     let exe = compile("mlock_check");
-    let out = uswap(&["run", "--budget", "16M", "--", exe.to_str().unwrap()]);
+    let out = uswap(&["run", "--verbose", "--budget", "16M", "--", exe.to_str().unwrap()]);
     let _ = std::fs::remove_file(&exe);
     let (text, err) = (String::from_utf8_lossy(&out.stdout).to_string(), stderr(&out));
     assert!(out.status.success(), "{text}{err}");
@@ -500,7 +531,7 @@ fn many_exiting_threads_under_sigbus_delivery_keep_their_data() {
     }
     let exe = compile("threads_many");
     for _ in 0..2 {
-        let args = ["run", "--budget", "48M", "--delivery", "sigbus", "--"];
+        let args = ["run", "--verbose", "--budget", "48M", "--delivery", "sigbus", "--"];
         let out = uswap(&[&args[..], &[exe.to_str().unwrap(), "200", "2"]].concat());
         let err = stderr(&out);
         assert!(out.status.success(), "{err}");
@@ -519,7 +550,7 @@ fn many_threads_over_the_budget_are_told_why() {
         return;
     }
     let exe = compile("threads_many");
-    let args = ["run", "--budget", "48M", "--"];
+    let args = ["run", "--verbose", "--budget", "48M", "--"];
     let out = uswap(&[&args[..], &[exe.to_str().unwrap(), "200", "1"]].concat());
     let _ = std::fs::remove_file(&exe);
     let err = stderr(&out);

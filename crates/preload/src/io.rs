@@ -10,9 +10,9 @@
 //! SIGBUS mode, in the process that runs the engine, brings in the first managed pages of
 //! the buffer (at most 256 KiB: [`uffd::bring_in`]) and calls again: [`RETRIES`] times at
 //! once, then after waits, for at most [`RETRY_FOR`] ([`Retry`]: reclaim may take a page
-//! back between the two, for as long as the process is far over its budget). The call then copies at least
-//! that prefix and returns a short count, from which the program goes on (and a next
-//! EFAULT brings in the next prefix). Nothing is lost by the first attempt for files,
+//! back between the two, for as long as the process is far over its budget). The call then
+//! copies at least that prefix and returns a short count, from which the program goes on
+//! (and a next EFAULT brings in the next prefix). Nothing is lost by the first attempt for files,
 //! pipes and stream sockets: a call that copied nothing consumed nothing (pipes measured,
 //! docs/UFFD.md; the rest from the kernel's code). A datagram received into a swapped
 //! buffer is dropped by the kernel on EFAULT (`udp_recvmsg`; not measured here): that is a

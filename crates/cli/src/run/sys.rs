@@ -60,6 +60,20 @@ pub fn spawn_and_wait(
     if config.sigbus_delivery() {
         command.env("GLIBC_TUNABLES", without_rseq(std::env::var("GLIBC_TUNABLES").ok()));
     }
+    // The program starts with no signal blocked, as it would without uswap: the mask is
+    // kept across exec, and this thread blocks every forwarded signal and CHLD (std's
+    // spawn passes the mask on as it is). A shell given them blocked never woke from
+    // `wait` for a job it put in the background, nor died of the TERM forwarded to it.
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // async-signal-safe call (sigprocmask with a set on the stack); it allocates nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        })
+    };
     let child = command.spawn().with_context(|| format!("cannot start {}", program.display()))?;
     let pid = child.id() as libc::pid_t;
     let done = std::sync::Arc::new(AtomicBool::new(false));
