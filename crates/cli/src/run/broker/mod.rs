@@ -475,7 +475,7 @@ impl State {
             if record.unmanaged_scans == GRACE_SCANS && record.why.is_none() {
                 let why = procs::why_unmanaged(
                     p.pid,
-                    p.ppid,
+                    (p.ppid, record.ever_member),
                     &members,
                     (&self.settings.shim, &self.settings.dir.display().to_string()),
                     record.refused.as_deref(),

@@ -154,11 +154,12 @@ pub fn has_shim(pid: u32, shim: &str) -> bool {
 
 /// Why `pid` runs without an engine, in words (the summary's warning line).
 ///
-/// `members` are the tree's member pids, `shim` the shim's path, `run_dir` this run's
-/// directory, `refused` the reason the broker refused it, if it did.
+/// `ppid` is its parent, `was_member` whether it joined before, `members` the tree's
+/// member pids, `shim` the shim's path, `run_dir` this run's directory, `refused` the
+/// reason the broker refused it, if it did.
 pub fn why_unmanaged(
     pid: u32,
-    ppid: u32,
+    (ppid, was_member): (u32, bool),
     members: &BTreeSet<u32>,
     (shim, run_dir): (&str, &str),
     refused: Option<&str>,
@@ -189,6 +190,14 @@ pub fn why_unmanaged(
     if has_shim(pid, shim) {
         if var(runstat::env::RUN_DIR).is_some_and(|dir| dir != run_dir) {
             return "its environment names another run, whose broker refused it".to_string();
+        }
+        if was_member {
+            // The same image joined, and its connection closed while it runs: a program
+            // that closes every descriptor it did not open (a daemon) closes it too.
+            return "left the broker while running (its connection was closed, as a program \
+                    closing every descriptor closes it): its engine goes on under its last \
+                    share"
+                .to_string();
         }
         // Loaded and never said hello: a fork without an exec (of a member, or of such a
         // child) that could not join as a member of its own (its broker's answer lost,
