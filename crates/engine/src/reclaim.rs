@@ -225,8 +225,11 @@ impl Core {
     /// under an outside charge that leaves the pool the only room), and only writeback gives
     /// it back (the kernel's zswap shrinker, run by a memory cgroup's reclaim).
     pub(crate) fn shrink_pool_while(&self, need: u64, target: Pressure) -> u64 {
+        // A pool beside the budget holds none of its charge: writing it back gives the
+        // budget nothing, and would send every page on to the disk.
+        let beside = self.pool_is_beside();
         let short = |zswap: &zswap::Zswap| {
-            zswap.is_full() || self.budget.pressure(self.pool_charge(), need) > target
+            zswap.is_full() || (!beside && self.budget.pressure(self.pool_charge(), need) > target)
         };
         self.shrink_pool_when(&short)
     }
