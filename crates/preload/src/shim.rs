@@ -90,7 +90,15 @@ fn say(line: &str) {
 }
 
 extern "C" fn init() {
-    match start() {
+    // The engine's threads start with every asynchronous signal blocked (a thread inherits
+    // its creator's mask): a process-directed signal goes to a thread of the program, never
+    // to the fault handler or the reclaimer, which would run the program's handler there,
+    // and a handler that touched a swapped page on the fault handler's own thread would
+    // wait for itself. The faults' signals (SIGBUS, SIGSEGV, ...) stay unblocked.
+    let mask = uffd::sys::forking::block_async_signals();
+    let started = start();
+    uffd::sys::forking::restore_signals(&mask);
+    match started {
         Ok(()) => {}
         Err(Refusal::Unmanaged(message)) => say(&format!("uswap: warning: {message}\n")),
         Err(Refusal::Fatal(message)) => {
