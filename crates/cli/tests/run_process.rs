@@ -361,7 +361,8 @@ fn an_address_space_limit_is_kept_or_refused_in_one_line() {
                   print(sum(b == bytes([i%251])*4000 for i, b in enumerate(x)))";
     let run = |kib: u32, budget: &str| {
         let line = format!(
-            "ulimit -v {kib} && exec {uswap_bin} run --verbose --budget {budget} -- python3 -c \"{script}\""
+            "ulimit -v {kib} && exec {uswap_bin} run --verbose --budget {budget} -- \
+             python3 -c \"{script}\""
         );
         let out = Command::new("bash").args(["-c", &line]).env("USWAP_PRELOAD", shim()).output();
         let out = out.unwrap();
