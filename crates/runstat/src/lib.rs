@@ -22,6 +22,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod auto;
 pub mod cpus;
 pub mod env;
 pub mod hist;

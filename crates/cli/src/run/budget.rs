@@ -39,6 +39,14 @@ pub enum BudgetSource {
         /// MemAvailable when the run started.
         available_bytes: u64,
     },
+    /// `--budget auto`: a controller moves it, under a ceiling from `max=` or else the
+    /// default budget's source.
+    Auto {
+        /// The target, in hundredths of a percent of the run.
+        target_centi_percent: u64,
+        /// Where the ceiling came from: `None` for `max=`.
+        ceiling: Option<Box<BudgetSource>>,
+    },
 }
 
 impl BudgetSource {
@@ -56,6 +64,12 @@ impl BudgetSource {
             BudgetSource::MemAvailable { available_bytes } => {
                 format!("half of MemAvailable ({})", format_size(*available_bytes))
             }
+            BudgetSource::Auto { target_centi_percent, ceiling } => format!(
+                "auto: lowered while faults cost under {}% of the run, raised at once when \
+                 they cost more; its ceiling {}",
+                *target_centi_percent as f64 / 100.0,
+                ceiling.as_ref().map_or("max=".to_string(), |s| s.describe())
+            ),
         }
     }
 }

@@ -63,8 +63,11 @@ const MAX_SWAP_BYTES: u64 = 16 << 40;
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Memory the program's managed pages may occupy (resident + compressed pool), e.g.
-    /// 256M, 1.5G. Default: half of MemAvailable.
-    #[arg(long)]
+    /// 256M, 1.5G; or `auto[:TARGET][,max=SIZE]`: lowered while faults cost the programs
+    /// under TARGET percent of their run (default 1), raised at once when they cost more,
+    /// never above SIZE (default: the default budget). Default: half of MemAvailable, or of
+    /// what a memory cgroup's limit leaves.
+    #[arg(long, value_name = "SIZE|auto")]
     budget: Option<String>,
     /// The compressed pool: lz4, zstd (level 3; zstd:1..=3 for another level) or off.
     #[arg(long, default_value = "lz4")]
@@ -240,6 +243,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         dir: dir.path.clone(),
         exclude: pollers.iter().map(sys::PollerProcess::pid).collect(),
         shim: config.preload_path.clone(),
+        auto: plan.auto,
     };
     // Before the broker's threads start: they inherit the mask, and leave every forwarded
     // signal to the main thread's wait.
@@ -299,6 +303,8 @@ struct Plan {
     idle_poll: IdlePolling,
     /// Where the budget came from (the verbose summary says).
     budget_source: budget::BudgetSource,
+    /// `--budget auto`: the budget is then its ceiling.
+    auto: Option<runstat::auto::AutoSpec>,
     /// Said as the run starts: that the swap file may grow past the free disk space, or
     /// that it would be in memory; both when both hold.
     swap_notes: Vec<String>,
@@ -364,14 +370,28 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let Some(name) = cmd.first() else {
         bail!("no program to run: uswap run [FLAGS] -- CMD ARGS...");
     };
-    let (budget_bytes, budget_source) = match &args.budget {
-        Some(text) => {
+    let auto = match &args.budget {
+        Some(text) => runstat::auto::parse(text, PAGE_BYTES << args.folio_order)
+            .map_err(|e| anyhow!("{e}"))?,
+        None => None,
+    };
+    let default = || -> Result<(u64, budget::BudgetSource)> {
+        let (wanted, source) = budget::default_budget()?;
+        Ok((crate::preflight::default_budget(wanted), source))
+    };
+    let (budget_bytes, budget_source) = match (&args.budget, auto) {
+        (Some(_), Some(spec)) => {
+            let target_centi_percent = (spec.target_percent * 100.0).round() as u64;
+            let (ceiling, source) = match spec.max_bytes {
+                Some(max) => (max, None),
+                None => default().map(|(bytes, source)| (bytes, Some(Box::new(source))))?,
+            };
+            (ceiling, budget::BudgetSource::Auto { target_centi_percent, ceiling: source })
+        }
+        (Some(text), None) => {
             (parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?, budget::BudgetSource::Flag)
         }
-        None => {
-            let (wanted, source) = budget::default_budget()?;
-            (crate::preflight::default_budget(wanted), source)
-        }
+        (None, _) => default()?,
     };
     let swap_dir =
         args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
@@ -460,7 +480,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far: args.far.clone(),
         far_replicas: args.far_replicas,
     };
-    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source })
+    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source, auto })
 }
 
 /// Every image's stats in a run directory, added up (final files, and live files of

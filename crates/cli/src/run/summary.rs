@@ -103,16 +103,20 @@ pub fn lines(ending: &Ending, view: &TreeView, files: &Files, verbose: bool) -> 
         0 => String::new(),
         bytes => format!(" (and a pool of up to {} beside it)", size(bytes)),
     };
+    let budget_words = match view.get("auto_target_ppm") {
+        0 => format!("budget {}", size(budget)),
+        _ => format!("budget auto, {} at the end", size(budget)),
+    };
     let mut out = vec![
         ending_line(ending, total),
-        format!(
-            "budget {}{beside}, peak {}, memory saved {}",
-            size(budget),
-            size(peak),
-            size(saved)
-        ),
+        format!("{budget_words}{beside}, peak {}, memory saved {}", size(peak), size(saved)),
         paged_out_line(total),
     ];
+    if let Some(line) = auto_line(view) {
+        out.push(line);
+    }
+    // Under `--budget auto` the budget moved: the run passed it if it passed the highest.
+    let budget = budget.max(view.get("budget_max_bytes"));
     if peak as f64 > budget as f64 * (1.0 + OVER_BUDGET_FRACTION) {
         out.push(over_budget_line(view, total, peak, budget));
     }
@@ -121,6 +125,34 @@ pub fn lines(ending: &Ending, view: &TreeView, files: &Files, verbose: bool) -> 
         out.extend(verbose_lines(view, total));
     }
     out
+}
+
+/// `--budget auto`'s line: where the budget went, the tree's mean resident memory against
+/// what it would have held (its sampled peak of resident and paged-out memory), and the
+/// time lost to faults against the target.
+fn auto_line(view: &TreeView) -> Option<String> {
+    let target = view.get("auto_target_ppm");
+    if target == 0 {
+        return None;
+    }
+    let ticks = view.get("budget_ticks").max(1);
+    let mean_budget = (view.get("budget_sum_ticks_mib") / ticks) << 20;
+    let mean_resident = (view.get("resident_sum_ticks_mib") / ticks) << 20;
+    let percent = |ppm: u64| ppm as f64 / 1e4;
+    Some(format!(
+        "budget auto: from {} to {} (mean {}), mean resident {} of {} held at most; faults \
+         cost {:.2}% of the run in its last second, {:.2}% at most (target {}%), raised {} \
+         times",
+        size(view.get("budget_ceiling_bytes")),
+        size(view.get("budget_min_bytes")),
+        size(mean_budget),
+        size(mean_resident),
+        size(view.get("footprint_peak_bytes")),
+        percent(view.get("auto_loss_ppm")),
+        percent(view.get("auto_loss_peak_ppm")),
+        percent(target),
+        view.get("auto_raises"),
+    ))
 }
 
 /// The third line: where the pages went.

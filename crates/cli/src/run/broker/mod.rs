@@ -70,6 +70,8 @@ pub struct Settings {
     pub exclude: Vec<u32>,
     /// The shim's path (to tell a process that loaded it from one that did not).
     pub shim: String,
+    /// `--budget auto`: the controller's spec; `budget_bytes` is then its ceiling.
+    pub auto: Option<runstat::auto::AutoSpec>,
 }
 
 /// The running broker.
@@ -120,6 +122,12 @@ struct State {
     ticks: u64,
     /// A process joined since the tree file was last written.
     view_due: bool,
+    /// `--budget auto`'s controller.
+    auto: Option<runstat::auto::Controller>,
+    /// Fault stall the members reported since the last tick, summed.
+    stall_pending_ns: u64,
+    /// When the broker started.
+    started: Instant,
 }
 
 impl Broker {
@@ -150,7 +158,12 @@ impl Broker {
             unmanaged_now: 0,
             ticks: 0,
             view_due: true,
+            auto: None,
+            stall_pending_ns: 0,
+            started: Instant::now(),
         };
+        state.auto = (state.settings.auto)
+            .map(|spec| runstat::auto::Controller::new(spec, state.settings.budget_bytes));
         state.figures.insert("swap_limit_bytes", swap_limit_bytes);
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
@@ -166,6 +179,22 @@ impl Broker {
         self.stop.store(true, SeqCst);
         self.thread.join().unwrap_or_default()
     }
+}
+
+/// The fault stall a member reported since its last report that the budget caused, for
+/// `--budget auto`: the stall of the faults that brought back pages paged out, estimated
+/// as the stall times their share of the faults (refaulted pages over faults, at most
+/// all). A program's first touches stall too, but no budget saves them.
+fn budget_stall(before: Option<&proto::Report>, now: &proto::Report) -> u64 {
+    let (stall, faults, refaults) =
+        before.map_or((0, 0, 0), |b| (b.stall_ns, b.faults, b.refaults));
+    let stall = now.stall_ns.saturating_sub(stall);
+    let faults = now.faults.saturating_sub(faults);
+    let refaults = now.refaults.saturating_sub(refaults);
+    if faults == 0 {
+        return 0;
+    }
+    (stall as f64 * (refaults as f64 / faults as f64).min(1.0)) as u64
 }
 
 /// Makes the swap-space counter file: its header, every row zero.
@@ -268,6 +297,7 @@ impl State {
             }
             (Ok(Message::Report(report)), true) => {
                 let Some(m) = self.conns[i].member.as_mut() else { return };
+                self.stall_pending_ns += budget_stall(m.report.as_ref(), &report);
                 m.report = Some(report);
                 let sample = Sample {
                     held: report.held,
@@ -396,6 +426,7 @@ impl State {
         self.ticks += 1;
         self.scan();
         self.forget();
+        self.steer();
         let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         if outcome.overcommitted {
             *self.figures.entry("overcommitted_ticks").or_insert(0) += 1;
@@ -413,6 +444,45 @@ impl State {
             self.view_due = false;
             self.write_view();
         }
+    }
+
+    /// `--budget auto`: the controller sets the tree's budget from the members' fault
+    /// stall (runstat's `auto`). A change of a tenth or more rewrites the tree file at once.
+    fn steer(&mut self) {
+        let Some(auto) = self.auto.as_mut() else { return };
+        let reports = || self.conns.iter().filter_map(|c| c.member.as_ref()?.report);
+        let charged: u64 = reports().map(|r| r.charged).sum();
+        let floors = self.policy.outcome().floors;
+        let tick = runstat::auto::Tick {
+            now_ns: self.started.elapsed().as_nanos() as u64,
+            stall_ns: std::mem::take(&mut self.stall_pending_ns),
+            members: reports().count() as u32,
+            used: charged + self.unmanaged_now,
+            floor: floors + self.unmanaged_now,
+        };
+        let before = self.settings.budget_bytes;
+        let budget = auto.tick(tick);
+        self.settings.budget_bytes = budget;
+        if budget.abs_diff(before) >= before / 10 {
+            self.view_due = true;
+        }
+        let f = auto.figures;
+        for (name, value) in [
+            ("auto_target_ppm", (auto.target_percent() * 1e4) as u64),
+            ("auto_raises", f.raises),
+            ("auto_lowers", f.lowers),
+            ("auto_loss_ppm", f.loss_ppm),
+            ("auto_loss_peak_ppm", f.loss_peak_ppm),
+            ("budget_min_bytes", f.min_bytes),
+            ("budget_max_bytes", f.max_bytes),
+            ("budget_ceiling_bytes", auto.ceiling()),
+        ] {
+            self.figures.insert(name, value);
+        }
+        let now = self.figures.get("now_bytes").copied().unwrap_or(0);
+        *self.figures.entry("resident_sum_ticks_mib").or_insert(0) += now >> 20;
+        *self.figures.entry("budget_sum_ticks_mib").or_insert(0) += budget >> 20;
+        self.figures.insert("budget_ticks", self.ticks);
     }
 
     fn peak(&mut self, name: &'static str, value: u64) {
@@ -522,8 +592,13 @@ impl State {
 
     /// The tree as the summary and `uswap stat` see it.
     fn view(&self) -> TreeView {
-        let mut view =
-            TreeView { budget_source: self.settings.budget_source.clone(), ..TreeView::default() };
+        let budget_source = match &self.auto {
+            Some(auto) => {
+                format!("{}; now {}", self.settings.budget_source, auto.reason().describe())
+            }
+            None => self.settings.budget_source.clone(),
+        };
+        let mut view = TreeView { budget_source, ..TreeView::default() };
         for (name, value) in &self.figures {
             view.set(name, *value);
         }

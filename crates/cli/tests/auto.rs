@@ -1,0 +1,61 @@
+//! `uswap run --budget auto`: the budget comes down while the program's memory is cold and
+//! goes back up at once when it is needed again, every page verified; bad flags are one
+//! line each.
+
+use std::process::Command;
+use std::time::Duration;
+
+mod common;
+use common::{can_run, compile, shim};
+
+/// A program fills 128 MiB, touches an 8 MiB part of it for 8 s, then all of it for 4 s,
+/// reading the tree's budget from the broker's tree file: the quiet phase lowers the budget
+/// well under what the program holds, and the busy phase doubles it within two seconds
+/// (the controller's raises: a quarter every 200 ms while faults cost more than the target).
+#[test]
+fn the_budget_comes_down_while_memory_is_cold_and_back_when_it_is_needed() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("auto_phases");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    command.args(["run", "--verbose", "--budget", "auto,max=512M", "--"]);
+    command.arg(&exe).args(["128", "8", "4"]).env("USWAP_PRELOAD", shim());
+    let out = common::output_within(&mut command, Duration::from_secs(180));
+    let _ = std::fs::remove_file(&exe);
+    let (text, err) =
+        (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}{err}");
+    let figure = |key: &str| -> f64 {
+        let rest = text.split(key).nth(1).unwrap_or_else(|| panic!("{key} in {text}"));
+        rest.split_whitespace().next().unwrap().trim_end_matches(';').parse().unwrap()
+    };
+    assert_eq!(figure("bad "), 0.0, "{text}");
+    let quiet = figure("quiet budget ");
+    assert!(quiet > 0.0 && quiet < 96.0, "the cold part stayed in budget: {text}{err}");
+    let up_ms = figure("doubled after ");
+    assert!((0.0..=2000.0).contains(&up_ms), "{text}{err}");
+    assert!(err.contains("uswap: budget auto: from 512 MiB"), "{err}");
+}
+
+/// Bad `--budget auto` flags: one line each, exit 1, before the program starts.
+#[test]
+fn bad_auto_budgets_are_one_line_each() {
+    for (flag, says) in [
+        ("auto:0", "above 0 and at most 100"),
+        ("auto:101", "above 0 and at most 100"),
+        ("auto,max=8K", "below the least budget"),
+        ("auto,256M", "a fixed budget is given alone"),
+        ("auto,max=", "max"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["run", "--budget", flag, "--", "true"])
+            .env("USWAP_PRELOAD", shim())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{flag}: {err}");
+        assert!(err.contains(says), "{flag}: {err}");
+    }
+}

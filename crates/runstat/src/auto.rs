@@ -1,0 +1,405 @@
+//! `--budget auto`: a controller that lowers the tree's budget while the time its programs
+//! lose to faults stays under a target, and raises it at once when the loss goes over.
+//!
+//! The kernel's way to find a workload's working set from outside is Senpai (Meta's TMO):
+//! lower a cgroup's `memory.high` a little at a time while its PSI pressure stays under a
+//! target. uswap sees every fault and what it cost, so its signal is the loss itself: the
+//! time the members' threads waited on faults, per member, as a share of wall time.
+//!
+//! ```text
+//!   every tick (the broker's 50 ms):
+//!     loss = fault stall over the last WINDOW / (WINDOW x members)
+//!     loss > target      and RAISE_GAP since the last raise:
+//!                          budget = max(budget, used) + max(budget / 4, RAISE_MIN)
+//!                          no lowering for SETTLE
+//!     loss < target / 2  and settled:
+//!                          budget = min(budget, used) x (1 - LOWER_PER_SECOND x tick)
+//!     clamp to [floor, ceiling]
+//! ```
+//!
+//! - **Lowering** starts from what the tree uses, never from a budget far above it (a
+//!   default of half the machine would take minutes to come down at a few percent a
+//!   second), then goes down [`LOWER_PER_SECOND`] a second: reclaim takes the coldest pages
+//!   first, and while they stay cold nothing is lost.
+//! - **Raising** adds a quarter at once and again every [`RAISE_GAP`] while the loss stays
+//!   over: a phase that suddenly needs all its memory back gets twice the budget within
+//!   about a second (1.25^4), and lowering waits [`SETTLE`] after the last raise.
+//! - **The floor** is what the broker's policy needs to keep every member making progress
+//!   (the members' floors: their memory that cannot be paged out plus 2 MiB each, at least
+//!   4 MiB each) plus the tree's unmanaged memory, and at least [`FLOOR_MIN`]. The
+//!   **ceiling** is `max=` when given, else the default budget.
+//!
+//! Pure: the broker feeds it samples; the tests below drive it through phases.
+
+use std::collections::VecDeque;
+
+/// The loss the controller aims under when none is given: 1% of the run.
+pub const DEFAULT_TARGET_PERCENT: f64 = 1.0;
+/// How far back the loss is measured.
+pub const WINDOW_NS: u64 = 1_000_000_000;
+/// The most the budget comes down in a second, as a share of what the tree uses.
+pub const LOWER_PER_SECOND: f64 = 0.03;
+/// The least a raise adds.
+pub const RAISE_MIN: u64 = 4 << 20;
+/// The least time between two raises.
+pub const RAISE_GAP_NS: u64 = 200_000_000;
+/// No lowering for this long after a raise.
+pub const SETTLE_NS: u64 = 2_000_000_000;
+/// The lowest budget the controller sets.
+pub const FLOOR_MIN: u64 = 8 << 20;
+
+/// What `--budget auto[:TARGET][,max=SIZE]` asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoSpec {
+    /// The loss aimed under, percent of run time (0 < target <= 100).
+    pub target_percent: f64,
+    /// The ceiling, if given.
+    pub max_bytes: Option<u64>,
+}
+
+/// Parses the text of `--budget` when it starts with `auto`: `Ok(None)` when it does not.
+///
+/// # Errors
+/// A target outside (0, 100], a `max=` that is not a size or is below `min_bytes`, an
+/// unknown option, or a fixed size given beside `auto`: one line each.
+pub fn parse(text: &str, min_bytes: u64) -> Result<Option<AutoSpec>, String> {
+    let Some(rest) = text.strip_prefix("auto") else { return Ok(None) };
+    let mut parts = rest.split(',');
+    let head = parts.next().unwrap_or("");
+    let target_percent = match head.strip_prefix(':') {
+        None if head.is_empty() => DEFAULT_TARGET_PERCENT,
+        None => return Err(format!("--budget {text}: use auto, auto:TARGET or auto,max=SIZE")),
+        Some(t) => {
+            let t = t.strip_suffix('%').unwrap_or(t);
+            let value: f64 =
+                t.parse().map_err(|_| format!("--budget {text}: {t:?} is not a percentage"))?;
+            if !(value > 0.0 && value <= 100.0) {
+                return Err(format!(
+                    "--budget {text}: the target is a percentage of the run lost to faults, \
+                     above 0 and at most 100"
+                ));
+            }
+            value
+        }
+    };
+    let mut max_bytes = None;
+    for part in parts {
+        let Some(size) = part.strip_prefix("max=") else {
+            return Err(format!(
+                "--budget {text}: {part:?} is not an option of auto (max=SIZE is; a fixed \
+                 budget is given alone, without auto)"
+            ));
+        };
+        let bytes = crate::parse_size(size).map_err(|e| format!("--budget {text}: max: {e}"))?;
+        if bytes < min_bytes {
+            return Err(format!(
+                "--budget {text}: max={size} is below the least budget ({})",
+                crate::format_size(min_bytes)
+            ));
+        }
+        max_bytes = Some(bytes);
+    }
+    Ok(Some(AutoSpec { target_percent, max_bytes }))
+}
+
+/// What the controller did last, for `uswap stat` and the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Reason {
+    /// Nothing yet (the first window).
+    #[default]
+    Starting,
+    /// Lowered: the loss was under half the target.
+    Lowered,
+    /// Raised: the loss was over the target.
+    Raised,
+    /// Held: the loss was between half the target and the target, or it is settling.
+    Held,
+    /// At the floor: it cannot go lower.
+    Floor,
+    /// At the ceiling: it cannot go higher.
+    Ceiling,
+}
+
+impl Reason {
+    /// In words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::Starting => "measuring the first second",
+            Reason::Lowered => "lowered: the loss to faults is under half the target",
+            Reason::Raised => "raised: the loss to faults is over the target",
+            Reason::Held => "held: the loss is near the target, or a raise is settling",
+            Reason::Floor => "at the floor: what the processes cannot page out, and 2 MiB each",
+            Reason::Ceiling => "at the ceiling",
+        }
+    }
+}
+
+/// One sample of the tree, from the broker's tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tick {
+    /// Now, nanoseconds on a monotonic clock.
+    pub now_ns: u64,
+    /// Fault stall of every member since the last tick, summed.
+    pub stall_ns: u64,
+    /// Members that reported.
+    pub members: u32,
+    /// What the tree uses now: its members' charges and its unmanaged memory.
+    pub used: u64,
+    /// The least budget the policy can divide (module essay).
+    pub floor: u64,
+}
+
+/// The controller (module essay).
+#[derive(Debug, Clone)]
+pub struct Controller {
+    target: f64,
+    ceiling: u64,
+    budget: u64,
+    window: VecDeque<(u64, u64, u32)>,
+    last_ns: Option<u64>,
+    last_raise_ns: Option<u64>,
+    reason: Reason,
+    /// Figures for the summary.
+    pub figures: Figures,
+}
+
+/// What the controller did over the run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Figures {
+    /// Times it raised the budget.
+    pub raises: u64,
+    /// Ticks it lowered the budget.
+    pub lowers: u64,
+    /// The lowest budget it set.
+    pub min_bytes: u64,
+    /// The highest.
+    pub max_bytes: u64,
+    /// The loss over the last window, parts per million.
+    pub loss_ppm: u64,
+    /// The highest loss over a window, parts per million.
+    pub loss_peak_ppm: u64,
+}
+
+impl Controller {
+    /// A controller aiming under `spec`'s target, starting at and never above `ceiling`.
+    pub fn new(spec: AutoSpec, ceiling: u64) -> Controller {
+        Controller {
+            target: spec.target_percent / 100.0,
+            ceiling,
+            budget: ceiling,
+            window: VecDeque::new(),
+            last_ns: None,
+            last_raise_ns: None,
+            reason: Reason::Starting,
+            figures: Figures { min_bytes: ceiling, max_bytes: ceiling, ..Figures::default() },
+        }
+    }
+
+    /// The budget now.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Why it is what it is.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// The target, percent of run time.
+    pub fn target_percent(&self) -> f64 {
+        self.target * 100.0
+    }
+
+    /// The ceiling.
+    pub fn ceiling(&self) -> u64 {
+        self.ceiling
+    }
+
+    /// The loss over the last window, a fraction of run time per member.
+    pub fn loss(&self) -> f64 {
+        let (Some(&(first, _, _)), Some(&(last, _, _))) = (self.window.front(), self.window.back())
+        else {
+            return 0.0;
+        };
+        let span = last.saturating_sub(first).max(1);
+        // The oldest entry opens the window: its stall happened before it.
+        let stall: u64 = self.window.iter().skip(1).map(|&(_, s, _)| s).sum();
+        let members = self.window.iter().skip(1).map(|&(_, _, m)| u64::from(m)).max().unwrap_or(1);
+        stall as f64 / (span as f64 * members.max(1) as f64)
+    }
+
+    /// One tick (module essay); returns the budget to divide.
+    pub fn tick(&mut self, tick: Tick) -> u64 {
+        let dt = self.last_ns.map_or(0, |last| tick.now_ns.saturating_sub(last));
+        self.last_ns = Some(tick.now_ns);
+        self.window.push_back((tick.now_ns, tick.stall_ns, tick.members));
+        while self.window.len() > 2 && tick.now_ns.saturating_sub(self.window[1].0) >= WINDOW_NS {
+            self.window.pop_front();
+        }
+        let spanned =
+            self.window.front().is_some_and(|&(t, _, _)| tick.now_ns - t >= WINDOW_NS / 2);
+        let loss = self.loss();
+        let floor = tick.floor.max(FLOOR_MIN).min(self.ceiling);
+        let since_raise = self.last_raise_ns.map(|t| tick.now_ns.saturating_sub(t));
+        let mut budget = self.budget;
+        self.reason = if !spanned {
+            Reason::Starting
+        } else if loss > self.target {
+            if since_raise.is_some_and(|s| s < RAISE_GAP_NS) {
+                Reason::Held
+            } else {
+                self.last_raise_ns = Some(tick.now_ns);
+                self.figures.raises += 1;
+                budget = budget.max(tick.used).saturating_add((budget / 4).max(RAISE_MIN));
+                Reason::Raised
+            }
+        } else if loss < self.target / 2.0 && since_raise.is_none_or(|s| s >= SETTLE_NS) {
+            let base = budget.min(tick.used.max(floor)) as f64;
+            budget = (base * (1.0 - LOWER_PER_SECOND * dt as f64 / 1e9)) as u64;
+            self.figures.lowers += 1;
+            Reason::Lowered
+        } else {
+            Reason::Held
+        };
+        if budget >= self.ceiling {
+            budget = self.ceiling;
+            if spanned && loss > self.target {
+                self.reason = Reason::Ceiling;
+            }
+        }
+        if budget <= floor {
+            budget = floor;
+            if self.reason == Reason::Lowered {
+                self.reason = Reason::Floor;
+            }
+        }
+        // Whole pages, as the engines' budgets are.
+        self.budget = budget & !4095;
+        let f = &mut self.figures;
+        f.min_bytes = f.min_bytes.min(self.budget);
+        f.max_bytes = f.max_bytes.max(self.budget);
+        f.loss_ppm = (loss * 1e6) as u64;
+        if spanned {
+            f.loss_peak_ppm = f.loss_peak_ppm.max(f.loss_ppm);
+        }
+        self.budget
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const TICK_NS: u64 = 50_000_000;
+
+    fn spec(target: f64) -> AutoSpec {
+        AutoSpec { target_percent: target, max_bytes: None }
+    }
+
+    /// Drives `c` for `ticks` ticks from `*now`, the program stalling `stall` of each
+    /// tick, using `used` (or the budget, if less).
+    fn run(c: &mut Controller, now: &mut u64, ticks: u32, stall: f64, used: u64) -> u64 {
+        for _ in 0..ticks {
+            *now += TICK_NS;
+            let used = used.min(c.budget());
+            let stall_ns = (stall * TICK_NS as f64) as u64;
+            c.tick(Tick { now_ns: *now, stall_ns, members: 1, used, floor: 12 * MIB });
+        }
+        c.budget()
+    }
+
+    #[test]
+    fn flags_parse_and_bad_ones_say_why_in_one_line() {
+        assert_eq!(parse("256M", 4096), Ok(None));
+        assert_eq!(parse("auto", 4096), Ok(Some(spec(1.0))));
+        assert_eq!(parse("auto:2.5", 4096), Ok(Some(spec(2.5))));
+        assert_eq!(parse("auto:3%", 4096), Ok(Some(spec(3.0))));
+        let capped = parse("auto,max=1G", 4096).unwrap().unwrap();
+        assert_eq!(capped.max_bytes, Some(1 << 30));
+        assert_eq!(parse("auto:5,max=64M", 4096).unwrap().unwrap().target_percent, 5.0);
+        for (bad, says) in [
+            ("auto:0", "above 0 and at most 100"),
+            ("auto:101", "above 0 and at most 100"),
+            ("auto:x", "not a percentage"),
+            ("auto,max=", "max"),
+            ("auto,max=2K", "below the least budget"),
+            ("auto,256M", "a fixed budget is given alone"),
+            ("autox", "use auto"),
+        ] {
+            let error = parse(bad, 64 << 10).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+            assert!(!error.contains('\n'), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_program_is_lowered_from_what_it_uses_down_to_the_floor() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        // 20 ticks: the first window, then down to what it uses at once.
+        let after_first = run(&mut c, &mut now, 21, 0.0, 200 * MIB);
+        assert!(after_first <= 200 * MIB, "from what it uses: {after_first}");
+        // 3% a second: ten seconds take about a quarter off.
+        let later = run(&mut c, &mut now, 200, 0.0, 200 * MIB);
+        assert!(later < 160 * MIB && later > 120 * MIB, "{later}");
+        assert_eq!(c.reason(), Reason::Lowered);
+        // A long time later: at the floor, and said so.
+        assert_eq!(run(&mut c, &mut now, 4000, 0.0, 200 * MIB), 12 * MIB);
+        assert_eq!(c.reason(), Reason::Floor);
+    }
+
+    #[test]
+    fn a_phase_that_needs_its_memory_back_gets_it_within_a_second() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        let low = run(&mut c, &mut now, 800, 0.0, 200 * MIB);
+        assert!(low < 100 * MIB, "{low}");
+        // The program now waits on faults half its time: within a second (20 ticks) the
+        // budget has at least doubled.
+        let back = run(&mut c, &mut now, 20, 0.5, 400 * MIB);
+        assert!(back >= 2 * low, "{low} -> {back}");
+        assert!(c.figures.raises >= 4, "{:?}", c.figures);
+        // Once it stalls no more, the budget holds while the raise settles.
+        let held = run(&mut c, &mut now, 30, 0.0, 400 * MIB);
+        assert!(held >= back, "{back} -> {held}");
+    }
+
+    #[test]
+    fn the_loss_between_half_the_target_and_the_target_holds_the_budget() {
+        let mut c = Controller::new(spec(2.0), 1 << 30);
+        let mut now = 0;
+        run(&mut c, &mut now, 60, 0.0, 300 * MIB);
+        // A window to fill with the new loss (while it is under 1% it still lowers).
+        let start = run(&mut c, &mut now, 30, 0.015, 300 * MIB);
+        let held = run(&mut c, &mut now, 100, 0.015, 300 * MIB);
+        assert_eq!(held, start);
+        assert_eq!(c.reason(), Reason::Held);
+    }
+
+    #[test]
+    fn the_ceiling_is_never_passed() {
+        let mut c = Controller::new(spec(1.0), 64 * MIB);
+        let mut now = 0;
+        assert_eq!(run(&mut c, &mut now, 100, 0.9, 500 * MIB), 64 * MIB);
+        assert_eq!(c.reason(), Reason::Ceiling);
+        assert!(c.figures.max_bytes <= 64 * MIB);
+    }
+
+    #[test]
+    fn the_loss_is_per_member() {
+        let mut c = Controller::new(spec(1.0), 1 << 30);
+        // Four members each stalling 0.5% of the time: 2% in all, 0.5% each.
+        for i in 0..=20u64 {
+            let tick = Tick {
+                now_ns: i * TICK_NS,
+                stall_ns: TICK_NS / 50,
+                members: 4,
+                used: 100 * MIB,
+                floor: 0,
+            };
+            c.tick(tick);
+        }
+        assert!((c.loss() - 0.005).abs() < 0.0005, "{}", c.loss());
+    }
+}
