@@ -67,6 +67,10 @@ fn lines(view: &TreeView, files: &Files) -> Vec<String> {
         ),
         summary::paged_out_line(&files.total),
     ];
+    if view.get("auto_target_ppm") > 0 {
+        // `--budget auto`: why the budget is what it is now.
+        out.push(format!("budget {}", view.budget_source));
+    }
     for p in view.procs.iter().filter(|p| p.state != ProcState::Exited) {
         let up = files.by_pid.get(&p.pid).map_or(0, |f| f.get("uptime_ms")) as f64 / 1000.0;
         match files.by_pid.get(&p.pid).filter(|_| p.state == ProcState::Member) {
