@@ -49,6 +49,35 @@ pub enum BudgetSource {
     },
 }
 
+/// The budget `--budget` asks for (`flag`), where it came from, and `auto`'s spec when it
+/// is `auto` (the budget is then its ceiling). `min_bytes` is one folio.
+///
+/// # Errors
+/// A bad size or `auto` flag (one line), or no default to be had.
+pub fn from_flag(
+    flag: Option<&str>,
+    min_bytes: u64,
+) -> Result<(u64, BudgetSource, Option<runstat::auto::AutoSpec>)> {
+    let default = || -> Result<(u64, BudgetSource)> {
+        let (wanted, source) = default_budget()?;
+        Ok((crate::preflight::default_budget(wanted), source))
+    };
+    let Some(text) = flag else {
+        let (bytes, source) = default()?;
+        return Ok((bytes, source, None));
+    };
+    let Some(spec) = runstat::auto::parse(text, min_bytes).map_err(|e| anyhow!("{e}"))? else {
+        let bytes = runstat::parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?;
+        return Ok((bytes, BudgetSource::Flag, None));
+    };
+    let target_centi_percent = (spec.target_percent * 100.0).round() as u64;
+    let (ceiling, source) = match spec.max_bytes {
+        Some(max) => (max, None),
+        None => default().map(|(bytes, source)| (bytes, Some(Box::new(source))))?,
+    };
+    Ok((ceiling, BudgetSource::Auto { target_centi_percent, ceiling: source }, Some(spec)))
+}
+
 impl BudgetSource {
     /// The source in words, for the verbose summary.
     pub fn describe(&self) -> String {

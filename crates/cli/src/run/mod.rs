@@ -35,7 +35,7 @@ use checks::{
 };
 use engine::LargeFolios;
 use runstat::env::RunConfig;
-use runstat::{format_size, parse_size, StatsFile, Summary};
+use runstat::{format_size, StatsFile, Summary};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -370,29 +370,8 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let Some(name) = cmd.first() else {
         bail!("no program to run: uswap run [FLAGS] -- CMD ARGS...");
     };
-    let auto = match &args.budget {
-        Some(text) => runstat::auto::parse(text, PAGE_BYTES << args.folio_order)
-            .map_err(|e| anyhow!("{e}"))?,
-        None => None,
-    };
-    let default = || -> Result<(u64, budget::BudgetSource)> {
-        let (wanted, source) = budget::default_budget()?;
-        Ok((crate::preflight::default_budget(wanted), source))
-    };
-    let (budget_bytes, budget_source) = match (&args.budget, auto) {
-        (Some(_), Some(spec)) => {
-            let target_centi_percent = (spec.target_percent * 100.0).round() as u64;
-            let (ceiling, source) = match spec.max_bytes {
-                Some(max) => (max, None),
-                None => default().map(|(bytes, source)| (bytes, Some(Box::new(source))))?,
-            };
-            (ceiling, budget::BudgetSource::Auto { target_centi_percent, ceiling: source })
-        }
-        (Some(text), None) => {
-            (parse_size(text).map_err(|e| anyhow!("--budget: {e}"))?, budget::BudgetSource::Flag)
-        }
-        (None, _) => default()?,
-    };
+    let (budget_bytes, budget_source, auto) =
+        budget::from_flag(args.budget.as_deref(), PAGE_BYTES << args.folio_order)?;
     let swap_dir =
         args.swap_file.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
     let swap_dir = swap_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
