@@ -389,14 +389,14 @@ fn far_without_encryption_or_with_a_bad_url_is_refused_before_the_program_starts
 }
 
 #[test]
-fn python_300mib_of_objects_in_the_far_tier() {
+fn python_300k_objects_in_the_far_tier() {
     python_objects_in_the_far_tier("300000", 512);
 }
 
-/// The run: 1 GiB of Python objects (longer than CI should spend; run with
-/// `--ignored`).
+/// The README's run: a million Python objects, 638 MiB (longer than CI should spend; run
+/// with `--ignored`).
 #[test]
 #[ignore]
-fn python_1gib_of_objects_in_the_far_tier() {
+fn python_a_million_objects_in_the_far_tier() {
     python_objects_in_the_far_tier("1000000", 1536);
 }

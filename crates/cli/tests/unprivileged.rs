@@ -285,11 +285,11 @@ for b in data:\n    h.update(b)\n\
 print(h.hexdigest(), len(data))\n\
 sys.exit(7)\n";
 
-/// The issue's job as an ordinary user: about 1 GiB of Python objects under 256M, the
+/// The README's job as an ordinary user: a million Python objects (638 MiB) under 256M, the
 /// system's python3 (a user's own may not be readable by nobody): the same checksum as
 /// without uswap, the exit code, and the peak resident set within the budget + 10%.
 #[test]
-fn python_1gib_of_objects_under_256m_unprivileged() {
+fn python_a_million_objects_under_256m_unprivileged() {
     let Some(mut device) = Device::lock() else { return };
     let python = Path::new("/usr/bin/python3");
     if !python.exists() {

@@ -184,7 +184,7 @@ fn the_servers_hold_only_ciphertext_under_the_crypt_layer() {
 /// Servers that stall past the timeout are marked down, and come back as the same
 /// processes with every copy: no page may be lost for it.
 // postmortem: the repairer dropped a down server's copies from every slot's holders at
-// once; in a run of 1 GiB of Python objects on an overloaded machine two servers timed out
+// once; in a run of a million Python objects on an overloaded machine two servers timed out
 // in turn, and a slot whose two copies were on them had none left, though both servers
 // still held it: "page at slot 154286 lost, no server holds a copy", SIGBUS. Now only a
 // server seen restarted loses its copies.
