@@ -9,14 +9,11 @@ use backend::{
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("uswap-backend-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of the test's own, removed (with what it holds) when dropped.
+fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("uswap-backend-{name}-")).tempdir().unwrap()
 }
 
 fn page(fill: u8) -> Vec<u8> {
@@ -25,7 +22,8 @@ fn page(fill: u8) -> Vec<u8> {
 
 #[test]
 fn file_refuses_an_existing_path() {
-    let dir = scratch_dir("exists");
+    let scratch = scratch_dir("exists");
+    let dir = scratch.path();
     let path = dir.join("swap");
     std::fs::write(&path, b"precious").unwrap();
     let err = FileBackend::create(&path, 1 << 20, FileOptions::default());
@@ -35,7 +33,8 @@ fn file_refuses_an_existing_path() {
 
 #[test]
 fn file_refuses_bad_sizes_and_full_disks_and_unwritable_places() {
-    let dir = scratch_dir("refuse");
+    let scratch = scratch_dir("refuse");
+    let dir = scratch.path();
     let path = dir.join("swap");
     let err = FileBackend::create(&path, 0, FileOptions::default());
     assert!(matches!(err, Err(Error::BadSize { size_bytes: 0 })));
@@ -57,7 +56,8 @@ fn file_refuses_bad_sizes_and_full_disks_and_unwritable_places() {
 
 #[test]
 fn file_is_0600_sparse_and_unlinked_by_default() {
-    let dir = scratch_dir("mode");
+    let scratch = scratch_dir("mode");
+    let dir = scratch.path();
     let kept = FileBackend::create(
         &dir.join("kept"),
         64 * PAGE_SIZE as u64,
@@ -68,7 +68,7 @@ fn file_is_0600_sparse_and_unlinked_by_default() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_eq!(meta.len(), 64 * PAGE_SIZE as u64);
     assert_eq!(meta.blocks(), 0, "sparse: no blocks before the first write");
-    let gone = FileBackend::create(&dir, 64 * PAGE_SIZE as u64, FileOptions::default()).unwrap();
+    let gone = FileBackend::create(dir, 64 * PAGE_SIZE as u64, FileOptions::default()).unwrap();
     assert!(!gone.path().exists(), "unlinked right after opening");
     gone.write(3, &page(9)).unwrap();
     let mut buf = page(0);
@@ -78,9 +78,10 @@ fn file_is_0600_sparse_and_unlinked_by_default() {
 
 #[test]
 fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
-    let dir = scratch_dir("keep-free");
+    let scratch = scratch_dir("keep-free");
+    let dir = scratch.path();
     let free = {
-        let stat = rustix::fs::statvfs(&dir).unwrap();
+        let stat = rustix::fs::statvfs(dir).unwrap();
         stat.f_bavail * stat.f_frsize
     };
     // Larger than the free space: refused by default, created when writes keep a reserve.
@@ -88,7 +89,7 @@ fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
     let err = FileBackend::create(&dir.join("default"), size, FileOptions::default());
     assert!(matches!(err, Err(Error::NoSpace { .. })), "{err:?}");
     let roomy = FileOptions { keep_free_bytes: Some(0), ..FileOptions::default() };
-    let file = FileBackend::create(&dir, size, roomy).unwrap();
+    let file = FileBackend::create(dir, size, roomy).unwrap();
     file.write(7, &page(3)).unwrap();
     let mut buf = page(0);
     file.read(7, &mut buf).unwrap();
@@ -96,7 +97,7 @@ fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
     // A reserve the disk cannot have: every write is refused (ENOSPC), counted, and what
     // was written before reads back unharmed.
     let starved = FileOptions { keep_free_bytes: Some(u64::MAX), ..FileOptions::default() };
-    let file = FileBackend::create(&dir, 64 * PAGE_SIZE as u64, starved).unwrap();
+    let file = FileBackend::create(dir, 64 * PAGE_SIZE as u64, starved).unwrap();
     for offset in 0..3 {
         let err = file.write(offset, &page(5)).unwrap_err();
         let Error::Io { op: "write", source, .. } = &err else { panic!("{err:?}") };
@@ -116,12 +117,13 @@ fn a_file_larger_than_the_disk_stops_writing_while_the_disk_is_low() {
 #[test]
 fn files_sharing_a_quota_stop_writing_when_it_is_used_up() {
     use backend::quota::{LocalQuota, QUOTA_CHUNK_BYTES, QUOTA_CHUNK_PAGES};
-    let dir = scratch_dir("quota");
+    let scratch = scratch_dir("quota");
+    let dir = scratch.path();
     let quota = std::sync::Arc::new(LocalQuota::new(2 * QUOTA_CHUNK_BYTES));
     let options = FileOptions { quota: Some(quota.clone()), ..FileOptions::default() };
     let size = 8 * QUOTA_CHUNK_BYTES;
-    let a = FileBackend::create(&dir, size, options.clone()).unwrap();
-    let b = FileBackend::create(&dir, size, options).unwrap();
+    let a = FileBackend::create(dir, size, options.clone()).unwrap();
+    let b = FileBackend::create(dir, size, options).unwrap();
     a.write(0, &page(1)).unwrap();
     a.write(QUOTA_CHUNK_PAGES - 1, &page(2)).unwrap();
     assert_eq!(quota.used_bytes(), QUOTA_CHUNK_BYTES, "one chunk so far");
@@ -144,7 +146,6 @@ fn files_sharing_a_quota_stop_writing_when_it_is_used_up() {
     assert_eq!(buf, page(4));
     drop(b);
     assert_eq!(quota.used_bytes(), 0);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A forked child's copy of its parent's file (told by `ForkStep::Inherited`) never gives back the
@@ -153,22 +154,23 @@ fn files_sharing_a_quota_stop_writing_when_it_is_used_up() {
 #[test]
 fn a_forked_childs_copy_of_a_file_keeps_its_parents_quota() {
     use backend::quota::{LocalQuota, QUOTA_CHUNK_BYTES, QUOTA_CHUNK_PAGES};
-    let dir = scratch_dir("quota-forked");
+    let scratch = scratch_dir("quota-forked");
+    let dir = scratch.path();
     let quota = std::sync::Arc::new(LocalQuota::new(4 * QUOTA_CHUNK_BYTES));
     let options = FileOptions { quota: Some(quota.clone()), ..FileOptions::default() };
-    let file = FileBackend::create(&dir, 8 * QUOTA_CHUNK_BYTES, options).unwrap();
+    let file = FileBackend::create(dir, 8 * QUOTA_CHUNK_BYTES, options).unwrap();
     file.write(0, &page(1)).unwrap();
     file.write(2 * QUOTA_CHUNK_PAGES, &page(2)).unwrap();
     assert_eq!(quota.used_bytes(), 2 * QUOTA_CHUNK_BYTES);
     file.fork(ForkStep::Inherited);
     drop(file);
     assert_eq!(quota.used_bytes(), 2 * QUOTA_CHUNK_BYTES, "the parent's chunks stay");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn file_discard_punches_a_hole() {
-    let dir = scratch_dir("punch");
+    let scratch = scratch_dir("punch");
+    let dir = scratch.path();
     let opts = FileOptions { keep: true, ..FileOptions::default() };
     let file = FileBackend::create(&dir.join("swap"), 1024 * PAGE_SIZE as u64, opts).unwrap();
     file.write(512, &vec![5u8; 512 * PAGE_SIZE]).unwrap();
@@ -204,7 +206,8 @@ fn cached_pages(path: &std::path::Path) -> u64 {
 
 #[test]
 fn an_uncached_file_keeps_its_pages_out_of_the_page_cache() {
-    let dir = scratch_dir("uncached");
+    let scratch = scratch_dir("uncached");
+    let dir = scratch.path();
     let size = 1024 * PAGE_SIZE as u64;
     let cached = FileBackend::create(
         &dir.join("cached"),
@@ -342,9 +345,10 @@ proptest! {
 
     #[test]
     fn checksummed_file_matches_the_model(ops in prop::collection::vec(op(), 1..120)) {
-        let dir = std::env::temp_dir();
+        let scratch = scratch_dir("model");
+        let dir = scratch.path();
         let size = PAGES * PAGE_SIZE as u64;
-        let file = FileBackend::create(&dir, size, FileOptions::default()).unwrap();
+        let file = FileBackend::create(dir, size, FileOptions::default()).unwrap();
         check_against_model(&ChecksumBackend::new(file), &ops);
     }
 }

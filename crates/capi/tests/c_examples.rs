@@ -32,15 +32,26 @@ fn library_dir() -> PathBuf {
     panic!("libuswap.so not found next to {}", exe.display());
 }
 
-/// Compiles `examples/<name>.c` into a fresh directory (one per test: `tag`); returns the
-/// executable.
-fn compile(name: &str, tag: &str) -> PathBuf {
+/// A compiled example, in a directory of its own that goes when this is dropped.
+struct Program {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Program {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Compiles `examples/<name>.c` into a fresh directory (one per test: `tag`).
+fn compile(name: &str, tag: &str) -> Program {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = library_dir();
-    let pid = std::process::id();
-    let out_dir = std::env::temp_dir().join(format!("uswap-capi-{pid}-{tag}"));
-    std::fs::create_dir_all(&out_dir).expect("output directory");
-    let exe = out_dir.join(name);
+    let dir = tempfile::Builder::new().prefix(&format!("uswap-capi-{tag}-")).tempdir().unwrap();
+    let exe = dir.path().join(name);
     let status = Command::new("cc")
         .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(crate_dir.join("include"))
@@ -54,7 +65,7 @@ fn compile(name: &str, tag: &str) -> PathBuf {
         .status()
         .expect("run cc");
     assert!(status.success(), "cc failed on examples/{name}.c");
-    exe
+    Program { path: exe, _dir: dir }
 }
 
 /// Runs an example; returns its stdout, or `None` if it skipped.

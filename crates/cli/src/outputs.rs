@@ -93,21 +93,13 @@ mod tests {
     use std::path::PathBuf;
 
     /// A directory of its own under the system's temporary directory, removed on drop.
-    struct Dir(PathBuf);
+    struct Dir(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
     impl Dir {
         fn new(tag: &str) -> Dir {
-            let name = format!("uswap-outputs-{}-{tag}", std::process::id());
-            let dir = std::env::temp_dir().join(name);
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir(&dir).unwrap();
-            Dir(dir)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            let prefix = format!("uswap-outputs-{tag}-");
+            let dir = tempfile::Builder::new().prefix(&prefix).tempdir().unwrap();
+            Dir(dir.path().to_path_buf(), dir)
         }
     }
 

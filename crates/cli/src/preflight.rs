@@ -286,9 +286,8 @@ mod tests {
 
     #[test]
     fn a_script_is_judged_by_its_interpreter() {
-        let dir = std::env::temp_dir().join(format!("uswap-preflight-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = dir.join("s");
+        let dir = tempfile::Builder::new().prefix("uswap-preflight-").tempdir().unwrap();
+        let script = dir.path().join("s");
         std::fs::write(&script, "#!/bin/sh -e\necho\n").unwrap();
         check_loadable(&script).unwrap();
         std::fs::write(&script, "#!/nonexistent/x\n").unwrap();
@@ -298,6 +297,5 @@ mod tests {
         // A script whose interpreter is itself: the kernel gives up after four levels.
         std::fs::write(&script, format!("#!{}\n", script.display())).unwrap();
         assert!(check_loadable(&script).unwrap_err().to_string().contains("levels"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

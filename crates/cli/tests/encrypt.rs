@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::shim;
+use common::{compile_with, shim, Program, TempDir};
 
 /// The longest a run may take before the test kills it.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -27,17 +27,8 @@ fn can_run() -> bool {
     ok
 }
 
-fn compile(name: &str, extra: &[&str]) -> PathBuf {
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
-    // A path of its own per build: the tests run in parallel and each removes its binaries.
-    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("enc-test-{}-{n}-{name}", std::process::id()));
-    let mut cc = Command::new("cc");
-    let status = cc.args(["-O2"]).args(extra).arg("-o").arg(&out).arg(&src).status().unwrap();
-    assert!(status.success(), "cc {name}.c");
-    out
+fn compile(name: &str, extra: &[&str]) -> Program {
+    compile_with("run_programs", name, extra)
 }
 
 /// A `uswap run` child, killed on drop if still running.
@@ -83,7 +74,8 @@ fn scan(fd: &Path, needle: &[u8]) -> (usize, usize) {
 /// its pages holding data).
 fn run_and_scan(program: &Path, mode: &str) -> (usize, usize) {
     let secret = format!("uswap-secret-{}-{mode}-0123456789", std::process::id());
-    let swap = std::env::temp_dir().join(format!("uswap-enc-{}-{mode}.swap", std::process::id()));
+    let scratch = TempDir::new(&format!("enc-{mode}"));
+    let swap = scratch.0.join("swap");
     let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
         .args(["run", "--budget", "16M", "--zswap", "off", "--swap-size", "256M"])
         .args(["--idle-poll", "off", "--encrypt", mode, "--swap-file"])
@@ -140,7 +132,6 @@ fn the_swap_file_holds_no_plaintext_with_encryption_and_does_without() {
     let (copies, data_pages) = run_and_scan(&program, "off");
     assert!(data_pages >= 8192, "only {data_pages} pages reached the file");
     assert!(copies >= 8192 * 50, "the scan found {copies} copies in the plain file");
-    std::fs::remove_file(&program).unwrap();
 }
 
 /// The crypt layer (ring's AES-GCM) on the engine's threads never calls glibc's `malloc`:
@@ -187,6 +178,4 @@ fn sealing_and_opening_pages_never_call_malloc_on_engine_threads() {
     let sealed = err.lines().find(|l| l.contains("encryption (AES-256-GCM): ")).expect(&err);
     let pages: u64 = sealed.split(": ").nth(2).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(pages >= 4096, "{sealed}");
-    std::fs::remove_file(&program).unwrap();
-    std::fs::remove_file(&check).unwrap();
 }

@@ -7,13 +7,13 @@
 use far::testing::Memcached;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::shim;
+use common::{compile, shim};
 
 /// The longest one step of a test may take.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -42,20 +42,8 @@ fn url(servers: &[Memcached]) -> String {
     format!("memcached://{}", list.join(","))
 }
 
-fn compile(name: &str) -> PathBuf {
-    compile_with(name, &[])
-}
-
-fn compile_with(name: &str, extra: &[&str]) -> PathBuf {
-    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
-    let out = std::env::temp_dir().join(format!("far-test-{}-{n}-{name}", std::process::id()));
-    let mut cc = Command::new("cc");
-    let status = cc.arg("-O2").args(extra).arg("-o").arg(&out).arg(&src).status().unwrap();
-    assert!(status.success(), "cc {name}.c");
-    out
+fn compile_with(name: &str, extra: &[&str]) -> common::Program {
+    common::compile_with("run_programs", name, extra)
 }
 
 /// `uswap run` of a program that talks on stdin/stdout; killed on drop.
@@ -190,7 +178,6 @@ fn one_server_killed_mid_run_every_page_verified_from_replicas() {
     assert!(status.success(), "{err}");
     assert!(err.contains("far tier: 3 servers (2 up)"), "{err}");
     assert!(err.contains("0 pages lost"), "{err}");
-    std::fs::remove_file(&program).unwrap();
 }
 
 /// A child forked without exec, and its own child, read every page their parent had put
@@ -215,7 +202,6 @@ fn forked_children_read_their_parents_far_pages() {
     let (status, err) = run.finish();
     assert!(status.success(), "{err}");
     assert!(err.contains("0 pages lost"), "{err}");
-    std::fs::remove_file(&program).unwrap();
 }
 
 #[test]
@@ -240,7 +226,6 @@ fn every_server_killed_raises_sigbus_naming_the_tier_never_wrong_data() {
     assert!(err.contains("far tier (memcached): page at slot"), "{err}");
     assert!(err.contains("its access raises SIGBUS"), "{err}");
     let _ = status.signal();
-    std::fs::remove_file(&program).unwrap();
 }
 
 #[test]
@@ -265,7 +250,6 @@ fn a_server_restarted_empty_mid_run_is_detected_and_its_copies_recreated() {
     let (status, err) = run.finish();
     assert!(status.success(), "{err}");
     assert!(err.contains("0 pages lost"), "{err}");
-    std::fs::remove_file(&program).unwrap();
 }
 
 /// The far tier's threads (flushers, repairer) and the fault path's requests never call
@@ -307,8 +291,6 @@ fn far_tier_threads_never_call_malloc() {
     assert!(checked > 0, "the interposer was not live: {report}");
     assert_eq!(engine_calls, 0, "engine threads called malloc: {report}");
     assert!(err.contains("far tier: 2 servers (2 up)"), "{err}");
-    std::fs::remove_file(&program).unwrap();
-    std::fs::remove_file(&check).unwrap();
 }
 
 fn python() -> Option<String> {

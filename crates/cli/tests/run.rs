@@ -2,11 +2,11 @@
 //! binary with the real shim (built here by `cargo build -p preload`, the same profile).
 //! Tests that need userfaultfd with kernel-mode faults skip (with a message) without it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
-use common::{shim, target_dir};
+use common::{compile, shim, target_dir, Program, TempDir};
 
 /// Every `uswap` command of these tests holds this for reading; a test that needs the
 /// machine's CPUs otherwise idle holds it for writing, so that no other test's program
@@ -41,26 +41,6 @@ fn can_run() -> bool {
     ok
 }
 
-/// Compiles `run_programs/{name}.c` to a path of its own: tests run in parallel, and one
-/// compiling over a binary another runs made that exec fail (EACCES, ETXTBSY).
-fn compile(name: &str, extra: &[&str]) -> PathBuf {
-    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out =
-        std::env::temp_dir().join(format!("uswap-run-test-{}-{n}-{name}", std::process::id()));
-    let status = Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cc {name}.c");
-    out
-}
-
 /// The peak resident set `uswap run` reported, in MiB.
 fn peak_mib(err: &str) -> f64 {
     summary_mib(err, "peak resident ")
@@ -82,7 +62,8 @@ fn summary_mib(err: &str, key: &str) -> f64 {
 
 #[test]
 fn bad_input_is_one_line_and_nothing_runs() {
-    let marker = std::env::temp_dir().join(format!("uswap-run-marker-{}", std::process::id()));
+    let scratch = TempDir::new("marker");
+    let marker = scratch.0.join("marker");
     let touch = ["/usr/bin/touch", marker.to_str().unwrap()];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["run", "--budget", "1K", "--"], "smaller than one folio"),
@@ -126,14 +107,20 @@ fn bad_input_is_one_line_and_nothing_runs() {
     }
 }
 
-/// A file system of `size` mounted (tmpfs) on a fresh directory, unmounted on drop.
-struct SmallDisk(std::path::PathBuf);
+/// A file system of `size` mounted (tmpfs) on a fresh directory, unmounted on drop (and
+/// the directory removed).
+struct SmallDisk(std::path::PathBuf, #[allow(dead_code)] TempDir);
 
 impl SmallDisk {
     fn mount(size: &str) -> Option<SmallDisk> {
-        let dir = std::env::temp_dir().join(format!("uswap-small-{size}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let options = format!("size={size}");
+        SmallDisk::mount_with(size, "")
+    }
+
+    /// [`SmallDisk::mount`] with more mount options (`,noexec`).
+    fn mount_with(size: &str, more: &str) -> Option<SmallDisk> {
+        let scratch = TempDir::new(&format!("small-{size}"));
+        let dir = scratch.0.clone();
+        let options = format!("size={size}{more}");
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &options, "uswap-small"])
             .arg(&dir)
@@ -141,17 +128,15 @@ impl SmallDisk {
             .is_ok_and(|s| s.success());
         if !mounted {
             eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-            let _ = std::fs::remove_dir(&dir);
             return None;
         }
-        Some(SmallDisk(dir))
+        Some(SmallDisk(dir, scratch))
     }
 }
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
@@ -228,7 +213,7 @@ fn the_handler_follows_the_faulting_thread_and_the_reclaimer_stays_off_its_cpu()
     if !can_run() {
         return;
     }
-    let exe = compile("follow_check", &[]);
+    let exe = compile("follow_check");
     let exe = exe.to_str().unwrap();
     // The program looks where uswap's threads may run every 20 ms while it faults: "placed
     // K of N" counts the looks that found the handler on its CPU alone and the reclaimer
@@ -269,7 +254,7 @@ fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
     if !can_run() {
         return;
     }
-    let exe = compile("exec_check", &[]);
+    let exe = compile("exec_check");
     let exe = exe.to_str().unwrap();
     // Nice-19 pollers get little of a CPU others want: another test's program running on
     // both CPUs kept them from spinning at all (seen under CI's parallel tests).
@@ -297,7 +282,8 @@ fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
 
 #[test]
 fn a_statically_linked_program_is_refused_before_it_starts() {
-    let src = std::env::temp_dir().join(format!("uswap-static-{}.c", std::process::id()));
+    let scratch = TempDir::new("static");
+    let src = scratch.0.join("static.c");
     std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
     let exe = src.with_extension("");
     let built = Command::new("cc").args(["-static", "-o"]).arg(&exe).arg(&src).status().unwrap();
@@ -344,7 +330,7 @@ fn a_c_program_keeps_its_data_and_exit_code() {
     if !can_run() {
         return;
     }
-    let exe = compile("exec_check", &[]);
+    let exe = compile("exec_check");
     let out = uswap(&["run", "--budget", "8M", "--", exe.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(5), "exit code of the exec'd image");
     assert!(String::from_utf8_lossy(&out.stdout).contains("exec ok"));
@@ -392,7 +378,7 @@ fn zero_pages_read_then_written_keep_their_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("zero_check", &[]);
+    let exe = compile("zero_check");
     for delivery in ["handler", "sigbus"] {
         let args = ["run", "--budget", "8M", "--delivery", delivery, "--", exe.to_str().unwrap()];
         let out = uswap(&args);
@@ -429,7 +415,7 @@ fn sigbus_delivery_serves_system_calls_and_vfork_children() {
     if !can_run() {
         return;
     }
-    let exe = compile("sigbus_io", &[]);
+    let exe = compile("sigbus_io");
     let exe = exe.to_str().unwrap();
     let out = uswap(&["run", "--budget", "16M", "--delivery", "sigbus", "--", exe, "64"]);
     let err = stderr(&out);
@@ -499,7 +485,7 @@ fn in_both_deliveries_with(
     if !can_run() {
         return Vec::new();
     }
-    let exe = compile(name, &[]);
+    let exe = compile(name);
     let mut errs = Vec::new();
     for delivery in ["sigbus", "handler"] {
         let mut args = vec!["run", "--budget", budget, "--delivery", delivery, "--"];
@@ -536,7 +522,7 @@ fn uswap_stat_finds_a_program_that_wrote_over_its_environment() {
     if !can_run() {
         return;
     }
-    let exe = compile("env_wipe", &[]);
+    let exe = compile("env_wipe");
     let _shared = CPUS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut run = Command::new(env!("CARGO_BIN_EXE_uswap"))
         .args(["run", "--budget", "8M", "--", exe.to_str().unwrap()])
@@ -591,7 +577,7 @@ fn sigbus_delivery_serves_children_after_killed_ones() {
     if !can_run() {
         return;
     }
-    let exe = compile("fork_kill", &[]);
+    let exe = compile("fork_kill");
     // Alone: 300 forks and their faults take both CPUs for seconds, and a test beside it
     // that measures a peak against its budget (the Python ones) saw its adoptions lag and
     // its peak pass the bound (72.1 MiB over 64M + 10% in one `.ci/run`).
@@ -608,7 +594,7 @@ fn freed_and_remapped_memory_reads_right() {
     if !can_run() {
         return;
     }
-    let exe = compile("free_reuse", &[]);
+    let exe = compile("free_reuse");
     let out = uswap(&["run", "--budget", "8M", "--", exe.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
@@ -651,7 +637,8 @@ fn a_recorded_remap_replays_as_a_move() {
     if !can_run() {
         return;
     }
-    let trace = std::env::temp_dir().join(format!("uswap-remap-test-{}.trace", std::process::id()));
+    let scratch = TempDir::new("remap");
+    let trace = scratch.0.join("remap.trace");
     let trace_arg = trace.to_str().unwrap();
     let (out, err) = free_reuse_under(&["--record", trace_arg]);
     assert!(out.status.success(), "{err}");
@@ -692,7 +679,7 @@ fn a_recorded_remap_replays_as_a_move() {
 
 /// The free_reuse program under `uswap run --budget 8M FLAGS`: its output and stderr.
 fn free_reuse_under(flags: &[&str]) -> (Output, String) {
-    let exe = compile("free_reuse", &[]);
+    let exe = compile("free_reuse");
     let mut args = vec!["run", "--budget", "8M"];
     args.extend(flags);
     args.extend(["--", exe.to_str().unwrap()]);
@@ -706,7 +693,7 @@ fn eight_threads_keep_their_data() {
     if !can_run() {
         return;
     }
-    let exe = compile("threads", &[]);
+    let exe = compile("threads");
     let out =
         uswap(&["run", "--budget", "24M", "--stats-every", "0.5", "--", exe.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -766,7 +753,8 @@ fn python_under_sigbus_delivery_keeps_its_data() {
         eprintln!("skipped: no python3");
         return;
     };
-    let file = std::env::temp_dir().join(format!("uswap-sigbus-py-{}", std::process::id()));
+    let scratch = TempDir::new("sigbus-py");
+    let file = scratch.0.join("pages");
     let script = format!(
         "import hashlib\n\
          x = [bytes([i % 251]) * 4000 for i in range(60000)]\n\
@@ -787,17 +775,8 @@ fn python_under_sigbus_delivery_keeps_its_data() {
 }
 
 /// The malloc interposer of run_programs/malloc_check.c, built as a shared object.
-fn malloc_check() -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs/malloc_check.c");
-    let out = std::env::temp_dir().join(format!("uswap-malloc-check-{}.so", std::process::id()));
-    let status = Command::new("cc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cc malloc_check.c");
-    out
+fn malloc_check() -> Program {
+    common::compile_with("run_programs", "malloc_check", &["-g", "-shared", "-fPIC"])
 }
 
 /// `uswap run` with the malloc interposer preloaded after the shim; its reports
@@ -847,7 +826,7 @@ fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
         return;
     };
     let check = malloc_check();
-    let control = compile("malloc_control", &[]);
+    let control = compile("malloc_control");
     let args = ["run", "--budget", "8M", "--zswap", "zstd", "--", control.to_str().unwrap()];
     let (out, reports) = run_checked(&check, &args);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -856,7 +835,8 @@ fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
 
     let plain = Command::new(&py).args(["-c", PY_OBJECTS, "250000"]).output().unwrap();
     // Recording too: the eviction hook runs on the reclaimer, under the same check.
-    let trace = std::env::temp_dir().join(format!("uswap-zstd-{}.trace", std::process::id()));
+    let scratch = TempDir::new("zstd");
+    let trace = scratch.0.join("zstd.trace");
     let trace_arg = trace.to_str().unwrap();
     let args = ["run", "--budget", "64M", "--zswap", "zstd", "--record", trace_arg, "--"];
     let args = [&args[..], &[&py, "-c", PY_OBJECTS, "250000"]].concat();
@@ -875,7 +855,6 @@ fn zstd_pool_keeps_data_and_engine_threads_never_call_malloc() {
     let line = err.lines().find(|l| l.contains("pages out:")).unwrap();
     let pool: u64 = line.split("pool ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
     assert!(pool > 10_000, "pages compressed by zstd: {line}");
-    std::fs::remove_file(&check).unwrap();
 }
 
 /// The README's run: a million Python objects (638 MiB unmanaged) under 256 MiB (25-55 s
@@ -895,7 +874,8 @@ fn a_recorded_run_replays_in_the_simulator() {
     if !can_run() {
         return;
     }
-    let trace = std::env::temp_dir().join(format!("uswap-run-test-{}.trace", std::process::id()));
+    let scratch = TempDir::new("replay");
+    let trace = scratch.0.join("run.trace");
     let script = "x=[bytes([i%251])*4000 for i in range(6000)]; print(sum(len(b) for b in x))";
     let trace_arg = trace.to_str().unwrap();
     let out =

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{can_run, output_within, shim, within, Group};
+use common::{can_run, output_within, shim, within, Group, TempDir};
 
 /// The longest any one command of these tests may take (a tree under a small budget on a
 /// loaded machine takes tens of seconds; past this it hangs).
@@ -171,7 +171,8 @@ fn a_static_descendant_runs_and_is_named() {
     if !can_run() {
         return;
     }
-    let exe = std::env::temp_dir().join(format!("uswap-tree-static-{}", std::process::id()));
+    let scratch = TempDir::new("tree-static");
+    let exe = scratch.0.join("uswap-tree-static");
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-static", "-o"]).arg(&exe).arg(program("managed_check.c"));
     if !output_within(&mut cc, LIMIT).status.success() {
@@ -181,7 +182,6 @@ fn a_static_descendant_runs_and_is_named() {
     let _alone = alone();
     let cmd = format!("{} 400; echo done", exe.display());
     let out = uswap(&["run", "--budget", "64M", "--", "sh", "-c", &cmd]);
-    std::fs::remove_file(&exe).unwrap();
     let (stdout, err) = (String::from_utf8_lossy(&out.stdout).to_string(), stderr(&out));
     assert!(out.status.success(), "{err}");
     assert_eq!(stdout, "managing 0\ndone\n");
@@ -199,13 +199,13 @@ fn a_program_that_takes_the_connections_number_keeps_its_socket() {
     if !can_run() {
         return;
     }
-    let exe = std::env::temp_dir().join(format!("uswap-tree-reuse-{}", std::process::id()));
+    let scratch = TempDir::new("tree-reuse");
+    let exe = scratch.0.join("socket_reuse");
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-o"]).arg(&exe).arg(program("socket_reuse.c"));
     assert!(output_within(&mut cc, LIMIT).status.success(), "cc socket_reuse.c");
     let _alone = alone();
     let out = uswap(&["run", "--budget", "32M", "--", exe.to_str().unwrap()]);
-    std::fs::remove_file(&exe).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stdout.starts_with("socket -1 "), "no socket found: {stdout}");
@@ -287,13 +287,31 @@ fn the_summary_is_three_lines_in_a_persons_units() {
     assert!(lines[2].starts_with("uswap: paged out "), "{err}");
     for line in &lines {
         assert!(!line.contains('_'), "a counter name: {line}");
-        let units = [" B", "KiB", "MiB", "GiB", " s", "%", "x "];
-        assert!(units.iter().any(|u| line.contains(u)), "no unit: {line}");
+    }
+    assert!(lines[0].contains(" s"), "the time it ran, in seconds: {err}");
+    for line in &lines[1..] {
+        assert_every_figure_has_its_unit(line);
     }
     let out = uswap(&["run", "--verbose", "--budget", "16M", "--", &py, "-c", script]);
     let err = stderr(&out);
     assert!(err.contains("uswap: pages out: zero "), "{err}");
     assert!(err.contains("uswap: budget source: --budget"), "{err}");
+}
+
+/// Every number on a summary line is a size in B, KiB, MiB or GiB, a time in seconds, a
+/// percentage or a ratio (`3.4:1`, `3.1x`): none is a bare count.
+fn assert_every_figure_has_its_unit(line: &str) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    for (i, word) in words.iter().enumerate() {
+        let figure = word.trim_start_matches('(').trim_end_matches([',', ':', ';', ')']);
+        if !figure.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let ratio = figure.ends_with('x') || figure.contains(':') || figure.ends_with('%');
+        let unit = words.get(i + 1).map(|w| w.trim_end_matches([',', ':', ';', ')']));
+        let sized = unit.is_some_and(|u| ["B", "KiB", "MiB", "GiB", "s"].contains(&u));
+        assert!(ratio || sized, "{figure:?} without a unit: {line}");
+    }
 }
 
 /// A process that inherited another run's environment is refused by that run's broker
@@ -305,7 +323,8 @@ fn a_member_cannot_join_another_runs_broker() {
     if !can_run() {
         return;
     }
-    let exe = std::env::temp_dir().join(format!("uswap-tree-check-{}", std::process::id()));
+    let scratch = TempDir::new("tree-check");
+    let exe = scratch.0.join("managed_check");
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-o"]).arg(&exe).arg(program("managed_check.c")).arg("-ldl");
     assert!(output_within(&mut cc, LIMIT).status.success(), "cc managed_check.c");
@@ -342,7 +361,6 @@ fn a_member_cannot_join_another_runs_broker() {
         text
     });
     b.wait_within(LIMIT, "run B");
-    let _ = std::fs::remove_file(&exe);
     for out in &outs {
         let err = stderr(out);
         assert!(out.status.success(), "{err}");
@@ -364,9 +382,9 @@ fn a_tree_survives_its_broker_killed() {
         eprintln!("skipped: no python3");
         return;
     };
-    let scratch = std::env::temp_dir().join(format!("uswap-tree-orphan-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    let (ready, go, result) = (scratch.join("ready"), scratch.join("go"), scratch.join("result"));
+    let scratch = TempDir::new("tree-orphan");
+    let (ready, go, result) =
+        (scratch.0.join("ready"), scratch.0.join("go"), scratch.0.join("result"));
     let script = format!(
         "import hashlib, os, time\n\
          data = [(str(i) * 100).encode()[:1000] for i in range(150000)]\n\
@@ -408,7 +426,7 @@ fn a_tree_survives_its_broker_killed() {
         assert!(out.status.success());
         plain = std::fs::read_to_string(&result).unwrap();
     }
-    std::fs::remove_dir_all(&scratch).unwrap();
+    // The run's directory, left to its member, which may still be leaving (tidy: reads).
     for dir in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
         if dir.file_name().to_string_lossy().starts_with(&format!("uswap-run-{broker}-")) {
             let _ = std::fs::remove_dir_all(dir.path());
@@ -483,8 +501,8 @@ fn gcc_and_its_cc1_compile_under_one_budget() {
         eprintln!("skipped: no gcc");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("uswap-tree-gcc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = TempDir::new("tree-gcc");
+    let dir = scratch.0.clone();
     std::fs::write(dir.join("big.c"), generated_c(700)).unwrap();
     let _alone = alone();
     let gcc = |prefix: &[&str], object: &str| {
@@ -497,7 +515,6 @@ fn gcc_and_its_cc1_compile_under_one_budget() {
     let out = gcc(&[env!("CARGO_BIN_EXE_uswap"), "run", "--budget", "64M", "--"], "managed.o");
     let (plain_o, managed_o) =
         (std::fs::read(dir.join("plain.o")), std::fs::read(dir.join("managed.o")));
-    std::fs::remove_dir_all(&dir).unwrap();
     let err = stderr(&out);
     eprintln!("{err}");
     assert!(plain.status.success(), "{}", stderr(&plain));

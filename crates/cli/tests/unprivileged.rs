@@ -12,15 +12,16 @@
 
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
-use common::shim;
+use common::{shim, TempDir};
 
 const DEVICE: &str = "/dev/userfaultfd";
-/// The device's owner, group and mode before a test changed them.
-const SAVED: &str = "/tmp/uswap-userfaultfd-device.saved";
+/// The device's owner, group and mode before a test changed them: kept until the change
+/// is undone, so that the next run puts right a run killed before it undid it.
+const SAVED: &str = "/tmp/uswap-userfaultfd-device.saved"; // tidy: kept
 /// The throwaway user: nobody.
 const UID: &str = "65534";
 
@@ -102,40 +103,6 @@ impl Drop for Device {
     }
 }
 
-/// A temporary directory every user may read (and write: a program run as nobody may
-/// write there), removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("uswap-unpriv-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        TempDir(dir)
-    }
-
-    /// Compiles `name.c` (crates/cli/tests/{unprivileged,run}_programs) into this directory.
-    fn compile(&self, dir: &str, name: &str) -> PathBuf {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
-        let out = self.0.join(name);
-        let status = Command::new("cc")
-            .args(["-O2", "-pthread", "-o"])
-            .arg(&out)
-            .arg(src.join(format!("{name}.c")))
-            .status()
-            .unwrap();
-        assert!(status.success(), "cc {name}.c");
-        out
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs `program args` as uid/gid 65534 with `group` as its only supplementary group (none:
 /// `None`), no capabilities.
 fn as_nobody(group: Option<u32>, program: &Path, args: &[&str]) -> Output {
@@ -198,7 +165,7 @@ fn a_child_and_grandchild_read_pages_paged_out_before_an_unprivileged_fork() {
     let check = as_nobody(Some(gid), uswap(), &["check"]);
     assert!(check.status.success(), "uswap check at rung 2");
     assert!(text(&check.stdout).contains("rung 2 of 3"), "{}", text(&check.stdout));
-    let dir = TempDir::new("fork");
+    let dir = TempDir::shared("fork");
     let exe = dir.compile("run_programs", "fork_check");
     for delivery in ["handler", "sigbus"] {
         let args = [
@@ -227,7 +194,7 @@ fn a_child_and_grandchild_read_pages_paged_out_before_an_unprivileged_fork() {
 fn a_seccomp_filter_denying_the_system_call_leaves_the_device() {
     let Some(mut device) = Device::lock() else { return };
     let gid = device.grant();
-    let dir = TempDir::new("seccomp");
+    let dir = TempDir::shared("seccomp");
     let launcher = dir.compile("unprivileged_programs", "no_userfaultfd");
     let exe = dir.compile("run_programs", "fork_check");
     let check = as_nobody(Some(gid), &launcher, &[uswap().to_str().unwrap(), "check"]);
@@ -260,7 +227,7 @@ fn a_seccomp_filter_denying_the_system_call_leaves_the_device() {
 fn rung_3_refuses_in_one_line_naming_the_way_to_rung_2() {
     let Some(device) = Device::lock() else { return };
     device.deny();
-    let dir = TempDir::new("rung3");
+    let dir = TempDir::shared("rung3");
     let marker = dir.0.join("started");
     let out = as_nobody(None, uswap(), &["run", "--", "/usr/bin/touch", marker.to_str().unwrap()]);
     let err = text(&out.stderr);
@@ -318,7 +285,7 @@ fn python_a_million_objects_under_256m_unprivileged() {
 fn a_device_that_loses_its_permission_leaves_new_images_unmanaged() {
     let Some(mut device) = Device::lock() else { return };
     let gid = device.grant();
-    let dir = TempDir::new("revoked");
+    let dir = TempDir::shared("revoked");
     let exe = dir.compile("unprivileged_programs", "device_revoked");
     let mut command = Command::new("setpriv");
     command.args(["--reuid", UID, "--regid", UID, "--groups", &gid.to_string()]);
@@ -433,7 +400,7 @@ fn redis_bgsave_under_a_budget_below_its_data_set_loads_back_equal() {
     }
     let Some(mut device) = Device::lock() else { return };
     let gid = device.grant();
-    let dir = TempDir::new("redis");
+    let dir = TempDir::shared("redis");
     let dir_arg = dir.0.to_str().unwrap();
     let server_args = |port: u16| -> Vec<String> {
         [

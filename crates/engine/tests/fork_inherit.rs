@@ -64,14 +64,14 @@ fn child(
 
 #[test]
 fn a_forked_child_reads_its_inherited_swap_while_its_parent_writes_its_own() {
-    let dir = std::env::temp_dir().join(format!("uswap-fork-inherit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new().prefix("uswap-fork-inherit-").tempdir().unwrap();
+    let dir = scratch.path();
     let config = EngineConfig {
         budget_bytes: 64 * PAGE as u64,
         background_reclaim: false,
         zswap: None,
         swap: SwapConfig {
-            backend: BackendConfig::File { dir: dir.clone(), path: None, keep: false },
+            backend: BackendConfig::File { dir: dir.to_path_buf(), path: None, keep: false },
             size_bytes: SWAP_BYTES,
             ..SwapConfig::default()
         },
@@ -92,7 +92,7 @@ fn a_forked_child_reads_its_inherited_swap_while_its_parent_writes_its_own() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            child(&engine, &source, &dir, go[0])
+            child(&engine, &source, dir, go[0])
         }))
         .unwrap_or(6);
         // SAFETY: ends the child without running the parent's destructors.
@@ -125,5 +125,4 @@ fn a_forked_child_reads_its_inherited_swap_while_its_parent_writes_its_own() {
     }
     engine.check_invariants();
     drop(engine);
-    let _ = std::fs::remove_dir_all(&dir);
 }

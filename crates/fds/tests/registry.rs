@@ -6,11 +6,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 mod common;
-use common::{identity, is_open, raw_dup3, tmpfile};
+use common::{identity, is_open, raw_dup3, tmpfile, TmpPath};
 
 static KIND: Kind = Kind { what: "test file", if_lost: "the test sees it", keep: false };
 
-fn place(tag: &str) -> (Fd, std::path::PathBuf) {
+fn place(tag: &str) -> (Fd, TmpPath) {
     let (file, path) = tmpfile(tag);
     (Fd::place(OwnedFd::from(file), &KIND), path)
 }
@@ -197,7 +197,5 @@ fn the_registry_keeps_its_descriptors_out_of_the_programs_way() {
     a_kept_descriptor_is_taken_back(keeper);
     drop(one);
     drop(two);
-    for p in [p1, p2] {
-        let _ = std::fs::remove_file(p);
-    }
+    drop((p1, p2));
 }

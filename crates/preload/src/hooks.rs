@@ -849,18 +849,17 @@ mod tests {
     /// every far server twice with their addresses summed.
     #[test]
     fn a_live_stats_write_after_the_final_one_leaves_one_file() {
-        let dir = std::env::temp_dir().join(format!("uswap-stats-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new().prefix("uswap-stats-test-").tempdir().unwrap();
+        let dir = scratch.path();
         let files = StatsFiles::default();
-        files.write(&dir, 7, false, || "final 0\n".into());
-        files.write(&dir, 7, true, || "final 1\n".into());
-        files.write(&dir, 7, false, || "final 0\n".into());
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
+        files.write(dir, 7, false, || "final 0\n".into());
+        files.write(dir, 7, true, || "final 1\n".into());
+        files.write(dir, 7, false, || "final 0\n".into());
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(names[0].starts_with("final-7-"), "{names:?}");
     }

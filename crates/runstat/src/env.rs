@@ -289,7 +289,7 @@ mod tests {
     #[test]
     fn config_round_trips_through_the_environment() {
         let config = RunConfig {
-            run_dir: "/tmp/uswap-x".into(),
+            run_dir: "/run/uswap-x".into(),
             parent_pid: 42,
             run_token: "00112233445566778899aabbccddeeff".into(),
             budget_bytes: 256 << 20,
@@ -299,7 +299,7 @@ mod tests {
             swap_file: None,
             swap_size_bytes: 4 << 30,
             swap_file_cache: "drop".into(),
-            record: Some("/tmp/t".into()),
+            record: Some("/run/t".into()),
             record_file: Some("2049:77:123".into()),
             stats_interval_ms: 1000,
             preload_path: "/x/libuswap_preload.so".into(),
@@ -307,7 +307,7 @@ mod tests {
             large_folios: "sequential".into(),
             zero_pages: "charged".into(),
             delivery: "sigbus".into(),
-            idle_page: Some("/tmp/uswap-x/idle".into()),
+            idle_page: Some("/run/uswap-x/idle".into()),
             reclaim_cpus: Some("1-3".into()),
             handler_placement: "free".into(),
             encrypt: "off".into(),

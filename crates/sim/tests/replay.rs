@@ -56,9 +56,8 @@ fn a_seed_replays_to_the_same_digest_and_counters() {
 
 #[test]
 fn a_written_trace_reads_back_and_replays() {
-    let dir = std::env::temp_dir();
-    let path = dir.join(format!("uswap-sim-trace-{}.bin", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let scratch = scratch();
+    let path = scratch.path().join("trace.bin");
     let pinned = Overrides {
         workload: Some(WorkloadKind::Uniform),
         faults: FaultChoice::None,
@@ -93,7 +92,8 @@ fn a_traces_evictions_replay_as_page_outs_and_are_counted() {
     use sim::trace::{Header, Record, TraceWriter};
     const PAGE: u64 = 4096;
     let base = sim::ops::HEAP_BASE;
-    let path = std::env::temp_dir().join(format!("uswap-sim-evict-{}.bin", std::process::id()));
+    let scratch = scratch();
+    let path = scratch.path().join("evict.bin");
     let file = std::fs::File::create(&path).unwrap();
     let mut w = TraceWriter::new(file, Header { page_size: 4096, start_ns: 0 }).unwrap();
     let mut time_ns = 0;
@@ -154,9 +154,9 @@ fn a_traces_remaps_replay_as_moves() {
     for page in 16..24 {
         put(&mut records, RecordKind::FaultRead, base + page * PAGE, PAGE);
     }
+    let scratch = scratch();
     let write = |records: &[Record], name: &str| {
-        let path =
-            std::env::temp_dir().join(format!("uswap-sim-{name}-{}.bin", std::process::id()));
+        let path = scratch.path().join(format!("{name}.bin"));
         let file = std::fs::File::create(&path).unwrap();
         let mut w = TraceWriter::new(file, Header { page_size: 4096, start_ns: 0 }).unwrap();
         records.iter().for_each(|r| w.record(r).unwrap());
@@ -180,6 +180,11 @@ fn a_traces_remaps_replay_as_moves() {
     assert!(!refused.passed(), "an unpaired remap is refused");
     let why = refused.failure_report("");
     assert!(why.contains("not followed by its remap-to"), "{why}");
+}
+
+/// A directory of the test's own for its traces, removed (with them) when dropped.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("uswap-sim-").tempdir().unwrap()
 }
 
 /// Seed 1 replaying the trace at `path` (then removed) on one thread, with a budget too

@@ -400,9 +400,8 @@ mod tests {
     #[test]
     fn pollers_spin_after_a_fault_and_park_after_the_window() {
         let cpus = process::allowed_cpus().unwrap();
-        let dir = std::env::temp_dir().join(format!("uswap-idle-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("idle");
+        let dir = tempfile::Builder::new().prefix("uswap-idle-test-").tempdir().unwrap();
+        let path = dir.path().join("idle");
         let page = Arc::new(IdlePage::create(&path).unwrap());
         assert!(IdlePage::create(&path).is_err(), "an existing file is not taken over");
         let program = IdlePage::open(&path).unwrap(); // the other process's mapping
@@ -457,6 +456,5 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(page.stats(), after, "parked pollers stay parked");
         drop(pollers); // joins: a poller that did not see the stop would hang here
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

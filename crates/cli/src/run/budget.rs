@@ -174,12 +174,11 @@ fn mem_available_bytes() -> Result<u64> {
 mod tests {
     use super::*;
 
-    /// A fake cgroup tree under a temporary root.
-    fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("uswap-cg-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+    /// A fake cgroup tree under a temporary root, removed (with the tree) when dropped.
+    fn tree(name: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+        let root = tempfile::Builder::new().prefix(&format!("uswap-cg-{name}-")).tempdir().unwrap();
         for (path, text) in files {
-            let path = root.join(path);
+            let path = root.path().join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         }
@@ -198,11 +197,11 @@ mod tests {
                 ("a/b/memory.current", "5\n"),
             ],
         );
-        let (file, limit, used) = cgroup_limit("0::/a/b\n", &root).unwrap();
+        let root = root.path();
+        let (file, limit, used) = cgroup_limit("0::/a/b\n", root).unwrap();
         assert_eq!((limit, used), (1 << 30, 100));
         assert!(file.ends_with("a/memory.high"), "{}", file.display());
-        assert_eq!(cgroup_limit("0::/elsewhere\n", &root), None);
-        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(cgroup_limit("0::/elsewhere\n", root), None);
     }
 
     #[test]
@@ -216,9 +215,9 @@ mod tests {
             ],
         );
         let text = "12:cpu,cpuacct:/docker/x\n8:memory:/docker/x\n";
-        let (_, limit, used) = cgroup_limit(text, &root).unwrap();
+        let root = root.path();
+        let (_, limit, used) = cgroup_limit(text, root).unwrap();
         assert_eq!((limit, used), (512 << 20, 1 << 20));
-        assert_eq!(cgroup_limit("8:memory:/\n", &root), None, "the root's is no limit");
-        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(cgroup_limit("8:memory:/\n", root), None, "the root's is no limit");
     }
 }

@@ -62,37 +62,94 @@ pub fn uswap(args: &[&str]) -> std::process::Output {
     out
 }
 
-/// Compiles `run_programs/{name}.c` to a path of its own (tests run in parallel: one
-/// compiling over a binary another runs made that exec fail).
-#[allow(dead_code)]
-pub fn compile(name: &str) -> PathBuf {
-    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_programs").join(format!("{name}.c"));
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("uswap-test-{}-{n}-{name}", std::process::id()));
-    let status =
-        Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&out).arg(&src).status().unwrap();
+/// A compiled test program, in a directory of its own that goes when this is dropped: a
+/// path of its own per build, as tests run in parallel and one compiling over a binary
+/// another runs made that exec fail (EACCES, ETXTBSY).
+pub struct Program {
+    pub path: PathBuf,
+    _dir: TempDir,
+}
+
+impl std::ops::Deref for Program {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Program {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Program {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+/// Compiles `run_programs/{name}.c` (`cc -O2 -pthread`).
+pub fn compile(name: &str) -> Program {
+    compile_with("run_programs", name, &[])
+}
+
+/// Compiles `tests/{dir}/{name}.c` with `flags` too, into a fresh directory.
+pub fn compile_with(dir: &str, name: &str, flags: &[&str]) -> Program {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
+    let out = TempDir::new(&format!("cc-{name}"));
+    let path = out.0.join(name);
+    let status = Command::new("cc")
+        .args(["-O2", "-pthread"])
+        .args(flags)
+        .arg("-o")
+        .arg(&path)
+        .arg(src.join(format!("{name}.c")))
+        .status()
+        .unwrap();
     assert!(status.success(), "cc {name}.c");
-    out
+    Program { path, _dir: out }
 }
 
 /// A private directory in the temporary directory, removed (with what it holds) on drop.
-#[allow(dead_code)]
-pub struct TempDir(pub PathBuf);
+/// Every file a test makes goes in one (tidy checks that tests make no other).
+pub struct TempDir(pub PathBuf, tempfile::TempDir);
 
-#[allow(dead_code)]
 impl TempDir {
+    /// A directory others may read (a program run as another user may run what is in it).
     pub fn new(tag: &str) -> TempDir {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("uswap-{tag}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir::with_mode(tag, 0o755)
+    }
+
+    /// A directory every user may write in too.
+    pub fn shared(tag: &str) -> TempDir {
+        TempDir::with_mode(tag, 0o777)
+    }
+
+    fn with_mode(tag: &str, mode: u32) -> TempDir {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::Builder::new().prefix(&format!("uswap-{tag}-")).tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(dir.path().to_path_buf(), dir)
     }
 
     pub fn path(&self) -> &str {
         self.0.to_str().unwrap()
+    }
+
+    /// Compiles `tests/{dir}/{name}.c` into this directory, beside what the test put there.
+    pub fn compile(&self, dir: &str, name: &str) -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
+        let out = self.0.join(name);
+        let status = Command::new("cc")
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&out)
+            .arg(src.join(format!("{name}.c")))
+            .status()
+            .unwrap();
+        assert!(status.success(), "cc {name}.c");
+        out
     }
 
     /// Every file in it, with its length.
@@ -104,12 +161,6 @@ impl TempDir {
             .collect();
         sizes.sort();
         sizes
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

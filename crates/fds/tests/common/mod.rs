@@ -4,10 +4,33 @@
 #![allow(dead_code)]
 
 use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 
-/// A fresh file in the temporary directory, and its path.
-pub fn tmpfile(tag: &str) -> (std::fs::File, std::path::PathBuf) {
-    let path = std::env::temp_dir().join(format!("uswap-fds-{}-{tag}", std::process::id()));
+/// A file's path in a directory of its own, which goes (with the file) when this is
+/// dropped.
+pub struct TmpPath {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TmpPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TmpPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A fresh file in a directory of its own, and its path.
+pub fn tmpfile(tag: &str) -> (std::fs::File, TmpPath) {
+    let dir = tempfile::Builder::new().prefix(&format!("uswap-fds-{tag}-")).tempdir().unwrap();
+    let path = dir.path().join(tag);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -15,7 +38,7 @@ pub fn tmpfile(tag: &str) -> (std::fs::File, std::path::PathBuf) {
         .truncate(true)
         .open(&path)
         .unwrap();
-    (file, path)
+    (file, TmpPath { path, _dir: dir })
 }
 
 /// The device and inode `fd` names, if it is open.

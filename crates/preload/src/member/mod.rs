@@ -434,8 +434,8 @@ mod tests {
     /// membership untouched.
     #[test]
     fn a_forked_child_rejoins_as_itself_and_leaves_its_parents_connection() {
-        let dir = std::env::temp_dir().join(format!("uswap-member-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new().prefix("uswap-member-").tempdir().unwrap();
+        let dir = scratch.path();
         let mut counter = vec![0u8; runstat::proto::QUOTA_FILE_BYTES];
         let magic_at = runstat::proto::QUOTA_MAGIC_WORD * 8;
         counter[magic_at..magic_at + 8].copy_from_slice(&runstat::proto::QUOTA_MAGIC.to_ne_bytes());
@@ -475,7 +475,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         let pids = broker.join().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child: {status}");
         assert_eq!(pids, [std::process::id(), child as u32]);
         assert!(connected(), "the parent's connection is its own still");
