@@ -3,7 +3,7 @@
 # limit, to read what the kernel really holds for the run (the cgroup's charge) beside
 # what `uswap bench compare` reports (the process tree's VmRSS, sampled every 50 ms).
 # Root and cgroup v1 at /sys/fs/cgroup/memory. Usage: bench/probes/cgroup_run.sh BINDIR
-# PATTERN, BINDIR holding uswap, libuswap_preload.so and uswap-workload (for example
+# PATTERN, BINDIR holding uswap (the shim inside it) and uswap-workload (for example
 # target/release). Prints one line: wall, cgroup peak, tree VmRSS peak, page cache charged.
 # docs/benchmarks.md ("Probes").
 set -eu

@@ -3,7 +3,7 @@
 # machine's TLB-shootdown and rescheduling interrupts counted over the run
 # (docs/benchmarks.md, `uswap run`, "Idle polling").
 # Usage: bench/probes/idle.sh ROUNDS MODE...   (from the repository, after
-#   cargo build --release -p uswap -p preload -p workload)
+#   cargo build --release -p uswap -p workload)
 # Modes:
 #   off, auto, on:US, ...   uswap run --idle-poll MODE
 #   spin-same               --idle-poll off, plus a SCHED_IDLE busy loop pinned to each CPU,

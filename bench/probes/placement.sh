@@ -4,7 +4,7 @@
 # `taskset -p` and `chrt -i -p 0`; prints the access phase's time, the fault p50 and the
 # program thread's migrations at 3 s (docs/benchmarks.md, "Probes").
 # Usage: bench/probes/placement.sh [MODE...]   (from the repository, after
-#   cargo build --release -p uswap -p preload -p workload)
+#   cargo build --release -p uswap -p workload)
 # Modes (program / handler uswap-uffd / reclaimer uswap-kswapd / breaker uswap-cow):
 #   free   nothing pinned            one    all four on CPU 0
 #   split  kswapd on 1, rest on 0    apart  program and cow on 0, uffd and kswapd on 1

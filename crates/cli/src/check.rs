@@ -58,10 +58,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     findings.extend(features(probe.as_ref()));
     let swap_dir = args.swap_dir.unwrap_or_else(std::env::temp_dir);
     findings.push(swap_space(&swap_dir));
-    findings.push(match crate::run::find_shim() {
-        Ok(path) => finding(Mark::Ok, "shim", path.display().to_string()),
-        Err(e) => finding(Mark::Missing, "shim", format!("{e:#}")),
-    });
+    findings.push(shim());
     for f in &findings {
         let mark = match f.mark {
             Mark::Ok => "ok",
@@ -86,6 +83,14 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         println!("uswap run cannot run here ({missing} things missing)");
     }
     Ok(1)
+}
+
+/// The shim a run would load, and whether it can be loaded from where it would be.
+fn shim() -> Finding {
+    match crate::shim::Shim::for_run(&std::env::temp_dir()) {
+        Ok(shim) => finding(Mark::Ok, "shim", shim.describe()),
+        Err(e) => finding(Mark::Missing, "shim", format!("{e:#}")),
+    }
 }
 
 fn kernel() -> Finding {

@@ -16,6 +16,7 @@ mod preflight;
 mod report;
 mod run;
 mod rundir;
+mod shim;
 mod signals;
 mod sim;
 mod stat;

@@ -280,6 +280,37 @@ fn idle_pollers_spin_through_faults_on_two_cpus_and_not_on_one() {
     assert!(!stderr(&out).contains("idle polling:"), "{}", stderr(&out));
 }
 
+/// The shim inside uswap is loaded from the run's directory, in TMPDIR: a TMPDIR mounted
+/// noexec is refused before the program starts, in one line naming TMPDIR and
+/// USWAP_PRELOAD; with USWAP_PRELOAD the run goes on there.
+#[test]
+fn a_noexec_tmpdir_is_refused_unless_the_shim_is_elsewhere() {
+    if !can_run() {
+        return;
+    }
+    let Some(disk) = SmallDisk::mount_with("64M", ",noexec") else { return };
+    let scratch = TempDir::new("noexec-marker");
+    let marker = scratch.0.join("ran");
+    let run = |shim: Option<&Path>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        command.args(["run", "--budget", "16M", "--", "/usr/bin/touch"]).arg(&marker);
+        command.env("TMPDIR", &disk.0).env_remove("USWAP_PRELOAD");
+        if let Some(shim) = shim {
+            command.env("USWAP_PRELOAD", shim);
+        }
+        command.output().unwrap()
+    };
+    let out = run(None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("noexec") && err.contains("USWAP_PRELOAD"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!marker.exists(), "the program started");
+    let out = run(Some(shim()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(marker.exists(), "the program ran with the shim elsewhere");
+}
+
 #[test]
 fn a_statically_linked_program_is_refused_before_it_starts() {
     let scratch = TempDir::new("static");

@@ -3,7 +3,7 @@
 //! the shim (userfaultfd: crate::ladder). Each failure is one line naming the flag or the file.
 
 use super::{DEFAULT_SWAP_BYTES, MAX_SWAP_BYTES, MIN_SWAP_BYTES};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use runstat::{format_size, parse_size};
 use std::path::{Path, PathBuf};
 
@@ -119,26 +119,14 @@ pub(super) fn check_uncached_io(dir: &Path) -> Result<()> {
         .map_err(|e| anyhow!("--swap-file-cache drop: {e}; use --swap-file-cache keep"))
 }
 
-/// The shim: $USWAP_PRELOAD, or libuswap_preload.so beside this program (or its parent
-/// directory: test binaries live in target/<profile>/deps).
+/// The shim's file before a run starts: the one `USWAP_PRELOAD` names. Without it the
+/// shim is the copy inside uswap, which has no file until a run writes it (crate::shim).
+///
+/// # Errors
+/// `USWAP_PRELOAD` is not set, or names no file.
 pub fn find_shim() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("USWAP_PRELOAD") {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(absolute(&path))
-        } else {
-            Err(anyhow!("USWAP_PRELOAD={}: no such file", path.display()))
-        };
+    match crate::shim::Shim::chosen()? {
+        crate::shim::Shim::Override(path) => Ok(path),
+        crate::shim::Shim::Inside => Err(anyhow!("the shim is inside uswap")),
     }
-    let exe = std::env::current_exe().context("locating uswap")?;
-    let dir = exe.parent().ok_or_else(|| anyhow!("uswap has no directory"))?;
-    [dir.join("libuswap_preload.so"), dir.join("../libuswap_preload.so")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "libuswap_preload.so not found beside {}: build it (cargo build -p preload)",
-                exe.display()
-            )
-        })
 }

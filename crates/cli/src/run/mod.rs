@@ -4,9 +4,10 @@
 //!
 //! ```text
 //!   check everything (sizes, budget, CMD exists and can load the shim, swap file path
-//!   writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim built)
+//!   writable, userfaultfd at rung 1 or 2 of the privilege ladder, the shim loadable)
 //!     -> one line on stderr and exit 1 on the first problem, before CMD starts
-//!   private run directory (0700, in $TMPDIR), a run token, a child subreaper
+//!   private run directory (0700, in $TMPDIR) holding the shim (crate::shim), a run
+//!   token, a child subreaper
 //!   the broker's thread (broker/): the control socket, the tree's budget and swap space
 //!   CMD with LD_PRELOAD=libuswap_preload.so and runstat's USWAP_* variables; every
 //!   process of the tree that loads the shim joins the broker, which gives it a share
@@ -226,6 +227,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         say!("uswap: note: {note}");
     }
     config.run_dir = dir.path.display().to_string();
+    config.preload_path = plan.shim.place(&dir.path)?.display().to_string();
     config.run_token = format!("{:032x}", rand::random::<u128>());
     // Polling only saves wake-ups: a run whose pollers cannot start goes on without them.
     let pollers = start_pollers(plan.idle_poll, &dir.path).unwrap_or_else(|e| {
@@ -308,6 +310,8 @@ struct Plan {
     /// Said as the run starts: that the swap file may grow past the free disk space, or
     /// that it would be in memory; both when both hold.
     swap_notes: Vec<String>,
+    /// The shim the run loads (placed once its directory exists).
+    shim: crate::shim::Shim,
 }
 
 /// The idle pollers' page in the run directory.
@@ -428,7 +432,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let sigbus = args.delivery == "sigbus";
     let zero_pages = args.zero_pages.clone().unwrap_or_else(|| "protected".to_string());
     crate::ladder::check_userfaultfd(sigbus)?;
-    let preload = find_shim()?;
+    let shim = crate::shim::Shim::for_run(&std::env::temp_dir())?;
     let config = RunConfig {
         run_dir: String::new(),
         parent_pid: std::process::id(),
@@ -447,7 +451,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
             .stats_every
             .filter(|s| *s > 0.0)
             .map_or(1000, |secs| ((secs * 1000.0) as u64).clamp(10, 1000)),
-        preload_path: preload.display().to_string(),
+        preload_path: String::new(),
         folio_order: args.folio_order,
         large_folios: args.large_folios.clone(),
         zero_pages,
@@ -459,7 +463,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far: args.far.clone(),
         far_replicas: args.far_replicas,
     };
-    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source, auto })
+    Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source, auto, shim })
 }
 
 /// Every image's stats in a run directory, added up (final files, and live files of
