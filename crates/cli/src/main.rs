@@ -11,6 +11,7 @@ mod bench;
 mod check;
 mod cpus;
 mod ladder;
+mod manual;
 mod outputs;
 mod preflight;
 mod report;
@@ -21,7 +22,7 @@ mod signals;
 mod sim;
 mod stat;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// The Linux swap subsystem rebuilt in user space.
 ///
@@ -39,18 +40,29 @@ struct Cli {
 enum Command {
     /// Run a benchmark: prints a table, or one JSON object with --json.
     Bench(bench::BenchArgs),
-    /// Check this machine for `uswap run`: kernel, userfaultfd (system call, device,
-    /// features), the privilege ladder's rung, swap directory, shim. Prints what is missing;
-    /// exit status 1 when `uswap run` cannot run here.
+    /// Check this machine for `uswap run`, and say what is missing.
+    ///
+    /// The kernel, userfaultfd (system call, device, features), the privilege ladder's
+    /// rung, the swap directory, the shim. Exit status 1 when `uswap run` cannot run here.
     Check(check::CheckArgs),
-    /// Run the engine in the deterministic simulator: find bugs from seeds, replay one,
-    /// sweep parameters, compare cluster policies.
+    /// Run the engine in the deterministic simulator.
+    ///
+    /// Find bugs from seeds, replay one, sweep parameters, compare cluster policies.
     Sim(Box<sim::SimArgs>),
-    /// Run a program with its anonymous memory managed by uswap under a budget:
-    /// uswap run [--budget SIZE] ... -- CMD ARGS...
+    #[command(
+        about = run::args::ABOUT,
+        before_help = run::args::EXAMPLE,
+        after_long_help = run::args::AFTER_LONG_HELP,
+        help_template = run::args::TEMPLATE,
+        override_usage = run::args::USAGE
+    )]
     Run(Box<run::RunArgs>),
-    /// Show the live counters of a program running under `uswap run`.
+    /// Show the figures of a program running under `uswap run`, given any pid of its tree.
     Stat(stat::StatArgs),
+    /// Print the manual page, or write every page into a directory.
+    Man(manual::ManArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
 }
 
 fn main() {
@@ -67,6 +79,8 @@ fn main() {
             Err(error) => Err(error),
         },
         Command::Stat(args) => stat::run(args),
+        Command::Man(args) => manual::man(args, Cli::command()),
+        Command::Completions(args) => manual::completions(args, Cli::command()),
     };
     if let Err(error) = result {
         use std::io::Write as _;

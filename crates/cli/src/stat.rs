@@ -10,24 +10,48 @@
 //! lists the pid as running: an environment inherited by a process outside the run, or
 //! a run that ended, is not enough. Anything else is "pid N is not running under uswap",
 //! exit status 1.
+//!
+//! `--watch[=SECS]` prints the figures again every SECS seconds (1 by default) until the
+//! run ends: on a terminal the screen is redrawn, as watch(1) does; otherwise each report
+//! follows the last, headed by the time of day. `--json` prints one JSON object instead
+//! (one a line under `--watch`): the tree's figures, every counter added up, and each
+//! process with its counters, for scripts.
 
 use crate::run::summary::{self, Files};
 use crate::run::view::{ProcState, TreeView};
 use anyhow::{bail, Result};
-use runstat::format_size;
+use runstat::{format_size, StatsFile};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Flags of `uswap stat`.
 #[derive(Debug, clap::Args)]
 pub struct StatArgs {
     /// The pid of any process of the tree (or of `uswap run`).
     pid: u32,
-    /// Print every counter of every process, and the broker's figures.
+    /// Print every counter of every process, and the broker's figures
     #[arg(long)]
     all: bool,
+    /// Print the figures again every SECS seconds (1 by default) until the run ends
+    #[arg(
+        long,
+        value_name = "SECS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    watch: Option<f64>,
+    /// Print one JSON object (one a line with --watch): every figure, for scripts
+    #[arg(long)]
+    json: bool,
 }
 
-/// Prints the figures.
+/// The shortest --watch interval: the figures change no faster than the shims rewrite
+/// their files (every second at most, more often under `--stats-every`).
+const WATCH_MIN: Duration = Duration::from_millis(100);
+
+/// Prints the figures, once or until the run ends (`--watch`).
 ///
 /// # Errors
 /// The pid is not running under uswap.
@@ -35,23 +59,108 @@ pub fn run(args: StatArgs) -> Result<()> {
     let Some((dir, view)) = find(args.pid) else {
         bail!("pid {} is not running under uswap", args.pid);
     };
-    let files = summary::read_files(&dir);
-    for line in lines(&view, &files) {
-        println!("{line}");
+    let Some(secs) = args.watch else {
+        print(&report(&args, &view, &summary::read_files(&dir)));
+        return Ok(());
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("--watch {secs}: give a number of seconds above 0");
     }
-    if args.all {
-        println!("tree");
-        for (name, value) in &view.values {
-            println!("  {name} {value}");
+    let every = Duration::from_secs_f64(secs).max(WATCH_MIN);
+    let redraw = !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut view = view;
+    loop {
+        let text = report(&args, &view, &summary::read_files(&dir));
+        if redraw {
+            // Home, and clear the screen: the report replaces the last, as watch(1).
+            print(&format!("\x1b[H\x1b[2J{text}"));
+        } else if args.json {
+            print(&text);
+        } else {
+            print(&format!("at {}\n{text}", crate::run::time_of_day()));
         }
-        for (pid, file) in &files.by_pid {
-            println!("pid {pid}");
-            for (name, value) in &file.values {
-                println!("  {name} {value}");
+        std::thread::sleep(every);
+        match read_view(&dir).filter(|v| still_running(v, args.pid)) {
+            Some(next) => view = next,
+            None => {
+                if !args.json {
+                    print(&format!("the run of pid {} ended\n", args.pid));
+                }
+                return Ok(());
             }
         }
     }
-    Ok(())
+}
+
+/// Writes to stdout; a reader that left (`| head`) ends the watch quietly.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// One report: the lines (with every counter under `--all`), or the JSON object.
+fn report(args: &StatArgs, view: &TreeView, files: &Files) -> String {
+    if args.json {
+        return format!("{}\n", json(view, files));
+    }
+    let mut out = lines(view, files);
+    if args.all {
+        out.push("tree".to_string());
+        out.extend(view.values.iter().map(|(name, value)| format!("  {name} {value}")));
+        for (pid, file) in &files.by_pid {
+            out.push(format!("pid {pid}"));
+            out.extend(file.values.iter().map(|(name, value)| format!("  {name} {value}")));
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// Whether the run `view` describes still has `pid` (or its `uswap run` is `pid`).
+fn still_running(view: &TreeView, pid: u32) -> bool {
+    view.proc(pid).is_some_and(|p| p.state != ProcState::Exited)
+        || view.get("broker") == u64::from(pid)
+}
+
+/// A stats file's figures as JSON: its counters, and its faults' latency.
+fn counters(file: &StatsFile) -> serde_json::Value {
+    let mut map: serde_json::Map<String, serde_json::Value> =
+        file.values.iter().map(|(name, value)| (name.clone(), (*value).into())).collect();
+    map.insert("faults".into(), file.fault_ns.total().into());
+    map.insert("fault_ns_p50".into(), file.fault_ns.quantile(0.5).unwrap_or(0).into());
+    map.insert("fault_ns_p99".into(), file.fault_ns.quantile(0.99).unwrap_or(0).into());
+    serde_json::Value::Object(map)
+}
+
+/// The `--json` object (module essay).
+fn json(view: &TreeView, files: &Files) -> serde_json::Value {
+    let processes: Vec<serde_json::Value> = view
+        .procs
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "pid": p.pid,
+                "name": p.name,
+                "state": p.state.name(),
+                "share_bytes": p.share_bytes,
+                "rss_bytes": p.rss_bytes,
+                "peak_bytes": p.peak_bytes,
+                "unmanaged_why": p.why,
+                "counters": files.by_pid.get(&p.pid).map(counters),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "broker": view.get("broker"),
+        "budget_bytes": view.get("budget_bytes"),
+        "budget_source": view.budget_source,
+        "now_bytes": view.get("now_bytes"),
+        "peak_bytes": view.get("peak_bytes"),
+        "tree": view.values,
+        "total": counters(&files.total),
+        "processes": processes,
+    })
 }
 
 /// The tree's totals, then a line per process running.
@@ -104,8 +213,7 @@ fn find(pid: u32) -> Option<(PathBuf, TreeView)> {
     candidates.extend(runs);
     candidates.into_iter().find_map(|dir| {
         let view = read_view(&dir)?;
-        let running = view.proc(pid).is_some_and(|p| p.state != ProcState::Exited);
-        (running || view.get("broker") == u64::from(pid)).then_some((dir, view))
+        still_running(&view, pid).then_some((dir, view))
     })
 }
 

@@ -453,7 +453,7 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
     let out = uswap(&[&args[..], &["--stats-file", victim_s, "--", "sleep", "0.3"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&victim).unwrap();
-    assert!(text.starts_with("precious\nuswap live: "), "appended to: {text}");
+    assert!(text.starts_with("precious\nuswap live at "), "appended to: {text}");
     // A file of another kind holds nothing to lose: written without --force.
     let args = [
         "run",

@@ -574,6 +574,20 @@ fn uswap_stat_of_a_grandchild_shows_the_whole_tree() {
         assert!(Instant::now() < deadline, "uswap stat {grandchild}: {text}{}", stderr(&out));
         std::thread::sleep(Duration::from_millis(200));
     };
+    check_stat_json(&grandchild, run.child.id());
+    // A watch started now reports until the tree ends, then says so and exits.
+    let mut watch = Group::spawn(
+        Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["stat", "--watch=0.2", &grandchild])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let lines = lines_of(watch.child.stdout.take().unwrap());
+    let mut reports = 0;
+    while reports < 2 {
+        let line = lines.recv_timeout(LIMIT).expect("uswap stat --watch reported");
+        reports += usize::from(line.starts_with("at ") && line.len() == "at 12:34:56".len());
+    }
     drop(run.child.stdin.take());
     let rest = within(LIMIT, "the tree's end", move || {
         let mut rest = String::new();
@@ -587,4 +601,37 @@ fn uswap_stat_of_a_grandchild_shows_the_whole_tree() {
     assert!(first.starts_with(&tree), "{text}");
     assert!(text.lines().any(|l| l.starts_with("pid ") && l.contains(": sh")), "{text}");
     assert!(text.lines().any(|l| l.starts_with(&format!("pid {grandchild},"))), "{text}");
+    let last = std::iter::from_fn(|| lines.recv_timeout(LIMIT).ok()).last();
+    assert_eq!(last.as_deref(), Some(format!("the run of pid {grandchild} ended").as_str()));
+    assert!(watch.wait_within(LIMIT, "uswap stat --watch").success());
+}
+
+/// `uswap stat --json PID` of a running tree: one object whose figures match the run's
+/// (its broker, its budget) and list `pid` as a member with its counters.
+fn check_stat_json(pid: &str, broker: u32) {
+    let out = uswap(&["stat", "--json", pid]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(value["broker"], broker, "{value}");
+    assert_eq!(value["budget_bytes"], 32 << 20, "{value}");
+    assert!(value["total"]["faults"].is_u64(), "{value}");
+    let processes = value["processes"].as_array().expect("processes");
+    let pid: u64 = pid.parse().unwrap();
+    let me = processes.iter().find(|p| p["pid"] == pid).expect("the pid is listed");
+    assert_eq!(me["state"], "member", "{me}");
+    assert!(me["counters"]["vm_hwm_bytes"].as_u64().is_some_and(|b| b > 0), "{me}");
+}
+
+/// Each line `reader` gives, as it comes.
+fn lines_of(reader: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

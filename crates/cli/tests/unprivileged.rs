@@ -142,6 +142,19 @@ fn pages_out(err: &str) -> u64 {
     figure("pool ") + figure("file ")
 }
 
+/// What a `--stats-every` block's "paged out SIZE: ..." line says, MiB.
+fn live_paged_out_mib(line: &str) -> f64 {
+    let rest = line.strip_prefix("uswap live: paged out ").unwrap_or_default();
+    let mut words = rest.split([' ', ':']);
+    let value: f64 = words.next().unwrap().parse().unwrap_or(0.0);
+    match words.next().unwrap_or_default() {
+        "GiB" => value * 1024.0,
+        "MiB" => value,
+        "KiB" => value / 1024.0,
+        _ => 0.0,
+    }
+}
+
 /// The peak resident set from `uswap run`'s summary, MiB.
 fn peak_mib(err: &str) -> f64 {
     let line = err.lines().find(|l| l.contains("peak resident ")).expect("summary line");
@@ -289,7 +302,8 @@ fn a_device_that_loses_its_permission_leaves_new_images_unmanaged() {
     let exe = dir.compile("unprivileged_programs", "device_revoked");
     let mut command = Command::new("setpriv");
     command.args(["--reuid", UID, "--regid", UID, "--groups", &gid.to_string()]);
-    // Live figures every 50 ms: an image that execs leaves its last live stats file.
+    // Live figures every 50 ms: an image that execs leaves its last live stats file. The
+    // blocks say what was paged out in MiB: 16 MiB out is 4096 pages.
     let stats = dir.0.join("stats");
     command.arg(uswap()).args([
         "run",
@@ -307,8 +321,12 @@ fn a_device_that_loses_its_permission_leaves_new_images_unmanaged() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let paged_out = || {
         let live = std::fs::read_to_string(&stats).unwrap_or_default();
-        let last = live.lines().rev().find(|l| l.contains("pages out:")).map(str::to_string);
-        last.is_some_and(|line| pages_out(&line) >= 4096)
+        let last = live
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("uswap live: paged out "))
+            .map(str::to_string);
+        last.is_some_and(|line| live_paged_out_mib(&line) >= 16.0)
     };
     while !(dir.0.join("ready").exists() && paged_out()) {
         assert!(std::time::Instant::now() < deadline, "the program never got ready: 16 MiB out");

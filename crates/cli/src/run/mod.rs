@@ -17,18 +17,22 @@
 //!   the signal, as shells do)
 //! ```
 //!
-//! Modules: [`checks`] (flags and the environment, before CMD starts), [`budget`] (the
-//! default budget), [`broker`], [`view`] (the broker's view of the tree, also the tree
-//! file `uswap stat` reads), [`summary`], [`sys`] (spawning, waiting, the unsafe calls).
+//! Modules: [`args`] (the flags, as `--help` shows them), [`checks`] (flags and the
+//! environment, before CMD starts), [`budget`] (the default budget), [`broker`], [`view`]
+//! (the broker's view of the tree, also the tree file `uswap stat` reads), [`live`]
+//! (`--stats-every`), [`summary`], [`sys`] (spawning, waiting, the unsafe calls).
 
+pub mod args;
 mod broker;
 mod budget;
 mod checks;
+mod live;
 pub mod summary;
 mod sys;
 pub mod view;
 
 use anyhow::{anyhow, bail, Context, Result};
+pub use args::RunArgs;
 pub use checks::find_shim;
 use checks::{
     absolute, check_pool_size, check_swap_file, check_uncached_io, check_zswap, find_program,
@@ -36,10 +40,11 @@ use checks::{
 };
 use engine::LargeFolios;
 use runstat::env::RunConfig;
-use runstat::{format_size, StatsFile, Summary};
+use runstat::format_size;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+pub use sys::time_of_day;
 use uffd::idle::{IdlePage, IdlePolling};
 
 /// A line on stderr that a closed stderr does not turn into a panic: nothing `uswap run`
@@ -59,146 +64,6 @@ const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
 const MIN_SWAP_BYTES: u64 = (slots::SWAPFILE_CLUSTER as u64) * PAGE_BYTES;
 /// The largest: the largest file ext4 holds with 4 KiB blocks.
 const MAX_SWAP_BYTES: u64 = 16 << 40;
-
-/// Flags of `uswap run`.
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    /// Memory the program's managed pages may occupy (resident + compressed pool), e.g.
-    /// 256M, 1.5G; or `auto[:TARGET][,max=SIZE]`: lowered while faults cost the programs
-    /// under TARGET percent of their run (default 1), raised at once when they cost more,
-    /// never above SIZE (default: the default budget). Default: half of MemAvailable, or of
-    /// what a memory cgroup's limit leaves.
-    #[arg(long, value_name = "SIZE|auto")]
-    budget: Option<String>,
-    /// The compressed pool: lz4, zstd (level 3; zstd:1..=3 for another level) or off.
-    #[arg(long, default_value = "lz4")]
-    zswap: String,
-    /// The pool's share of the budget, percent. The pool's memory is charged to the budget,
-    /// as zswap's is to a memory cgroup.
-    #[arg(long, default_value_t = 20)]
-    pool_percent: u32,
-    /// A compressed pool of its own beside the budget, of at most SIZE (e.g. 1G), instead of
-    /// a share of it: its pages of compressed data are then counted apart, as a memory
-    /// cgroup's limit leaves zram's store out, and the budget limits resident pages (and
-    /// the pool's bookkeeping). What the pool cannot hold goes to the swap file
-    /// (docs/RUN.md, "The pool beside the budget").
-    #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent")]
-    pool_size: Option<String>,
-    /// The swap file (must not exist; removed at exit). Default: a file in a private
-    /// temporary directory.
-    #[arg(long)]
-    swap_file: Option<PathBuf>,
-    /// The swap device's size, e.g. 8G: a sparse file, which may be larger than the free
-    /// disk space (writes to it stop while less than 64 MiB is free there). Default: 8G.
-    #[arg(long)]
-    swap_size: Option<String>,
-    /// Whether the swap file's pages may stay in the page cache: `keep` (fast page-ins from
-    /// memory, but everything written stays in RAM, outside the budget, until the kernel
-    /// writes it back and reclaims it) or `drop` (RWF_DONTCACHE, Linux 6.14: a written page
-    /// leaves the page cache once it is on disk; a page read back from the file is a disk
-    /// read). docs/RUN.md.
-    #[arg(long, value_name = "MODE", default_value = "keep")]
-    swap_file_cache: String,
-    /// Whether pages written to the swap file are encrypted: `on` (AES-256-GCM under a key
-    /// made for this run and held only in the program's memory, each page bound to its
-    /// slot: the file holds no plaintext, and a page that does not authenticate on its way
-    /// back is a SIGBUS, never wrong data) or `off`. docs/RUN.md, "Encryption".
-    #[arg(long, value_name = "MODE", default_value = "on", value_parser = ["on", "off"])]
-    encrypt: String,
-    /// Put the swap device in a memcached cluster instead of a file: `memcached://HOST:PORT,
-    /// HOST:PORT,...` (servers run with -M, no eviction). Each page is sealed (encryption
-    /// is always on here) and stored on --far-replicas servers chosen by rendezvous hashing;
-    /// a lost or restarted server is read around and its copies re-created; a page no server
-    /// returns raises SIGBUS on access. docs/RUN.md, "The far tier".
-    #[arg(long, value_name = "URL", conflicts_with = "swap_file")]
-    far: Option<String>,
-    /// Copies of each page in the far tier (1 up to the number of servers).
-    #[arg(long, value_name = "N", default_value_t = 2, requires = "far")]
-    far_replicas: u32,
-    /// Print the live figures every SECS seconds (to stderr, or --stats-file).
-    #[arg(long, value_name = "SECS")]
-    stats_every: Option<f64>,
-    /// Where --stats-every writes instead of stderr: a new file (see --force).
-    #[arg(long)]
-    stats_file: Option<PathBuf>,
-    /// Write a trace of faults, evictions and events (the simulator's format) to FILE, a new
-    /// file (see --force); every image of a program that execs adds its records to it.
-    #[arg(long, value_name = "FILE")]
-    record: Option<PathBuf>,
-    /// Let --record replace an existing regular file and --stats-file append to one.
-    /// Without it such a file is refused; a symbolic link always is (docs/RUN.md).
-    #[arg(long)]
-    force: bool,
-    /// The folio order: a first touch maps, and page-out moves, up to 2^N pages at once (0
-    /// = 4 KiB pages only, 4 = 64 KiB folios like the kernel's mTHP; at most 9). At order
-    /// 4 one fault maps 16 pages of memory walked in order (see --large-folios).
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    folio_order: u32,
-    /// When a fault takes a folio of --folio-order: `always` (every first touch, every
-    /// swapped large folio) or `sequential` (only while faults walk forward through memory;
-    /// scattered touches take one page).
-    #[arg(long, value_name = "POLICY", default_value = "sequential")]
-    large_folios: String,
-    /// How a read of a page that holds only zeros is mapped: `protected` (the shared zero
-    /// page, write-protected: it costs nothing and is charged nothing until the program's
-    /// first write to it, a write-protect fault, makes it resident) or `charged` (the zero
-    /// page charged to the budget as a resident page, in case it is written unseen).
-    /// Default: protected.
-    #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"])]
-    zero_pages: Option<String>,
-    /// Who resolves a fault on a swapped page: `handler` (uswap's handler thread, woken by
-    /// the kernel: serves every access) or `sigbus` (the faulting thread itself, in a
-    /// signal handler: no cross-thread wake-ups; a fault's p50 12.8 against 31.4 us in the
-    /// 1 GiB Zipf comparison on a 2-vCPU VM, docs/benchmarks.md; but for programs that
-    /// suit it only). Under `sigbus` a system call
-    /// whose buffer is a swapped page fails with EFAULT: the shim retries libc's read,
-    /// write and socket calls after bringing the buffer in, but a datagram received into
-    /// one is lost, and direct system calls, io_uring and futexes are not covered. A
-    /// forked child serves its own faults the same way. See docs/RUN.md, "Fault delivery"
-    #[arg(long, value_name = "MODE", default_value = "handler",
-          value_parser = ["handler", "sigbus"])]
-    delivery: String,
-    /// Run the program (and uswap's fault handler inside it) on these CPUs only, as taskset
-    /// does: 0, 0-1, 0,2-3. Default: wherever it may run now. A single-threaded program on
-    /// one CPU spares uswap the cross-CPU wake-ups that dominate its faults in a virtual
-    /// machine: the handler serves a fault on the faulting thread's CPU. uswap's reclaimer
-    /// runs on the CPUs this process may use outside the list, if any (see --reclaim-cpus;
-    /// docs/RUN.md, "CPUs").
-    #[arg(long, value_name = "LIST")]
-    cpus: Option<String>,
-    /// The CPUs uswap's reclaimer thread (which compresses pages out of the program in the
-    /// background, the kernel's kswapd) runs on. Default: with --cpus, the CPUs this process
-    /// may use outside that list, as the kernel's kswapd is not confined with the programs
-    /// it reclaims from (none left: the program's); without --cpus, the program's.
-    #[arg(long, value_name = "LIST")]
-    reclaim_cpus: Option<String>,
-    /// Where uswap's fault handler thread runs, under `--delivery handler`: `follow` (on the
-    /// CPU of the program thread whose faults it serves, when one thread makes most of
-    /// them, with the reclaimer on the other CPUs: a fault's two wake-ups stay on one CPU;
-    /// the program's own threads are never moved) or `free` (wherever the scheduler puts
-    /// it). Does nothing with one CPU, under --delivery sigbus, or where the reclaimer has
-    /// CPUs of its own (--reclaim-cpus, or --cpus with CPUs left outside it). docs/RUN.md,
-    /// "CPUs".
-    #[arg(long, value_name = "MODE", default_value = "follow", value_parser = ["follow", "free"])]
-    handler_placement: String,
-    /// Keep the program's idle CPUs polling through bursts of faults, so that waking a
-    /// faulting thread is not waking a halted CPU (docs/RUN.md, "Idle polling"): `auto`
-    /// (on CPU sets of 2 to 8 CPUs), `on`, or `off`; `auto:US` and `on:US` set how long
-    /// after the last fault the pollers spin (default 200 microseconds). The pollers run in
-    /// a process uswap run forks for them, pinned one per CPU at nice 19 in a session of
-    /// their own at nice 19 (the scheduler's weight 15 against 1,024 at nice 0: a busy
-    /// process of another session kept 97% of its CPU beside them), and the summary says
-    /// how much they spun.
-    #[arg(long, value_name = "MODE", default_value = "auto")]
-    idle_poll: String,
-    /// Print the detail after the summary: where the budget came from, the broker's
-    /// figures, every engine counter the summary is made of.
-    #[arg(long, short)]
-    verbose: bool,
-    /// The program and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
-    cmd: Vec<String>,
-}
 
 /// Runs `uswap run`; returns the exit status to end with.
 ///
@@ -464,53 +329,4 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far_replicas: args.far_replicas,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source, auto, shim })
-}
-
-/// Every image's stats in a run directory, added up (final files, and live files of
-/// images that ended without writing one: killed, or `_exit`).
-pub fn collect(dir: &Path) -> StatsFile {
-    let mut total = StatsFile::default();
-    let Ok(entries) = std::fs::read_dir(dir) else { return total };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !(name.starts_with("final-") || name.starts_with("live-")) {
-            continue;
-        }
-        if let Ok(file) = std::fs::read_to_string(entry.path())
-            .map_err(|e| e.to_string())
-            .and_then(|t| StatsFile::parse(&t))
-        {
-            total.absorb(&file);
-        }
-    }
-    total
-}
-
-/// Prints the live figures every `every` until `done` (the --stats-every thread).
-fn report_live(
-    dir: PathBuf,
-    every: Duration,
-    mut to: Option<std::fs::File>,
-    done: &std::sync::atomic::AtomicBool,
-) {
-    use std::io::Write as _;
-    let mut next = Instant::now() + every;
-    while !done.load(std::sync::atomic::Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(20));
-        if Instant::now() < next {
-            continue;
-        }
-        next += every;
-        let summary = Summary::of(&collect(&dir));
-        let lines = summary.to_lines("uswap live: ").join("\n") + "\n";
-        match &mut to {
-            Some(file) => {
-                let _ = file.write_all(lines.as_bytes());
-            }
-            None => {
-                use std::io::Write as _;
-                let _ = std::io::stderr().write_all(lines.as_bytes());
-            }
-        }
-    }
 }

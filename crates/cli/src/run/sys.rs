@@ -7,7 +7,7 @@
 
 #![allow(unsafe_code)]
 
-use super::{report_live, Plan, RunArgs};
+use super::{Plan, RunArgs};
 use anyhow::{bail, Context, Result};
 use runstat::env::RunConfig;
 use std::path::PathBuf;
@@ -79,7 +79,8 @@ pub fn spawn_and_wait(
     let done = std::sync::Arc::new(AtomicBool::new(false));
     let reporter = run.stats_every.filter(|s| *s > 0.0).map(|secs| {
         let (dir, to, done) = (PathBuf::from(&config.run_dir), stats_out, done.clone());
-        std::thread::spawn(move || report_live(dir, Duration::from_secs_f64(secs), to, &done))
+        let (budget, every) = (config.budget_bytes, Duration::from_secs_f64(secs));
+        std::thread::spawn(move || super::live::report(dir, budget, every, to, &done))
     });
     let outcome = wait(&signals, pid);
     done.store(true, SeqCst);
@@ -87,6 +88,21 @@ pub fn spawn_and_wait(
         let _ = reporter.join();
     }
     outcome
+}
+
+/// The local time of day, `HH:MM:SS` (the --stats-every blocks' heading).
+pub fn time_of_day() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as libc::time_t;
+    // SAFETY: `tm` holds integers and one pointer (`tm_zone`), all valid as zeros.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r writes only `tm` and,
+    // unlike localtime, uses no static buffer, so it is safe beside other threads.
+    if unsafe { libc::localtime_r(&now, &mut tm) }.is_null() {
+        return format!("{:02}:{:02}:{:02}", now / 3600 % 24, now / 60 % 60, now % 60);
+    }
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
 }
 
 /// The idle pollers' process ([`super::start_pollers`]).

@@ -28,7 +28,8 @@ pub enum ProcState {
 }
 
 impl ProcState {
-    fn name(self) -> &'static str {
+    /// The state's word in the tree file (and `uswap stat --json`).
+    pub fn name(self) -> &'static str {
         match self {
             ProcState::Member => "member",
             ProcState::Unmanaged => "unmanaged",

@@ -1,0 +1,127 @@
+//! The flags of `uswap run`, as `uswap run --help` shows them: the few a user needs first,
+//! then the output files, then the knobs under a heading of their own, one line each
+//! (docs/RUN.md explains each knob; clap prints the first paragraph of a doc comment for
+//! `-h` and all of it for `--help`).
+
+use std::path::PathBuf;
+
+/// What `uswap run` is, in the list of subcommands and atop its help.
+pub const ABOUT: &str = "Run a program, and every process it starts, under a memory budget";
+
+/// The example every form of the help leads with.
+pub const EXAMPLE: &str = "Example: uswap run --budget 256M -- python3 train.py";
+
+/// The help's layout: what it is, the example, the usage, the flags.
+pub const TEMPLATE: &str =
+    "{about-with-newline}\n{before-help}{usage-heading} {usage}\n\n{all-args}{after-help}";
+
+/// What `uswap run --help` adds after the flags.
+pub const AFTER_LONG_HELP: &str = "The tree's private memory past the budget is paged out \
+(pages of zeros noted, the rest compressed into a pool, the coldest of those written to an \
+encrypted swap file) and paged back in when touched. At exit uswap prints a summary of three \
+lines on stderr (every counter with --verbose) and exits as the program did; `uswap stat \
+PID` shows the figures while it runs. docs/RUN.md explains each knob.";
+
+/// The usage line (the program comes after `--`).
+pub const USAGE: &str = "uswap run [OPTIONS] -- CMD [ARGS]...";
+
+/// Flags of `uswap run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Memory the tree may use: a size (256M) or auto [default: half the free memory]
+    ///
+    /// Resident pages and the compressed pool of every process of the tree together.
+    /// `auto[:TARGET][,max=SIZE]` lowers it while faults cost the programs under TARGET
+    /// percent of their run (default 1) and raises it at once when they cost more, never
+    /// above SIZE (default: the default budget). The default is half of what the memory
+    /// cgroup has left under its limit where one is set, else half of MemAvailable.
+    #[arg(long, value_name = "SIZE|auto")]
+    pub budget: Option<String>,
+    /// Print the live figures every SECS seconds (a status line on a terminal)
+    ///
+    /// On a terminal, one line redrawn in place; otherwise (or with --stats-file) a block
+    /// of lines each time, headed by the time of day.
+    #[arg(long, value_name = "SECS")]
+    pub stats_every: Option<f64>,
+    /// The swap file, which must not exist [default: a private file in $TMPDIR]
+    ///
+    /// uswap creates it and removes it at exit.
+    #[arg(long, value_name = "PATH")]
+    pub swap_file: Option<PathBuf>,
+    /// The swap file's largest size, e.g. 8G [default: 8G]
+    ///
+    /// A sparse file: it may be larger than the free disk space (writes to it stop while
+    /// less than 64 MiB is free there).
+    #[arg(long, value_name = "SIZE")]
+    pub swap_size: Option<String>,
+    /// Print the detail after the summary: every counter, the budget's source
+    #[arg(long, short)]
+    pub verbose: bool,
+
+    /// Write the --stats-every blocks to this new file instead of stderr
+    #[arg(long, value_name = "PATH", help_heading = "Output files")]
+    pub stats_file: Option<PathBuf>,
+    /// Write a trace of faults and evictions (the simulator's format) to this new file
+    #[arg(long, value_name = "FILE", help_heading = "Output files")]
+    pub record: Option<PathBuf>,
+    /// Let --record replace, and --stats-file append to, an existing regular file
+    #[arg(long, help_heading = "Output files")]
+    pub force: bool,
+
+    /// The compressor of the pool: lz4, zstd, zstd:1..=3, or off for no pool
+    #[arg(long, value_name = "NAME", default_value = "lz4", help_heading = KNOBS)]
+    pub zswap: String,
+    /// The pool's share of the budget, in percent
+    #[arg(long, value_name = "N", default_value_t = 20, help_heading = KNOBS)]
+    pub pool_percent: u32,
+    /// A pool of its own beside the budget, of at most SIZE, instead of a share of it
+    #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent", help_heading = KNOBS)]
+    pub pool_size: Option<String>,
+    /// Keep the swap file's pages in the page cache, or drop them once on disk
+    #[arg(long, value_name = "MODE", default_value = "keep", help_heading = KNOBS)]
+    pub swap_file_cache: String,
+    /// Encrypt the pages written to the swap file (AES-256-GCM, a key per run)
+    #[arg(long, value_name = "MODE", default_value = "on", value_parser = ["on", "off"],
+          help_heading = KNOBS)]
+    pub encrypt: String,
+    /// Keep the swap device in memcached instead: memcached://HOST:PORT,HOST:PORT,...
+    #[arg(long, value_name = "URL", conflicts_with = "swap_file", help_heading = KNOBS)]
+    pub far: Option<String>,
+    /// Copies of each page in the far tier (1 up to the number of servers)
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "far", help_heading = KNOBS)]
+    pub far_replicas: u32,
+    /// The largest folio, 2^N pages, a fault maps and a page-out moves (0..=9)
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = KNOBS)]
+    pub folio_order: u32,
+    /// When a fault maps a large folio: always, or while faults walk forward
+    #[arg(long, value_name = "POLICY", default_value = "sequential", help_heading = KNOBS)]
+    pub large_folios: String,
+    /// A read of a page of zeros maps it protected (charged once written) or charged
+    #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"],
+          help_heading = KNOBS)]
+    pub zero_pages: Option<String>,
+    /// Who serves a fault on a swapped page: the handler thread, or the faulting thread
+    #[arg(long, value_name = "MODE", default_value = "handler",
+          value_parser = ["handler", "sigbus"], help_heading = KNOBS)]
+    pub delivery: String,
+    /// Run the program on these CPUs only, as taskset does: 0, 0-1, 0,2-3
+    #[arg(long, value_name = "LIST", help_heading = KNOBS)]
+    pub cpus: Option<String>,
+    /// The reclaimer's CPUs [default: with --cpus, the others; without, the program's]
+    #[arg(long, value_name = "LIST", help_heading = KNOBS)]
+    pub reclaim_cpus: Option<String>,
+    /// Run the fault handler on the CPU of the thread it serves (follow), or anywhere
+    #[arg(long, value_name = "MODE", default_value = "follow", value_parser = ["follow", "free"],
+          help_heading = KNOBS)]
+    pub handler_placement: String,
+    /// Keep idle CPUs polling through bursts of faults: auto, on or off (:US, the window)
+    #[arg(long, value_name = "MODE", default_value = "auto", help_heading = KNOBS)]
+    pub idle_poll: String,
+
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+/// The heading of the knobs.
+const KNOBS: &str = "Knobs (docs/RUN.md explains each)";
