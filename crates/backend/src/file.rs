@@ -2,7 +2,10 @@
 //!
 //! Setup refuses everything that could hurt: an existing path is never overwritten
 //! (`O_EXCL`), the file is created mode 0600 and unlinked right after it is opened (unless
-//! [`FileOptions::keep`]), so no other process can open it and read swapped data, and the
+//! [`FileOptions::keep`]), so no other process can open it and read swapped data; a file
+//! made inside a directory is made without a name at all (`O_TMPFILE`), so a process
+//! killed while it creates one leaves nothing behind (where the file system has no
+//! `O_TMPFILE`, a fresh name is unlinked at once, as for a path given), and the
 //! free space of the file system (`statvfs`) is checked against the size before anything
 //! is created (or, with [`FileOptions::keep_free_bytes`], the file may be larger than the
 //! free space, and writes stop while the disk is nearly full). The file is sized with
@@ -12,6 +15,7 @@
 //! ```text
 //!   create(path or dir, size, opts)
 //!     statvfs(dir) >= size? ── no ──> Error::NoSpace   (unless keep_free_bytes)
+//!     in a directory, not kept: open(dir, O_TMPFILE|O_RDWR, 0600) (no name; else as below)
 //!     open(O_CREAT|O_EXCL|O_RDWR, 0600) ── EEXIST ──> Error::Exists
 //!     ftruncate(size)            (sparse: no blocks yet)
 //!     unlink(path) unless keep   (the fd keeps the inode alive)
@@ -118,7 +122,8 @@ static SWAP_FILE: fds::Kind = fds::Kind {
 #[derive(Debug)]
 pub struct FileBackend {
     fd: fds::Fd,
-    /// Where it was created (gone from the file system unless `keep`).
+    /// Where it was created (gone from the file system unless `keep`), or, for a file
+    /// made without a name, its directory.
     path: PathBuf,
     nr_pages: u64,
     /// I/O goes with `RWF_DONTCACHE`.
@@ -147,7 +152,8 @@ const NAME_TRIES: u32 = 64;
 
 impl FileBackend {
     /// Creates a swap file of `size_bytes` at `path`, or inside `path` when it is a
-    /// directory (a fresh name `.uswap-PID-N.swap`).
+    /// directory (without a name, or where `O_TMPFILE` is refused or `keep` is set, a
+    /// fresh name `.uswap-PID-N.swap`).
     ///
     /// # Errors
     /// [`Error::BadSize`] unless `size_bytes` is a positive multiple of [`PAGE_SIZE`];
@@ -173,18 +179,23 @@ impl FileBackend {
         if options.keep_free_bytes.is_none() {
             check_free_space(&dir, size_bytes)?;
         }
-        let (file, path) = match name {
-            Some(path) => (open_new(&path)?, path),
-            None => open_in_dir(&dir)?,
+        let unnamed = if name.is_none() && !options.keep { open_unnamed(&dir) } else { None };
+        let named = unnamed.is_none();
+        let (file, path) = match (unnamed, name) {
+            (Some(file), _) => (file, dir.clone()),
+            (None, Some(path)) => (open_new(&path)?, path),
+            (None, None) => open_in_dir(&dir)?,
         };
         let cleanup = |what, source| {
-            let _ = std::fs::remove_file(&path);
+            if named {
+                let _ = std::fs::remove_file(&path);
+            }
             Error::Setup { what, path: path.clone(), source }
         };
         if let Err(e) = file.set_len(size_bytes) {
             return Err(cleanup("size", e));
         }
-        if !options.keep {
+        if named && !options.keep {
             std::fs::remove_file(&path).map_err(|source| Error::Setup {
                 what: "unlink",
                 path: path.clone(),
@@ -193,7 +204,9 @@ impl FileBackend {
         }
         if options.uncached {
             if let Err(source) = try_dontcache(&file) {
-                let _ = std::fs::remove_file(&path); // gone already unless `keep`
+                if named {
+                    let _ = std::fs::remove_file(&path); // gone already unless `keep`
+                }
                 let what = "use uncached I/O (RWF_DONTCACHE: Linux 6.14 and a file system that \
                             takes it) on";
                 return Err(Error::Setup { what, path, source });
@@ -312,6 +325,15 @@ fn open_new(path: &Path) -> Result<File, Error> {
         ErrorKind::AlreadyExists => Error::Exists { path: path.to_path_buf() },
         _ => Error::Setup { what: "create", path: path.to_path_buf(), source },
     })
+}
+
+/// A file in `dir` that has no name (`O_TMPFILE`, mode 0600): nothing to unlink, so no
+/// moment when a crash leaves a name behind. `None` where the file system (or kernel)
+/// refuses it: the caller makes a named file instead.
+fn open_unnamed(dir: &Path) -> Option<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+    rustix::fs::open(dir, flags, Mode::from_raw_mode(0o600)).ok().map(File::from)
 }
 
 fn open_in_dir(dir: &Path) -> Result<(File, PathBuf), Error> {
