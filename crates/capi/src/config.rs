@@ -1,5 +1,6 @@
 //! The C structs and their conversion to and from the Rust library's types.
 
+use engine::defaults::LIBRARY;
 use std::ffi::c_char;
 use uffd::{Builder, Delivery, Uswap};
 
@@ -57,13 +58,13 @@ impl uswap_config {
     pub fn defaults() -> uswap_config {
         uswap_config {
             size: core::mem::size_of::<uswap_config>() as u32,
-            folio_order: 0,
-            budget_bytes: 256 << 20,
+            folio_order: LIBRARY.folio_order,
+            budget_bytes: LIBRARY.budget_bytes,
             delivery: 0,
             flags: 0,
             swap_path: core::ptr::null(),
             swap_dir: core::ptr::null(),
-            swap_size_bytes: 4 << 30,
+            swap_size_bytes: LIBRARY.swap_size_bytes,
             readahead_pages: -1,
             compressor: core::ptr::null(),
             pool_percent: 0,

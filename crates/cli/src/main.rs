@@ -65,8 +65,23 @@ enum Command {
     Completions(manual::CompletionsArgs),
 }
 
+/// The command line after `uswap run`, as it was given.
+fn run_args() -> Vec<String> {
+    std::env::args().skip(1).skip_while(|arg| arg != "run").skip(1).collect()
+}
+
 fn main() {
-    let cli = Cli::parse();
+    // Bad flags are one line, as every other refusal, with clap's usage-error status (help
+    // and version print as usual).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if error.use_stderr() => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "uswap: {}", run::config::one_line(&error));
+            std::process::exit(error.exit_code());
+        }
+        Err(error) => error.exit(),
+    };
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Check(args) => match check::run(args) {
@@ -74,7 +89,7 @@ fn main() {
             Err(error) => Err(error),
         },
         Command::Sim(args) => sim::run(*args),
-        Command::Run(args) => match run::run(*args) {
+        Command::Run(args) => match run::config::with_file(*args, &run_args()).and_then(run::run) {
             Ok(status) => std::process::exit(status),
             Err(error) => Err(error),
         },

@@ -79,7 +79,7 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--", "/nonexistent/prog"], "no such file"),
         (vec!["run", "--budget", "32K", "--"], "lower --folio-order"),
         (vec!["run", "--folio-order", "10", "--"], "--folio-order 10: use 0..=9"),
-        (vec!["run", "--large-folios", "maybe", "--"], "use always or sequential"),
+        (vec!["run", "--large-folios", "maybe", "--"], "possible values: always, sequential"),
         (vec!["run", "--cpus", "3-1", "--"], "--cpus 3-1: range 3-1 runs backwards"),
         (vec!["run", "--cpus", "one", "--"], "is not a CPU number"),
         (vec!["run", "--cpus", "1023", "--"], "none of these CPUs is available here"),
@@ -87,7 +87,7 @@ fn bad_input_is_one_line_and_nothing_runs() {
         (vec!["run", "--reclaim-cpus", "1023", "--"], "CPU 1023 is not online"),
         (vec!["run", "--idle-poll", "sometimes", "--"], "--idle-poll sometimes: use auto"),
         (vec!["run", "--idle-poll", "on:0", "--"], "use a window of 1..=100000 microseconds"),
-        (vec!["run", "--swap-file-cache", "sometimes", "--"], "use keep or drop"),
+        (vec!["run", "--swap-file-cache", "sometimes", "--"], "possible values: keep, drop"),
         (vec!["run", "--pool-size", "1K", "--"], "--pool-size 1.00 KiB: use 64.0 KiB to"),
         (vec!["run", "--zswap", "off", "--pool-size", "64M", "--"], "no pool to size"),
         (vec!["run", "--swap-size", "100000T", "--"], "--swap-size 100000 TiB: use 2.00 MiB to"),
@@ -1014,4 +1014,78 @@ fn redis_holds_four_times_its_budget_and_reads_it_all_back() {
     assert_eq!(redis["uswap_verify_errors"], 0, "{redis}");
     let detail = redis["uswap_detail"].as_str().unwrap();
     assert!(detail.contains("65536 keys x 1024 B"), "{detail}");
+}
+
+/// `uswap run` with `--config`, or the user's default file under `XDG_CONFIG_HOME`
+/// (`config_home`); the output.
+fn run_configured(config_home: &Path, args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(args)
+        .env("USWAP_PRELOAD", shim())
+        .env("XDG_CONFIG_HOME", config_home)
+        .output()
+        .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+#[test]
+fn a_config_file_sets_what_the_command_line_does_not() {
+    if !can_run() {
+        return;
+    }
+    let home = TempDir::new("config-home");
+    std::fs::create_dir(home.0.join("uswap")).unwrap();
+    let default = home.0.join("uswap/config.toml");
+    std::fs::write(&default, "[run]\nbudget = \"40M\"\nzswap = \"zstd\"\n").unwrap();
+    let budget_of = |out: &std::process::Output| {
+        let err = stderr(out);
+        assert!(out.status.success(), "{err}");
+        let line = err.lines().find(|l| l.starts_with("uswap: budget ")).unwrap_or_default();
+        line.split(',').next().unwrap().trim_start_matches("uswap: budget ").to_string()
+    };
+    // The user's default file, found without a flag.
+    assert_eq!(budget_of(&run_configured(&home.0, &["run", "--", "/bin/true"])), "40.0 MiB");
+    // The command line wins over it.
+    let out = run_configured(&home.0, &["run", "--budget", "48M", "--", "/bin/true"]);
+    assert_eq!(budget_of(&out), "48.0 MiB");
+    // --config names another file; /dev/null is none.
+    let other = home.0.join("other.toml");
+    std::fs::write(&other, "[run]\nbudget = \"24M\"\nverbose = true\n").unwrap();
+    let out =
+        run_configured(&home.0, &["run", "--config", other.to_str().unwrap(), "--", "/bin/true"]);
+    assert_eq!(budget_of(&out), "24.0 MiB");
+    assert!(stderr(&out).contains("pages out:"), "verbose from the file");
+    let out = run_configured(&home.0, &["run", "--config", "/dev/null", "--", "/bin/true"]);
+    assert_ne!(budget_of(&out), "40.0 MiB");
+}
+
+#[test]
+fn a_bad_config_file_is_one_line_naming_it_and_nothing_runs() {
+    let home = TempDir::new("config-bad");
+    let marker = home.0.join("marker");
+    let file = home.0.join("bad.toml");
+    let cases = [
+        ("[run]\nbudjet = \"40M\"\n", "budjet: not a flag of uswap run"),
+        ("[run]\nzswap = \"brotli\"\n", "--zswap brotli"),
+        ("[run]\nlarge-folios = \"maybe\"\n", "maybe"),
+        ("[run]\nswap-file = \"/tmp/x\"\n", "swap-file: names one run's files"),
+        ("[run\n", "not TOML"),
+    ];
+    for (text, expect) in cases {
+        std::fs::write(&file, text).unwrap();
+        let args = ["run", "--config", file.to_str().unwrap(), "--", "/usr/bin/touch"];
+        let mut args = args.to_vec();
+        args.push(marker.to_str().unwrap());
+        let out = run_configured(&home.0, &args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(expect), "{text}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!marker.exists(), "{text} started the program");
+    }
+    let missing = home.0.join("missing.toml");
+    let out =
+        run_configured(&home.0, &["run", "--config", missing.to_str().unwrap(), "--", "/bin/true"]);
+    assert!(stderr(&out).contains("missing.toml"), "{}", stderr(&out));
 }

@@ -39,7 +39,7 @@ fn run_help_leads_with_an_example_and_the_flags_a_user_needs() {
         options.split_once("\n\nOutput files:\n").unwrap_or_else(|| panic!("{help}"));
     assert_eq!(
         option_names(main),
-        ["budget", "stats-every", "swap-file", "swap-size", "verbose", "help", "version"],
+        ["budget", "stats-every", "swap-file", "swap-size", "verbose", "config", "help", "version"],
         "{help}"
     );
     let knobs_heading = "\n\nKnobs (docs/RUN.md explains each):\n";

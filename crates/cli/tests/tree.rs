@@ -263,7 +263,7 @@ fn uswap_stat_of_a_pid_outside_any_run_says_so() {
     }
 }
 
-/// The default summary (issue 39): three lines (four over budget), sizes in B, KiB, MiB
+/// The default summary: three lines (four over budget), sizes in B, KiB, MiB
 /// or GiB, no counter names; --verbose adds the detail.
 #[test]
 fn the_summary_is_three_lines_in_a_persons_units() {

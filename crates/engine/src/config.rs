@@ -2,6 +2,7 @@
 //! refused here with a message that names it, before anything is set up.
 
 use crate::budget::Watermarks;
+use crate::defaults::LIBRARY;
 use crate::{Error, MAX_ORDER, PAGE_SIZE};
 use backend::Backend;
 use slots::AllocPolicy;
@@ -96,8 +97,8 @@ pub struct ZswapSettings {
 impl Default for ZswapSettings {
     fn default() -> Self {
         ZswapSettings {
-            compressor: CompressorKind::Lz4,
-            max_pool_percent: 20,
+            compressor: LIBRARY.compressor,
+            max_pool_percent: LIBRARY.pool_percent,
             accept_threshold_percent: 90,
             incompressible: Incompressible::StoreRaw,
             checksum: false,
@@ -182,12 +183,12 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            budget_bytes: 256 << 20,
+            budget_bytes: LIBRARY.budget_bytes,
             watermarks: None,
-            folio_order: 0,
-            large_folios: LargeFolios::Always,
+            folio_order: LIBRARY.folio_order,
+            large_folios: LIBRARY.large_folios,
             large_swapin: true,
-            readahead_max_pages: 8,
+            readahead_max_pages: LIBRARY.readahead_max_pages,
             swap: SwapConfig::default(),
             zswap: Some(ZswapSettings::default()),
             zswap_faults: zswap::FaultHooks::default(),

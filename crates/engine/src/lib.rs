@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod config;
+pub mod defaults;
 mod engine;
 pub mod error;
 mod events;

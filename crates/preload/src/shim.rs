@@ -14,6 +14,7 @@
 use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
 use runstat::env::{self, RunConfig};
+use runstat::settings::{self, FileCache, ZeroPages};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 use uffd::{CompressorKind, Delivery, HandlerOptions, PageMap, Uswap};
@@ -451,13 +452,16 @@ fn build(
         .budget_bytes(share)
         .swap_size_bytes(config.swap_size_bytes)
         .swap_quota(Arc::new(crate::member::TreeQuota))
-        .swap_file_uncached(config.swap_file_cache == "drop")
+        .swap_file_uncached(config.swap_file_cache == FileCache::Drop)
         .swap_file_keep_free(env::SWAP_FILE_KEEP_FREE_BYTES)
         .folio_order(config.folio_order)
-        .large_folios(config.large_folios.parse().map_err(|e| format!("--large-folios {e}"))?)
+        .large_folios(match config.large_folios {
+            settings::LargeFolios::Always => engine::LargeFolios::Always,
+            settings::LargeFolios::Sequential => engine::LargeFolios::Sequential,
+        })
         .delivery(if config.sigbus_delivery() { Delivery::Sigbus } else { Delivery::Handler })
         .require_kernel_faults(!config.sigbus_delivery())
-        .protect_zero_pages(config.zero_pages == "protected")
+        .protect_zero_pages(config.zero_pages == ZeroPages::Protected)
         .encrypt(config.encrypts())
         .handler_options(options);
     if let Some(text) = &config.reclaim_cpus {

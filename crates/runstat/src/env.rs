@@ -12,6 +12,8 @@
 //! the shim and these variables removed from its environment: a budget is never
 //! multiplied by the number of processes.
 
+use crate::settings::{Delivery, FileCache, LargeFolios, Placement, Switch, ZeroPages};
+
 /// The exit status of a process whose shim could not start: it said why on stderr, in one
 /// line, before the program's `main`.
 pub const START_FAILED: i32 = 125;
@@ -141,8 +143,8 @@ pub struct RunConfig {
     pub swap_file: Option<String>,
     /// The swap device's size.
     pub swap_size_bytes: u64,
-    /// `keep` (the page cache may hold the swap file's pages) or `drop` (`RWF_DONTCACHE`).
-    pub swap_file_cache: String,
+    /// Whether the page cache may hold the swap file's pages.
+    pub swap_file_cache: FileCache,
     /// The trace to write, if any.
     pub record: Option<String>,
     /// The trace's identity and time base ([`RECORD_FILE`]).
@@ -153,20 +155,20 @@ pub struct RunConfig {
     pub preload_path: String,
     /// The engine's folio order.
     pub folio_order: u32,
-    /// `always` or `sequential`.
-    pub large_folios: String,
-    /// `protected` or `charged`.
-    pub zero_pages: String,
-    /// `handler` or `sigbus`.
-    pub delivery: String,
+    /// When a fault maps a large folio.
+    pub large_folios: LargeFolios,
+    /// How a read of a page of zeros is mapped.
+    pub zero_pages: ZeroPages,
+    /// Who serves a fault on a swapped page.
+    pub delivery: Delivery,
     /// The idle pollers' page, if they run.
     pub idle_page: Option<String>,
     /// The CPUs for the engine's reclaimer (taskset's list syntax), if not the program's.
     pub reclaim_cpus: Option<String>,
-    /// `follow` or `free`.
-    pub handler_placement: String,
-    /// `on` or `off`.
-    pub encrypt: String,
+    /// Where the fault handler runs.
+    pub handler_placement: Placement,
+    /// Whether pages written to the swap file are sealed.
+    pub encrypt: Switch,
     /// The far tier's servers (`memcached://...`), if the swap device is remote.
     pub far: Option<String>,
     /// Copies of each page there.
@@ -176,18 +178,18 @@ pub struct RunConfig {
 impl RunConfig {
     /// Whether faults are delivered as SIGBUS to the faulting thread (`--delivery sigbus`).
     pub fn sigbus_delivery(&self) -> bool {
-        self.delivery == "sigbus"
+        self.delivery == Delivery::Sigbus
     }
 
     /// Whether pages written to the swap file are encrypted (`--encrypt on`).
     pub fn encrypts(&self) -> bool {
-        self.encrypt == "on"
+        self.encrypt == Switch::On
     }
 
     /// Whether the fault handler follows the thread it serves (`--handler-placement
     /// follow`).
     pub fn handler_follows(&self) -> bool {
-        self.handler_placement == "follow"
+        self.handler_placement == Placement::Follow
     }
 
     /// The variables to set.
@@ -200,15 +202,15 @@ impl RunConfig {
             (ZSWAP, self.zswap.clone()),
             (POOL_PERCENT, self.pool_percent.to_string()),
             (SWAP_SIZE, self.swap_size_bytes.to_string()),
-            (SWAP_FILE_CACHE, self.swap_file_cache.clone()),
+            (SWAP_FILE_CACHE, self.swap_file_cache.to_string()),
             (STATS_INTERVAL_MS, self.stats_interval_ms.to_string()),
             (PRELOAD_PATH, self.preload_path.clone()),
             (FOLIO_ORDER, self.folio_order.to_string()),
-            (LARGE_FOLIOS, self.large_folios.clone()),
-            (ZERO_PAGES, self.zero_pages.clone()),
-            (DELIVERY, self.delivery.clone()),
-            (HANDLER_PLACEMENT, self.handler_placement.clone()),
-            (ENCRYPT, self.encrypt.clone()),
+            (LARGE_FOLIOS, self.large_folios.to_string()),
+            (ZERO_PAGES, self.zero_pages.to_string()),
+            (DELIVERY, self.delivery.to_string()),
+            (HANDLER_PLACEMENT, self.handler_placement.to_string()),
+            (ENCRYPT, self.encrypt.to_string()),
             (FAR_REPLICAS, self.far_replicas.to_string()),
         ];
         if let Some(url) = &self.far {
@@ -254,23 +256,28 @@ impl RunConfig {
             pool_bytes: get(POOL_SIZE).map(|_| number(POOL_SIZE)).transpose()?,
             swap_file: get(SWAP_FILE),
             swap_size_bytes: number(SWAP_SIZE)?,
-            swap_file_cache: need(SWAP_FILE_CACHE)?,
+            swap_file_cache: named(SWAP_FILE_CACHE, &need(SWAP_FILE_CACHE)?)?,
             record: get(RECORD),
             record_file: get(RECORD_FILE),
             stats_interval_ms: number(STATS_INTERVAL_MS)?,
             preload_path: need(PRELOAD_PATH)?,
             folio_order: number(FOLIO_ORDER)? as u32,
-            large_folios: need(LARGE_FOLIOS)?,
-            zero_pages: need(ZERO_PAGES)?,
-            delivery: need(DELIVERY)?,
+            large_folios: named(LARGE_FOLIOS, &need(LARGE_FOLIOS)?)?,
+            zero_pages: named(ZERO_PAGES, &need(ZERO_PAGES)?)?,
+            delivery: named(DELIVERY, &need(DELIVERY)?)?,
             idle_page: get(IDLE_PAGE),
             reclaim_cpus: get(RECLAIM_CPUS),
-            handler_placement: need(HANDLER_PLACEMENT)?,
-            encrypt: need(ENCRYPT)?,
+            handler_placement: named(HANDLER_PLACEMENT, &need(HANDLER_PLACEMENT)?)?,
+            encrypt: named(ENCRYPT, &need(ENCRYPT)?)?,
             far: get(FAR),
             far_replicas: number(FAR_REPLICAS)? as u32,
         })
     }
+}
+
+/// The value of variable `name`, one of a knob's names.
+fn named<T: std::str::FromStr<Err = String>>(name: &str, text: &str) -> Result<T, String> {
+    text.parse().map_err(|e| format!("{name} {e}"))
 }
 
 /// `LD_PRELOAD` without `path` (entries are separated by spaces or colons); `None` when
@@ -298,19 +305,19 @@ mod tests {
             pool_bytes: Some(768 << 20),
             swap_file: None,
             swap_size_bytes: 4 << 30,
-            swap_file_cache: "drop".into(),
+            swap_file_cache: FileCache::Drop,
             record: Some("/run/t".into()),
             record_file: Some("2049:77:123".into()),
             stats_interval_ms: 1000,
             preload_path: "/x/libuswap_preload.so".into(),
             folio_order: 4,
-            large_folios: "sequential".into(),
-            zero_pages: "charged".into(),
-            delivery: "sigbus".into(),
+            large_folios: LargeFolios::Sequential,
+            zero_pages: ZeroPages::Charged,
+            delivery: Delivery::Sigbus,
             idle_page: Some("/run/uswap-x/idle".into()),
             reclaim_cpus: Some("1-3".into()),
-            handler_placement: "free".into(),
-            encrypt: "off".into(),
+            handler_placement: Placement::Free,
+            encrypt: Switch::Off,
             far: Some("memcached://127.0.0.1:11211".into()),
             far_replicas: 2,
         };
@@ -320,6 +327,14 @@ mod tests {
         assert_eq!(back, config);
         let e = RunConfig::from_env(|k| (k != BUDGET).then(|| vars.get(k).cloned()).flatten());
         assert_eq!(e.unwrap_err(), "USWAP_BUDGET is not set");
+        let e = RunConfig::from_env(|k| {
+            if k == DELIVERY {
+                Some("fast".into())
+            } else {
+                vars.get(k).cloned()
+            }
+        });
+        assert_eq!(e.unwrap_err(), "USWAP_DELIVERY \"fast\": use handler or sigbus");
     }
 
     #[test]

@@ -47,6 +47,7 @@ use crate::types::Features;
 use crate::uffd::Uffd;
 use crate::PAGE_SIZE;
 use engine::config::ZswapSettings;
+use engine::defaults::LIBRARY;
 use engine::stats::StatsSnapshot;
 pub use engine::LargeFolios;
 use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
@@ -110,17 +111,17 @@ pub struct Builder {
 impl Default for Builder {
     fn default() -> Self {
         Builder {
-            budget_bytes: 256 << 20,
-            folio_order: 0,
-            large_folios: LargeFolios::Always,
+            budget_bytes: LIBRARY.budget_bytes,
+            folio_order: LIBRARY.folio_order,
+            large_folios: LIBRARY.large_folios,
             delivery: Delivery::DEFAULT,
             swap: SwapTarget::Dir(std::env::temp_dir()),
-            swap_size_bytes: 4 << 30,
+            swap_size_bytes: LIBRARY.swap_size_bytes,
             swap_file_uncached: false,
             swap_file_keep_free: None,
             swap_quota: None,
             checksums: false,
-            encrypt: true,
+            encrypt: LIBRARY.encrypt,
             readahead_max_pages: None,
             reclaimer_cpus: Vec::new(),
             require_kernel_faults: None,

@@ -3,6 +3,8 @@
 //! (docs/RUN.md explains each knob; clap prints the first paragraph of a doc comment for
 //! `-h` and all of it for `--help`).
 
+use engine::defaults::RUN;
+use runstat::settings::{Delivery, FileCache, LargeFolios, Placement, Switch, ZeroPages};
 use std::path::PathBuf;
 
 /// What `uswap run` is, in the list of subcommands and atop its help.
@@ -57,6 +59,12 @@ pub struct RunArgs {
     /// Print the detail after the summary: every counter, the budget's source
     #[arg(long, short)]
     pub verbose: bool,
+    /// Settings to start from [default: ~/.config/uswap/config.toml where it exists]
+    ///
+    /// TOML, under [run]: any long flag of uswap run without its dashes, as
+    /// `pool-percent = 25`; a flag on the command line wins (docs/RUN.md, "Config file").
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 
     /// Write the --stats-every blocks to this new file instead of stderr
     #[arg(long, value_name = "PATH", help_heading = "Output files")]
@@ -72,18 +80,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", default_value = "lz4", help_heading = KNOBS)]
     pub zswap: String,
     /// The pool's share of the budget, in percent
-    #[arg(long, value_name = "N", default_value_t = 20, help_heading = KNOBS)]
+    #[arg(long, value_name = "N", default_value_t = RUN.pool_percent, help_heading = KNOBS)]
     pub pool_percent: u32,
     /// A pool of its own beside the budget, of at most SIZE, instead of a share of it
     #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent", help_heading = KNOBS)]
     pub pool_size: Option<String>,
     /// Keep the swap file's pages in the page cache, or drop them once on disk
-    #[arg(long, value_name = "MODE", default_value = "keep", help_heading = KNOBS)]
-    pub swap_file_cache: String,
+    #[arg(long, value_name = "MODE", default_value_t = FileCache::Keep, help_heading = KNOBS)]
+    pub swap_file_cache: FileCache,
     /// Encrypt the pages written to the swap file (AES-256-GCM, a key per run)
-    #[arg(long, value_name = "MODE", default_value = "on", value_parser = ["on", "off"],
-          help_heading = KNOBS)]
-    pub encrypt: String,
+    #[arg(long, value_name = "MODE", default_value_t = on_off(RUN.encrypt), help_heading = KNOBS)]
+    pub encrypt: Switch,
     /// Keep the swap device in memcached instead: memcached://HOST:PORT,HOST:PORT,...
     #[arg(long, value_name = "URL", conflicts_with = "swap_file", help_heading = KNOBS)]
     pub far: Option<String>,
@@ -91,19 +98,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 2, requires = "far", help_heading = KNOBS)]
     pub far_replicas: u32,
     /// The largest folio, 2^N pages, a fault maps and a page-out moves (0..=9)
-    #[arg(long, value_name = "N", default_value_t = 4, help_heading = KNOBS)]
+    #[arg(long, value_name = "N", default_value_t = RUN.folio_order, help_heading = KNOBS)]
     pub folio_order: u32,
     /// When a fault maps a large folio: always, or while faults walk forward
-    #[arg(long, value_name = "POLICY", default_value = "sequential", help_heading = KNOBS)]
-    pub large_folios: String,
-    /// A read of a page of zeros maps it protected (charged once written) or charged
-    #[arg(long, value_name = "MODE", value_parser = ["protected", "charged"],
+    #[arg(long, value_name = "POLICY", default_value_t = policy(RUN.large_folios),
           help_heading = KNOBS)]
-    pub zero_pages: Option<String>,
+    pub large_folios: LargeFolios,
+    /// A read of a page of zeros maps it protected (charged once written) or charged
+    #[arg(long, value_name = "MODE", default_value_t = ZeroPages::Protected,
+          help_heading = KNOBS)]
+    pub zero_pages: ZeroPages,
     /// Who serves a fault on a swapped page: the handler thread, or the faulting thread
-    #[arg(long, value_name = "MODE", default_value = "handler",
-          value_parser = ["handler", "sigbus"], help_heading = KNOBS)]
-    pub delivery: String,
+    #[arg(long, value_name = "MODE", default_value_t = Delivery::Handler, help_heading = KNOBS)]
+    pub delivery: Delivery,
     /// Run the program on these CPUs only, as taskset does: 0, 0-1, 0,2-3
     #[arg(long, value_name = "LIST", help_heading = KNOBS)]
     pub cpus: Option<String>,
@@ -111,9 +118,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST", help_heading = KNOBS)]
     pub reclaim_cpus: Option<String>,
     /// Run the fault handler on the CPU of the thread it serves (follow), or anywhere
-    #[arg(long, value_name = "MODE", default_value = "follow", value_parser = ["follow", "free"],
-          help_heading = KNOBS)]
-    pub handler_placement: String,
+    #[arg(long, value_name = "MODE", default_value_t = Placement::Follow, help_heading = KNOBS)]
+    pub handler_placement: Placement,
     /// Keep idle CPUs polling through bursts of faults: auto, on or off (:US, the window)
     #[arg(long, value_name = "MODE", default_value = "auto", help_heading = KNOBS)]
     pub idle_poll: String,
@@ -121,6 +127,23 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub cmd: Vec<String>,
+}
+
+/// The engine's policy as the flag names it.
+pub fn policy(policy: engine::LargeFolios) -> LargeFolios {
+    match policy {
+        engine::LargeFolios::Always => LargeFolios::Always,
+        engine::LargeFolios::Sequential => LargeFolios::Sequential,
+    }
+}
+
+/// A default that is a bool as the flag names it.
+const fn on_off(on: bool) -> Switch {
+    if on {
+        Switch::On
+    } else {
+        Switch::Off
+    }
 }
 
 /// The heading of the knobs.

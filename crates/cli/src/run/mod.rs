@@ -26,6 +26,7 @@ pub mod args;
 mod broker;
 mod budget;
 mod checks;
+pub mod config;
 mod live;
 pub mod summary;
 mod sys;
@@ -41,6 +42,7 @@ use checks::{
 use engine::LargeFolios;
 use runstat::env::RunConfig;
 use runstat::format_size;
+use runstat::settings::{Delivery, FileCache, Switch};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -59,7 +61,7 @@ macro_rules! say {
 /// An order-0 folio: the smallest budget is one folio of the order in force.
 const PAGE_BYTES: u64 = 4096;
 /// The default swap device size (a sparse file).
-const DEFAULT_SWAP_BYTES: u64 = 8 << 30;
+const DEFAULT_SWAP_BYTES: u64 = engine::defaults::RUN.swap_size_bytes;
 /// The smallest swap device: one cluster of 512 pages.
 const MIN_SWAP_BYTES: u64 = (slots::SWAPFILE_CLUSTER as u64) * PAGE_BYTES;
 /// The largest: the largest file ext4 holds with 4 KiB blocks.
@@ -214,8 +216,8 @@ fn start_pollers(polling: IdlePolling, dir: &Path) -> Result<Option<sys::PollerP
 ///
 /// # Errors
 /// One line naming the flag and the problem.
-fn check_far(url: &str, replicas: u32, encrypt: &str) -> Result<()> {
-    if encrypt == "off" {
+fn check_far(url: &str, replicas: u32, encrypt: Switch) -> Result<()> {
+    if encrypt == Switch::Off {
         bail!("--far with --encrypt off: pages sent to other machines are always encrypted");
     }
     let config = far::FarConfig::parse(url, replicas as usize).map_err(|e| anyhow!("--far {e}"))?;
@@ -250,7 +252,9 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     }
     let pool_bytes =
         args.pool_size.as_deref().map(|text| check_pool_size(text, &args.zswap)).transpose()?;
-    check_folios(args.folio_order, &args.large_folios)?;
+    if args.folio_order > engine::MAX_ORDER {
+        bail!("--folio-order {}: use 0..={}", args.folio_order, engine::MAX_ORDER);
+    }
     if budget_bytes < PAGE_BYTES << args.folio_order {
         bail!(
             "--budget {} is smaller than one folio of order {} ({} bytes): raise it or \
@@ -285,17 +289,13 @@ fn plan(args: &RunArgs) -> Result<Plan> {
     let (swap_size_bytes, size_note) = swap_size(args.swap_size.as_deref(), &swap_dir)?;
     let in_memory = crate::preflight::swap_in_memory(&swap_dir);
     let swap_notes = size_note.into_iter().chain(in_memory).collect();
-    if !matches!(args.swap_file_cache.as_str(), "keep" | "drop") {
-        bail!("--swap-file-cache {}: use keep or drop", args.swap_file_cache);
-    }
-    if args.swap_file_cache == "drop" {
+    if args.swap_file_cache == FileCache::Drop {
         check_uncached_io(&swap_dir)?;
     }
     if let Some(url) = &args.far {
-        check_far(url, args.far_replicas, &args.encrypt)?;
+        check_far(url, args.far_replicas, args.encrypt)?;
     }
-    let sigbus = args.delivery == "sigbus";
-    let zero_pages = args.zero_pages.clone().unwrap_or_else(|| "protected".to_string());
+    let sigbus = args.delivery == Delivery::Sigbus;
     crate::ladder::check_userfaultfd(sigbus)?;
     let shim = crate::shim::Shim::for_run(&std::env::temp_dir())?;
     let config = RunConfig {
@@ -308,7 +308,7 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         pool_bytes,
         swap_file: args.swap_file.as_ref().map(|p| absolute(p).display().to_string()),
         swap_size_bytes,
-        swap_file_cache: args.swap_file_cache.clone(),
+        swap_file_cache: args.swap_file_cache,
         record: args.record.as_ref().map(|p| absolute(p).display().to_string()),
         record_file: None,
         // The live file is rewritten at least as often as --stats-every prints it.
@@ -318,13 +318,13 @@ fn plan(args: &RunArgs) -> Result<Plan> {
             .map_or(1000, |secs| ((secs * 1000.0) as u64).clamp(10, 1000)),
         preload_path: String::new(),
         folio_order: args.folio_order,
-        large_folios: args.large_folios.clone(),
-        zero_pages,
-        delivery: args.delivery.clone(),
+        large_folios: args.large_folios,
+        zero_pages: args.zero_pages,
+        delivery: args.delivery,
         idle_page: None,
         reclaim_cpus: reclaim_cpus.map(|cpus| runstat::cpus::format_list(&cpus)),
-        handler_placement: args.handler_placement.clone(),
-        encrypt: args.encrypt.clone(),
+        handler_placement: args.handler_placement,
+        encrypt: args.encrypt,
         far: args.far.clone(),
         far_replicas: args.far_replicas,
     };
