@@ -63,6 +63,30 @@ struct MapAs {
     own_locked: bool,
 }
 
+/// The pages a swap-in is about, carried down its paths as the kernel carries a fault's
+/// context in `struct vm_fault`: the region, the folio's first page and order, and the swap
+/// entry of its first slot. Chosen once ([`Core::swapin_range`]); every later step
+/// re-validates it under the page-table lock.
+#[derive(Clone, Copy)]
+pub(crate) struct SwapIn<'a> {
+    pub(crate) region: &'a Region,
+    pub(crate) first: u64,
+    pub(crate) order: u32,
+    pub(crate) entry: SwapEntry,
+}
+
+impl SwapIn<'_> {
+    /// The page-table entry that still refers to these slots.
+    fn found(&self) -> Found {
+        Found { first: self.first, order: self.order, pte: Pte::Swap(self.entry) }
+    }
+
+    /// The pages' address and length in bytes.
+    fn span(&self) -> (u64, u64) {
+        (self.region.addr_of(self.first), bytes_of(self.order))
+    }
+}
+
 /// A step of the fault: done, or look again.
 pub(crate) enum Step {
     Done(FaultOutcome),
@@ -275,9 +299,10 @@ impl Core {
         found: Found,
         write: bool,
     ) -> Result<Step, Error> {
-        let Some((first, order, entry)) = self.swapin_range(region, index, &found) else {
+        let Some(at) = self.swapin_range(region, index, &found) else {
             return Ok(Step::Again);
         };
+        let (order, entry) = (at.order, at.entry);
         self.make_room(if region.managed() { 2 } else { 1 } * bytes_of(order));
         let folio = Folio::new_locked(entry.offset(), order);
         let device = &self.storage.device;
@@ -291,15 +316,11 @@ impl Core {
                     self.readahead(region, index);
                 }
                 let in_place = (region.managed() && region.source().fills_in_place())
-                    .then(|| self.swapin_in_place(region, first, entry, &folio, shadow))
+                    .then(|| self.swapin_in_place(at, &folio, shadow))
                     .flatten();
-                in_place.unwrap_or_else(|| {
-                    self.swapin_read_and_map(region, first, entry, &folio, shadow, write)
-                })
+                in_place.unwrap_or_else(|| self.swapin_read_and_map(at, &folio, shadow, write))
             }
-            AddOrGet::Exists(existing) => {
-                self.swapin_wait_and_map(region, first, order, entry, &existing, write)
-            }
+            AddOrGet::Exists(existing) => self.swapin_wait_and_map(at, &existing, write),
             AddOrGet::Conflict => {
                 // Part of the large folio is in flight on its own: take this page alone.
                 Stats::add_order(&self.stats.per_order.swpin_fallback, order, 1);
@@ -316,30 +337,30 @@ impl Core {
     /// Chooses what to swap in for a fault at `index`: the whole large folio when its slots
     /// are of one kind, else one page (splitting the page-table entry). `None` if the entry
     /// changed meanwhile.
-    fn swapin_range(
+    fn swapin_range<'a>(
         &self,
-        region: &Region,
+        region: &'a Region,
         index: u64,
         found: &Found,
-    ) -> Option<(u64, u32, SwapEntry)> {
+    ) -> Option<SwapIn<'a>> {
         let Pte::Swap(entry) = found.pte else { return None };
         if found.order == 0 {
             self.note_folio_end(&region.swapin_next, found.first + 1);
-            return Some((found.first, 0, entry));
+            return Some(SwapIn { region, first: found.first, order: 0, entry });
         }
         if self.config.large_swapin
             && self.wants_large(&region.swapin_next, index)
             && self.storage.uniform(entry, 1 << found.order)
         {
             self.note_folio_end(&region.swapin_next, found.first + (1 << found.order));
-            return Some((found.first, found.order, entry));
+            return Some(SwapIn { region, first: found.first, order: found.order, entry });
         }
         self.note_folio_end(&region.swapin_next, index + 1);
         Stats::add_order(&self.stats.per_order.swpin_fallback, found.order, 1);
         if !self.split_swap_entry(region, found) {
             return None;
         }
-        Some((index, 0, found.swap_entry_of(index)?))
+        Some(SwapIn { region, first: index, order: 0, entry: found.swap_entry_of(index)? })
     }
 
     /// Whether a fault at `index` takes a large folio under the policy
@@ -379,13 +400,12 @@ impl Core {
     /// The winner of `add_or_get`: read the data, unlock the folio, map it, delete it.
     fn swapin_read_and_map(
         &self,
-        region: &Region,
-        first: u64,
-        entry: SwapEntry,
+        at: SwapIn<'_>,
         folio: &Arc<Folio>,
         shadow: Option<Shadow>,
         write: bool,
     ) -> Result<Step, Error> {
+        let entry = at.entry;
         let bytes = folio.len_bytes() as u64;
         Stats::add(&self.stats.counters.pgmajfault, 1);
         self.budget.charge_swapcache(bytes);
@@ -399,18 +419,10 @@ impl Core {
         });
         let step = match read {
             Ok(_) => {
-                let activate = shadow.is_some_and(|s| self.refault(s, folio.order()));
-                self.map_from_folio(
-                    region,
-                    first,
-                    folio.order(),
-                    entry,
-                    folio,
-                    zero && !write,
-                    activate,
-                )
+                let activate = shadow.is_some_and(|s| self.refault(s, at.order));
+                self.map_from_folio(at, folio, zero && !write, activate)
             }
-            Err(why) => self.fail_swapin(region, first, folio.order(), entry, why),
+            Err(why) => self.fail_swapin(at, why),
         };
         self.delete_folio(folio, None);
         step
@@ -423,22 +435,20 @@ impl Core {
     /// still locked, and the caller reads it the usual way (no device I/O under the PTL).
     fn swapin_in_place(
         &self,
-        region: &Region,
-        first: u64,
-        entry: SwapEntry,
+        at: SwapIn<'_>,
         folio: &Arc<Folio>,
         shadow: Option<Shadow>,
     ) -> Option<Result<Step, Error>> {
-        let order = folio.order();
-        let mut pt = region.lock_span(first);
+        let (region, order, entry) = (at.region, at.order, at.entry);
+        let mut pt = region.lock_span(at.first);
         // As in `map_from_folio`; our locked folio pins the slots, so the pool's copy is the
         // slot's current data for as long as the page table still refers to it.
-        let step = if pt.lookup(first) != Some(Found { first, order, pte: Pte::Swap(entry) }) {
+        let step = if pt.lookup(at.first) != Some(at.found()) {
             Stats::add(&self.stats.counters.swapin_raced, 1);
             Ok(Step::Again)
         } else {
             let (mut failed, mut missed) = (None, false);
-            let (addr, len) = (region.addr_of(first), bytes_of(order));
+            let (addr, len) = at.span();
             let mapped = region.source().map_with(addr, len, &mut |folio| match self
                 .storage
                 .pool_read_folio(entry, folio, &self.stats)
@@ -459,7 +469,7 @@ impl Core {
             if let Some(why) = failed {
                 drop(pt);
                 folio.unlock(Unlock::Failed(why.clone()));
-                let result = self.fail_swapin(region, first, order, entry, why);
+                let result = self.fail_swapin(at, why);
                 self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
                 self.delete_folio(folio, None);
                 return Some(result);
@@ -469,7 +479,7 @@ impl Core {
                     let activate = shadow.is_some_and(|s| self.refault(s, order));
                     let mapped = mapped.expect("a refused page is a miss or a failure");
                     let how = MapAs { zero_mapped: false, activate, own_locked: true };
-                    Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, how))
+                    Ok(self.finish_map(&mut pt, at, mapped, how))
                 }
                 Err(error) => self.source_failed(error),
             }
@@ -484,10 +494,7 @@ impl Core {
     /// A loser of `add_or_get`: wait for the folio, then map from it.
     fn swapin_wait_and_map(
         &self,
-        region: &Region,
-        first: u64,
-        order: u32,
-        entry: SwapEntry,
+        at: SwapIn<'_>,
         folio: &Arc<Folio>,
         write: bool,
     ) -> Result<Step, Error> {
@@ -496,10 +503,8 @@ impl Core {
             Stats::add(&self.stats.counters.swapcache_wait, 1);
         }
         let step = match result {
-            Outcome::Uptodate { zero } => {
-                self.map_from_folio(region, first, order, entry, folio, zero && !write, false)
-            }
-            Outcome::Failed(why) => self.fail_swapin(region, first, order, entry, why.to_string()),
+            Outcome::Uptodate { zero } => self.map_from_folio(at, folio, zero && !write, false),
+            Outcome::Failed(why) => self.fail_swapin(at, why.to_string()),
             // Its owner gave up before it held data; the data is where it was: look again.
             Outcome::Abandoned => Ok(Step::Again),
         };
@@ -595,24 +600,21 @@ impl Core {
         refault.activate
     }
 
-    /// Step 5: under the PTL, re-validate and map `[first, first + 2^order)` from `folio`.
-    #[allow(clippy::too_many_arguments)]
+    /// Step 5: under the PTL, re-validate and map `at`'s pages from `folio`.
     pub(crate) fn map_from_folio(
         &self,
-        region: &Region,
-        first: u64,
-        order: u32,
-        entry: SwapEntry,
+        at: SwapIn<'_>,
         folio: &Folio,
         zero_page: bool,
         activate: bool,
     ) -> Result<Step, Error> {
-        let mut pt = region.lock_span(first);
-        if !self.maps_from(&pt, first, order, entry, folio) {
+        let (region, entry) = (at.region, at.entry);
+        let mut pt = region.lock_span(at.first);
+        if !self.maps_from(&pt, &at, folio) {
             Stats::add(&self.stats.counters.swapin_raced, 1);
             return Ok(Step::Again);
         }
-        let (addr, len) = (region.addr_of(first), bytes_of(order));
+        let (addr, len) = at.span();
         let mapped = if zero_page {
             map_zero_page(region, addr, len, protects_zero(region))
         } else {
@@ -623,30 +625,23 @@ impl Core {
         match mapped {
             Ok((mapped, zero_mapped)) => {
                 let how = MapAs { zero_mapped, activate, own_locked: false };
-                Ok(self.finish_map(&mut pt, region, first, order, entry, mapped, how))
+                Ok(self.finish_map(&mut pt, at, mapped, how))
             }
             Err(error) => self.source_failed(error),
         }
     }
 
-    /// Step 5's re-validation, under the PTL: the page table still refers to `entry` at
-    /// `first`, and `folio` is still the swap cache's folio for it. While the PTL is held
+    /// Step 5's re-validation, under the PTL: the page table still refers to `at.entry` at
+    /// `at.first`, and `folio` is still the swap cache's folio for it. While the PTL is held
     /// the page table's reference keeps the slot from being freed, so a folio still in the
     /// cache holds the slot's current data. A folio deleted meanwhile may be a previous life
     /// of a reused slot (the ABA race): never map from it.
-    pub(crate) fn maps_from(
-        &self,
-        pt: &PageTable<'_>,
-        first: u64,
-        order: u32,
-        entry: SwapEntry,
-        folio: &Folio,
-    ) -> bool {
-        let same_entry = pt.lookup(first) == Some(Found { first, order, pte: Pte::Swap(entry) });
+    pub(crate) fn maps_from(&self, pt: &PageTable<'_>, at: &SwapIn<'_>, folio: &Folio) -> bool {
+        let same_entry = pt.lookup(at.first) == Some(at.found());
         same_entry && (crate::hooks::skip_revalidation() || self.swap_cache.contains(folio))
     }
 
-    /// Step 5's bookkeeping under the PTL, once the pages at `first` are mapped: the page
+    /// Step 5's bookkeeping under the PTL, once `at`'s pages are mapped: the page
     /// table and the LRU take the folio (a forked child's page is the kernel's from now
     /// on), the budget its bytes, and the page table's reference to the slots is dropped.
     /// `AlreadyPresent` (someone mapped first) is counted and what is there stays.
@@ -655,17 +650,14 @@ impl Core {
     /// in-place page-in) and deletes it next, so dropping the reference needs no look for
     /// cached folios to release: [`Core::put_entry`] would find only that one, and a locked
     /// folio is its owner's to delete.
-    #[allow(clippy::too_many_arguments)]
     fn finish_map(
         &self,
         pt: &mut PageTable<'_>,
-        region: &Region,
-        first: u64,
-        order: u32,
-        entry: SwapEntry,
+        at: SwapIn<'_>,
         mapped: Mapped,
         how: MapAs,
     ) -> Step {
+        let SwapIn { region, first, order, entry } = at;
         let MapAs { zero_mapped, activate, own_locked } = how;
         if mapped == Mapped::AlreadyPresent {
             Stats::add(&self.stats.counters.map_error, 1);
@@ -685,7 +677,7 @@ impl Core {
         Step::Done(FaultOutcome::Mapped)
     }
 
-    /// The data of `[first, first + 2^order)` (slots from `entry`) could not be read:
+    /// The data of `at`'s pages could not be read:
     /// poison the pages so the access fails loudly, and report. The swap entries stay (a
     /// later retry may read them). Re-validated under the PTL like any step after an
     /// unlock: only pages still referring to the slots are poisoned. A page the program
@@ -693,14 +685,8 @@ impl Core {
     /// page with no entry, and a later large first touch over it mapped nothing yet marked
     /// the folio resident: its accesses faulted for ever (simulator finding G). If no page
     /// still refers to the slots, the fault looks again.
-    fn fail_swapin(
-        &self,
-        region: &Region,
-        first: u64,
-        order: u32,
-        entry: SwapEntry,
-        why: String,
-    ) -> Result<Step, Error> {
+    fn fail_swapin(&self, at: SwapIn<'_>, why: String) -> Result<Step, Error> {
+        let SwapIn { region, first, order, entry } = at;
         let pt = region.lock_span(first);
         let mut poisoned = 0;
         for index in first..first + (1u64 << order) {
@@ -798,7 +784,8 @@ impl Core {
         match self.swap_cache.add_or_get(&folio, pin) {
             AddOrGet::Added(shadow) => {
                 Stats::add(&self.stats.counters.swap_ra, 1);
-                let mapped = self.swapin_read_and_map(region, first, entry, &folio, shadow, false);
+                let at = SwapIn { region, first, order: 0, entry };
+                let mapped = self.swapin_read_and_map(at, &folio, shadow, false);
                 if matches!(mapped, Ok(Step::Done(FaultOutcome::Mapped))) {
                     Ahead::Read
                 } else {
@@ -861,7 +848,8 @@ mod tests {
         let stale = Folio::new_locked(entry.offset(), 0);
         stale.with_data_mut(|d| d.fill(0xee));
         stale.unlock(Unlock::Uptodate { zero: false });
-        let step = core.map_from_folio(&region, 0, 0, entry, &stale, false, false).unwrap();
+        let at = SwapIn { region: &region, first: 0, order: 0, entry };
+        let step = core.map_from_folio(at, &stale, false, false).unwrap();
         assert!(matches!(step, Step::Again), "a stale folio was mapped");
         let mut buf = vec![0u8; PAGE_SIZE];
         source.read(&engine, BASE, &mut buf).unwrap();

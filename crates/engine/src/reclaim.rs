@@ -31,6 +31,7 @@
 
 use crate::budget::Pressure;
 use crate::engine::Core;
+use crate::fault::SwapIn;
 use crate::lru::{FolioOwner, LruId};
 use crate::page_source::{Mapped, SourceError};
 use crate::region::{Found, Pte, Region, PTL_SPAN_PAGES};
@@ -647,7 +648,7 @@ impl Core {
         let source = region.source();
         let (first, order, nr) = (owner.index, owner.order, owner.nr_pages());
         let mut pt = region.lock_span(first);
-        if !self.maps_from(&pt, first, order, entry, folio) {
+        if !self.maps_from(&pt, &SwapIn { region, first, order, entry }, folio) {
             return false;
         }
         let (addr, len) = (region.addr_of(first), nr * PAGE);
@@ -677,7 +678,8 @@ impl Core {
     /// the program may drop the pages). Never before: that lost data (simulator finding C).
     fn restore(&self, region: &Region, owner: FolioOwner, entry: SwapEntry, folio: &Arc<Folio>) {
         // Whatever the outcome, map_from_folio's put released the folio if it could.
-        let _ = self.map_from_folio(region, owner.index, owner.order, entry, folio, false, false);
+        let at = SwapIn { region, first: owner.index, order: owner.order, entry };
+        let _ = self.map_from_folio(at, folio, false, false);
         self.release_if_unreferenced(folio);
     }
 
