@@ -60,7 +60,15 @@ static int others(int *out, int max, int except) {
     return n;
 }
 
-/* The lowest-numbered descriptor whose /proc/self/fd link contains `what`. */
+/* Whether a /proc/self/fd link is uswap's swap file: a named one (`--swap-file`, or where
+ * O_TMPFILE is refused) ends in .swap; a nameless one (O_TMPFILE) reads "DIR/#INODE
+ * (deleted)". */
+static int is_swap(const char *target) {
+    return strstr(target, ".swap") || (strstr(target, "/#") && strstr(target, " (deleted)"));
+}
+
+/* The lowest-numbered descriptor whose /proc/self/fd link contains `what` (NULL: the swap
+ * file). */
 static int find_fd(const char *what) {
     int fds[64], n = others(fds, 64, -1), found = -1;
     for (int i = 0; i < n; i++) {
@@ -69,7 +77,8 @@ static int find_fd(const char *what) {
         ssize_t len = readlink(path, target, sizeof target - 1);
         if (len <= 0) continue;
         target[len] = 0;
-        if (strstr(target, what) && (found < 0 || fds[i] < found)) found = fds[i];
+        int match = what ? strstr(target, what) != NULL : is_swap(target);
+        if (match && (found < 0 || fds[i] < found)) found = fds[i];
     }
     return found;
 }
@@ -92,7 +101,7 @@ static int game(const char *mode, const char *dir) {
         for (int i = 0; i < n; i++) touched += dup2(own, fds[i]) == fds[i];
     } else if (!strcmp(mode, "raw_swap") || !strcmp(mode, "raw_uffd")) {
         int own = open_file(dir, 8);
-        int fd = find_fd(!strcmp(mode, "raw_swap") ? ".swap" : "[userfaultfd]");
+        int fd = find_fd(!strcmp(mode, "raw_swap") ? NULL : "[userfaultfd]");
         if (fd < 0) { fprintf(stderr, "no such descriptor\n"); exit(2); }
         syscall(SYS_close, fd);
         touched += syscall(SYS_dup3, own, fd, 0) == fd;
