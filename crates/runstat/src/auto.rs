@@ -10,7 +10,8 @@
 //!   every tick (the broker's 50 ms):
 //!     loss = fault stall over the last WINDOW / (WINDOW x members)
 //!     loss > target      and RAISE_GAP since the last raise:
-//!                          budget = max(budget, used) + max(budget / 4, RAISE_MIN)
+//!                          budget = min(max(budget, used) + max(budget / 4, RAISE_MIN),
+//!                                       2 x used + RAISE_MIN)
 //!                          no lowering for SETTLE
 //!     loss < target / 2  and settled:
 //!                          budget = min(budget, used) x (1 - LOWER_PER_SECOND x tick)
@@ -21,9 +22,15 @@
 //!   default of half the machine would take minutes to come down at a few percent a
 //!   second), then goes down [`LOWER_PER_SECOND`] a second: reclaim takes the coldest pages
 //!   first, and while they stay cold nothing is lost.
-//! - **Raising** adds a quarter at once and again every [`RAISE_GAP`] while the loss stays
-//!   over: a phase that suddenly needs all its memory back gets twice the budget within
-//!   about a second (1.25^4), and lowering waits [`SETTLE`] after the last raise.
+//! - **Raising** adds a quarter at once and again every [`RAISE_GAP_NS`] while the loss
+//!   stays over: a phase that suddenly needs all its memory back gets twice the budget
+//!   within about a second (1.25^4), and lowering waits [`SETTLE_NS`] after the last
+//!   raise. Never above twice what the tree uses: past that the faults are pages coming
+//!   back one by one, which more budget would not make faster (without the cap a Zipf-read
+//!   service went from 180 MiB resident to its 11 GiB ceiling in five seconds). The use is
+//!   the members' last reports, up to a second old, so the cap is twice it and not a
+//!   quarter above it: a quarter above a use a second old would hold the second raise of a
+//!   phase that needs its memory back.
 //! - **The floor** is what the broker's policy needs to keep every member making progress
 //!   (the members' floors: their memory that cannot be paged out plus 2 MiB each, at least
 //!   4 MiB each) plus the tree's unmanaged memory, and at least [`FLOOR_MIN`]. The
@@ -127,7 +134,10 @@ impl Reason {
             Reason::Starting => "measuring the first second",
             Reason::Lowered => "lowered: the loss to faults is under half the target",
             Reason::Raised => "raised: the loss to faults is over the target",
-            Reason::Held => "held: the loss is near the target, or a raise is settling",
+            Reason::Held => {
+                "held: the loss is near the target, a raise is settling, or pages are coming \
+                 back into room the budget already has"
+            }
             Reason::Floor => "at the floor: what the processes cannot page out, and 2 MiB each",
             Reason::Ceiling => "at the ceiling",
         }
@@ -245,12 +255,17 @@ impl Controller {
         self.reason = if !spanned {
             Reason::Starting
         } else if loss > self.target {
-            if since_raise.is_some_and(|s| s < RAISE_GAP_NS) {
+            let raised = budget.max(tick.used).saturating_add((budget / 4).max(RAISE_MIN));
+            let cap = tick.used.saturating_mul(2).saturating_add(RAISE_MIN);
+            // In whole pages, as the budget is set below: else a budget already raised to
+            // the cap would be raised again to the same pages.
+            let wanted = raised.min(cap) & !4095;
+            if since_raise.is_some_and(|s| s < RAISE_GAP_NS) || wanted <= budget {
                 Reason::Held
             } else {
                 self.last_raise_ns = Some(tick.now_ns);
                 self.figures.raises += 1;
-                budget = budget.max(tick.used).saturating_add((budget / 4).max(RAISE_MIN));
+                budget = wanted;
                 Reason::Raised
             }
         } else if loss < self.target / 2.0 && since_raise.is_none_or(|s| s >= SETTLE_NS) {
@@ -374,6 +389,30 @@ mod tests {
         let start = run(&mut c, &mut now, 30, 0.015, 300 * MIB);
         let held = run(&mut c, &mut now, 100, 0.015, 300 * MIB);
         assert_eq!(held, start);
+        assert_eq!(c.reason(), Reason::Held);
+    }
+
+    /// A service read Zipf brings its hot pages back one fault at a time: the loss stays
+    /// over the target for seconds while what it uses grows slowly. Raising by a quarter of
+    /// the budget each time took it to its ceiling; a budget twice the use holds.
+    #[test]
+    fn a_budget_twice_what_is_used_is_not_raised() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        run(&mut c, &mut now, 800, 0.0, 200 * MIB);
+        // The program presses on its budget and stalls: raised a quarter.
+        let low = c.budget();
+        let raised = run(&mut c, &mut now, 1, 0.5, 200 * MIB);
+        assert!(raised > low && raised <= low + low / 4 + RAISE_MIN, "{low} -> {raised}");
+        // It keeps stalling for five seconds while using only a little more.
+        for _ in 0..100 {
+            now += TICK_NS;
+            let used = low + 8 * MIB;
+            let stall_ns = TICK_NS / 2;
+            c.tick(Tick { now_ns: now, stall_ns, members: 1, used, floor: 12 * MIB });
+        }
+        let cap = 2 * (low + 8 * MIB) + RAISE_MIN;
+        assert!(c.budget() <= cap && c.budget() > cap - 8192, "{low} -> {}", c.budget());
         assert_eq!(c.reason(), Reason::Held);
     }
 
