@@ -21,6 +21,7 @@ mod shim;
 mod signals;
 mod sim;
 mod stat;
+mod svg;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 

@@ -434,6 +434,8 @@ fn files_written_for_the_user_refuse_links_and_existing_files() {
         ("--stats-file", link, true, "is a symbolic link"),
         ("--record", victim_s, false, "already exists: give --force"),
         ("--stats-file", victim_s, false, "already exists: give --force"),
+        ("--plot", link, true, "is a symbolic link"),
+        ("--plot", victim_s, false, "already exists: give --force"),
     ] {
         let mut args = vec!["run", "--verbose", "--budget", "8M", flag, path];
         if force {

@@ -72,7 +72,14 @@ pub struct RunArgs {
     /// Write a trace of faults and evictions (the simulator's format) to this new file
     #[arg(long, value_name = "FILE", help_heading = "Output files")]
     pub record: Option<PathBuf>,
-    /// Let --record replace, and --stats-file append to, an existing regular file
+    /// Write an SVG of the budget, the resident memory and the fault stall over time
+    ///
+    /// Two charts, one above the other: the tree's budget and resident memory in MiB, and
+    /// the time its processes lost to faults on paged-out memory, as a share of the run
+    /// (with --budget auto, beside the target). Open it in a browser.
+    #[arg(long, value_name = "FILE", help_heading = "Output files")]
+    pub plot: Option<PathBuf>,
+    /// Let --record and --plot replace, and --stats-file append to, an existing file
     #[arg(long, help_heading = "Output files")]
     pub force: bool,
 

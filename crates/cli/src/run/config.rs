@@ -13,8 +13,8 @@
 //! when the variable is unset) where it exists. Its settings go before the command line's
 //! flags, and a flag given on both wins on the command line (the parser lets a later flag
 //! override an earlier one), so one parser checks both the same way. The flags that name
-//! one run's files (`--swap-file`, `--stats-file`, `--record`, `--force`) and `--config`
-//! itself have no place in a file.
+//! one run's files (`--swap-file`, `--stats-file`, `--record`, `--plot`, `--force`) and
+//! `--config` itself have no place in a file.
 
 use super::RunArgs;
 use anyhow::{anyhow, bail, Context, Result};
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 /// The table the settings are under.
 const TABLE: &str = "run";
 /// Flags a file cannot set (module essay).
-const PER_RUN: [&str; 5] = ["swap-file", "stats-file", "record", "force", "config"];
+const PER_RUN: [&str; 6] = ["swap-file", "stats-file", "record", "plot", "force", "config"];
 
 /// `uswap run`'s flags as a parser, a later flag overriding an earlier one.
 fn parser() -> clap::Command {

@@ -28,6 +28,7 @@ mod budget;
 mod checks;
 pub mod config;
 mod live;
+mod plot;
 pub mod summary;
 mod sys;
 pub mod view;
@@ -83,6 +84,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if let Some(path) = &args.record {
         config.record_file = Some(crate::outputs::start_trace(path, args.force)?);
     }
+    // Opened now, so that a path that cannot be written fails before the program runs.
+    let plot_out = (args.plot.as_deref())
+        .map(|path| crate::outputs::open_output("--plot", path, args.force, true))
+        .transpose()?;
     // Directories of runs whose members are all gone (killed) go first.
     crate::rundir::sweep(&std::env::temp_dir());
     let dir = crate::rundir::RunDir::create()?;
@@ -113,6 +118,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         exclude: pollers.iter().map(sys::PollerProcess::pid).collect(),
         shim: config.preload_path.clone(),
         auto: plan.auto,
+        plot: plot_out.is_some(),
     };
     // Before the broker's threads start: they inherit the mask, and leave every forwarded
     // signal to the main thread's wait.
@@ -121,7 +127,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let started = Instant::now();
     let outcome = sys::spawn_and_wait(&plan, &config, &args, stats_out, signals);
     let wall = started.elapsed();
-    let view = broker.finish();
+    let (view, recording) = broker.finish();
     let outcome = outcome?;
     let mut files = summary::read_files(&dir.path);
     let total = &mut files.total;
@@ -142,6 +148,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
         children_cpu_ns: outcome.children_cpu_ns,
     };
     let mut lines = summary::lines(&ending, &view, &files, args.verbose);
+    if let (Some(file), Some(recording), Some(path)) = (plot_out, recording, &args.plot) {
+        lines.push(write_plot(file, &recording, &plan.cmd[0], path));
+    }
     let total = &files.total;
     if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
         lines.push(format!(
@@ -160,6 +169,25 @@ pub fn run(args: RunArgs) -> Result<i32> {
         let _ = writeln!(err, "uswap: {line}");
     }
     Ok(outcome.status)
+}
+
+/// Writes `--plot`'s SVG; the summary's line about it (written, or why not: the run's exit
+/// status is the program's either way).
+fn write_plot(
+    mut file: std::fs::File,
+    recording: &plot::Recording,
+    cmd: &str,
+    path: &Path,
+) -> String {
+    let name = Path::new(cmd).file_name().map_or(cmd.into(), |n| n.to_string_lossy());
+    match file.write_all(recording.render(&name).as_bytes()) {
+        Ok(()) => format!(
+            "plot of the budget, resident memory and fault stall ({} points) in {}",
+            recording.points().len(),
+            path.display()
+        ),
+        Err(e) => format!("warning: --plot {}: {e}", path.display()),
+    }
 }
 
 /// Everything checked, ready to spawn.

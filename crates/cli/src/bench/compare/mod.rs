@@ -13,7 +13,7 @@
 //! Modules: `workloads` (what runs and how it is read), `runner` (spawn, sample, reap),
 //! `kernel` + `cgroup` + `machine` (setup/teardown guards), `kernel_side` (one kernel
 //! run), `uswap_side` (the workload under `uswap run`), `summary` (tables, JSON),
-//! `svg` + `plot` (charts), `sys` (the few raw system calls).
+//! `plot` (charts, drawn by `crate::svg`), `sys` (the few raw system calls).
 //!
 //! Safety of the machine: zram0 and swap are global. Every change is made by a guard
 //! that undoes it on drop; SIGINT/SIGTERM only set a flag, the running workload is
@@ -29,7 +29,6 @@ mod plot;
 mod redis;
 mod runner;
 mod summary;
-mod svg;
 mod sys;
 mod uswap_side;
 mod workloads;

@@ -7,7 +7,7 @@
 
 use super::outcome::Side;
 use super::runner::Sample;
-use super::svg::{LineChart, Series};
+use crate::svg::{LineChart, Series};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,7 @@ pub fn charts(results: &WorkloadResults<'_>) -> (LineChart, LineChart) {
         x_label: "latency (ns, log scale)".into(),
         y_label: "fraction of accesses".into(),
         x_log: true,
+        y_max: None,
         series: Vec::new(),
     };
     let mut memory = LineChart {
@@ -31,6 +32,7 @@ pub fn charts(results: &WorkloadResults<'_>) -> (LineChart, LineChart) {
         x_label: "time (s)".into(),
         y_label: "MiB".into(),
         x_log: false,
+        y_max: None,
         series: Vec::new(),
     };
     for (side, result) in &results.sides {

@@ -26,6 +26,7 @@
 mod conn;
 pub mod procs;
 
+use super::plot::{Point, Recording};
 use super::sys::SharedWords;
 use super::view::{ProcState, ProcView, TreeView};
 use anyhow::{Context, Result};
@@ -72,13 +73,15 @@ pub struct Settings {
     pub shim: String,
     /// `--budget auto`: the controller's spec; `budget_bytes` is then its ceiling.
     pub auto: Option<runstat::auto::AutoSpec>,
+    /// `--plot`: record the budget, the resident set and the fault stall every tick.
+    pub plot: bool,
 }
 
 /// The running broker.
 #[derive(Debug)]
 pub struct Broker {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<TreeView>,
+    thread: std::thread::JoinHandle<(TreeView, Option<Recording>)>,
 }
 
 /// A process of the tree, as the broker has seen it.
@@ -126,6 +129,8 @@ struct State {
     auto: Option<runstat::auto::Controller>,
     /// Fault stall the members reported since the last tick, summed.
     stall_pending_ns: u64,
+    /// `--plot`'s points.
+    recording: Option<Recording>,
     /// When the broker started.
     started: Instant,
 }
@@ -160,10 +165,13 @@ impl Broker {
             view_due: true,
             auto: None,
             stall_pending_ns: 0,
+            recording: None,
             started: Instant::now(),
         };
         state.auto = (state.settings.auto)
             .map(|spec| runstat::auto::Controller::new(spec, state.settings.budget_bytes));
+        state.recording = (state.settings.plot)
+            .then(|| Recording::new(state.settings.auto.map(|spec| spec.target_percent)));
         state.figures.insert("swap_limit_bytes", swap_limit_bytes);
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
@@ -173,9 +181,10 @@ impl Broker {
         Ok(Broker { stop, thread })
     }
 
-    /// Stops the broker after one last scan; its view of the tree. Members still running
-    /// keep their last shares and go on alone once this process exits.
-    pub fn finish(self) -> TreeView {
+    /// Stops the broker after one last scan; its view of the tree, and `--plot`'s points.
+    /// Members still running keep their last shares and go on alone once this process
+    /// exits.
+    pub fn finish(self) -> (TreeView, Option<Recording>) {
         self.stop.store(true, SeqCst);
         self.thread.join().unwrap_or_default()
     }
@@ -216,7 +225,7 @@ fn make_quota(settings: &Settings, limit: u64) -> Result<SharedWords> {
 }
 
 impl State {
-    fn run(mut self, stop: &AtomicBool) -> TreeView {
+    fn run(mut self, stop: &AtomicBool) -> (TreeView, Option<Recording>) {
         let mut next_tick = Instant::now();
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
@@ -232,7 +241,7 @@ impl State {
                 next_tick = (next_tick + TICK).max(Instant::now());
             }
         }
-        self.view()
+        (self.view(), self.recording.take())
     }
 
     /// Waits until a connection or the listener has something, or `timeout`.
@@ -426,7 +435,9 @@ impl State {
         self.ticks += 1;
         self.scan();
         self.forget();
-        self.steer();
+        let stall_ns = std::mem::take(&mut self.stall_pending_ns);
+        self.steer(stall_ns);
+        self.record(stall_ns);
         let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         if outcome.overcommitted {
             *self.figures.entry("overcommitted_ticks").or_insert(0) += 1;
@@ -448,14 +459,14 @@ impl State {
 
     /// `--budget auto`: the controller sets the tree's budget from the members' fault
     /// stall (runstat's `auto`). A change of a tenth or more rewrites the tree file at once.
-    fn steer(&mut self) {
+    fn steer(&mut self, stall_ns: u64) {
         let Some(auto) = self.auto.as_mut() else { return };
         let reports = || self.conns.iter().filter_map(|c| c.member.as_ref()?.report);
         let charged: u64 = reports().map(|r| r.charged).sum();
         let floors = self.policy.outcome().floors;
         let tick = runstat::auto::Tick {
             now_ns: self.started.elapsed().as_nanos() as u64,
-            stall_ns: std::mem::take(&mut self.stall_pending_ns),
+            stall_ns,
             members: reports().count() as u32,
             used: charged + self.unmanaged_now,
             floor: floors + self.unmanaged_now,
@@ -483,6 +494,21 @@ impl State {
         *self.figures.entry("resident_sum_ticks_mib").or_insert(0) += now >> 20;
         *self.figures.entry("budget_sum_ticks_mib").or_insert(0) += budget >> 20;
         self.figures.insert("budget_ticks", self.ticks);
+    }
+
+    /// `--plot`: one point of the budget, the tree's resident memory and the stall.
+    fn record(&mut self, stall_ns: u64) {
+        let Some(recording) = self.recording.as_mut() else { return };
+        let members =
+            self.conns.iter().filter(|c| c.member.as_ref().is_some_and(|m| m.report.is_some()));
+        recording.push(Point {
+            end_ns: self.started.elapsed().as_nanos() as u64,
+            stall_ns,
+            members: members.count() as u32,
+            budget_bytes: self.settings.budget_bytes,
+            resident_bytes: self.figures.get("now_bytes").copied().unwrap_or(0),
+            ..Point::default()
+        });
     }
 
     fn peak(&mut self, name: &'static str, value: u64) {

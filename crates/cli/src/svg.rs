@@ -1,7 +1,8 @@
-//! A small SVG writer and a line chart on top of it, for `--plot DIR`.
+//! A small SVG writer and a line chart on top of it, for `uswap bench compare --plot DIR`
+//! and `uswap run --plot FILE`.
 //!
-//! Two charts only (latency CDFs, memory over time), so a plotting crate would be
-//! mostly unused weight. The chart has a linear or log10 x axis, a linear y axis, "nice"
+//! A few charts only (latency CDFs, memory over time, a run's budget), so a plotting crate
+//! would be mostly unused weight. The chart has a linear or log10 x axis, a linear y axis, "nice"
 //! ticks (1, 2, 5 x 10^k), one polyline per series and a legend.
 //!
 //! ```text
@@ -23,6 +24,20 @@ const RIGHT: f64 = 200.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
 const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+
+const XMLNS: &str = "xmlns=\"http://www.w3.org/2000/svg\"";
+
+/// Charts one above the other in one SVG document, sharing nothing but the page (each has
+/// its own axes): a run's memory in MiB above its fault stall in percent.
+pub fn stack(charts: &[LineChart]) -> String {
+    let height = HEIGHT * charts.len().max(1) as f64;
+    let mut svg = format!("<svg {XMLNS} width=\"{WIDTH}\" height=\"{height}\">\n");
+    for (i, chart) in charts.iter().enumerate() {
+        svg.push_str(&chart.render_at(Some(HEIGHT * i as f64)));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
 
 /// Escapes text for an SVG text node or attribute.
 pub fn escape(text: &str) -> String {
@@ -54,6 +69,8 @@ pub struct LineChart {
     pub x_label: String,
     pub y_label: String,
     pub x_log: bool,
+    /// The top of the y axis; values above it are drawn at the top. `None`: the highest.
+    pub y_max: Option<f64>,
     pub series: Vec<Series>,
 }
 
@@ -89,6 +106,12 @@ fn format_tick(value: f64) -> String {
 impl LineChart {
     /// The chart as a standalone SVG document.
     pub fn render(&self) -> String {
+        self.render_at(None)
+    }
+
+    /// The chart as an SVG element: a document of its own (`y` is `None`), or a nested
+    /// `<svg>` placed `y` pixels down its parent ([`stack`]).
+    fn render_at(&self, y: Option<f64>) -> String {
         let points = self.series.iter().flat_map(|s| s.points.iter());
         let usable =
             |&&(x, y): &&(f64, f64)| x.is_finite() && y.is_finite() && (!self.x_log || x > 0.0);
@@ -107,16 +130,18 @@ impl LineChart {
         } else if x_hi <= x_lo {
             x_hi = x_lo + 1.0;
         }
+        let y_hi = self.y_max.unwrap_or(y_hi);
         let y_hi = if y_hi > 0.0 { y_hi * 1.05 } else { 1.0 };
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
         let sx = |x: f64| LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w;
-        let sy = |y: f64| TOP + plot_h - y / y_hi * plot_h;
+        let sy = |y: f64| TOP + plot_h - y.min(y_hi) / y_hi * plot_h;
         let mut svg = String::new();
+        let place = y.map_or_else(|| XMLNS.to_string(), |y| format!("x=\"0\" y=\"{y}\""));
         let _ = writeln!(
             svg,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
-             font-family=\"sans-serif\" font-size=\"12\">"
+            "<svg {place} width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" \
+             font-size=\"12\">"
         );
         let _ = writeln!(svg, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
         let _ = writeln!(
@@ -209,6 +234,45 @@ impl LineChart {
     }
 }
 
+/// Checks that `svg` is one well-formed element: every tag closed in order, one root,
+/// no bare `<` or `&` in text, attributes quoted. For tests of what writes SVG.
+///
+/// # Errors
+/// Where and why it is not.
+#[cfg(test)]
+pub fn check_well_formed(svg: &str) -> Result<(), String> {
+    let mut open: Vec<&str> = Vec::new();
+    let (mut roots, mut rest) = (0, svg.trim());
+    while let Some(start) = rest.find('<') {
+        let text = &rest[..start];
+        if text.contains('&') && !text.contains(';') || !text.trim().is_empty() && open.is_empty() {
+            return Err(format!("text {text:?} outside an element or with a bare &"));
+        }
+        let end = rest[start..].find('>').ok_or("a tag never ends")? + start;
+        let tag = &rest[start + 1..end];
+        if tag.matches('"').count() % 2 == 1 || tag.contains('<') {
+            return Err(format!("tag <{tag}> has an unquoted or broken attribute"));
+        }
+        let name = tag.split_whitespace().next().unwrap_or("");
+        if let Some(closing) = tag.strip_prefix('/') {
+            match open.pop() {
+                Some(opened) if opened == closing.trim() => {}
+                other => return Err(format!("</{closing}> closes {other:?}")),
+            }
+        } else if !tag.ends_with('/') {
+            roots += usize::from(open.is_empty());
+            open.push(name);
+        } else {
+            roots += usize::from(open.is_empty());
+        }
+        rest = &rest[end + 1..];
+    }
+    match (open.as_slice(), roots, rest.trim()) {
+        ([], 1, "") => Ok(()),
+        (still, roots, tail) => Err(format!("open {still:?}, {roots} roots, tail {tail:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +283,7 @@ mod tests {
             x_label: "ns".into(),
             y_label: "fraction".into(),
             x_log,
+            y_max: None,
             series: vec![
                 Series { name: "zram lz4".into(), points: vec![(100.0, 0.5), (10_000.0, 1.0)] },
                 Series { name: "zswap".into(), points: vec![(200.0, 0.2), (0.0, 0.3)] },
@@ -253,6 +318,28 @@ mod tests {
             assert!((LEFT..=WIDTH - RIGHT).contains(&x), "x {x}");
             assert!((TOP..=HEIGHT - BOTTOM).contains(&y), "y {y}");
         }
+    }
+
+    #[test]
+    fn the_checker_finds_what_is_not_well_formed() {
+        assert_eq!(check_well_formed("<a x=\"1\"><b/><c>t &amp; u</c></a>"), Ok(()));
+        for bad in ["<a><b></a></b>", "<a>", "<a/><b/>", "<a x=\"1></a>", "<a>&</a>", "<a></a>x"] {
+            assert!(check_well_formed(bad).is_err(), "{bad}");
+        }
+        assert_eq!(check_well_formed(&chart(true).render()), Ok(()));
+    }
+
+    #[test]
+    fn stacked_charts_are_one_document_of_nested_charts() {
+        let svg = stack(&[chart(false), chart(true)]);
+        assert!(svg.starts_with(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"960\">"
+        ));
+        assert_eq!(svg.matches("<svg ").count(), 3);
+        assert_eq!(svg.matches("</svg>").count(), 3);
+        assert!(svg.contains("<svg x=\"0\" y=\"480\" width="));
+        assert_eq!(svg.matches("xmlns").count(), 1, "the nested charts inherit the namespace");
+        assert_eq!(check_well_formed(&svg), Ok(()));
     }
 
     #[test]
