@@ -59,3 +59,57 @@ fn bad_auto_budgets_are_one_line_each() {
         assert!(err.contains(says), "{flag}: {err}");
     }
 }
+
+/// `uswap bench auto`'s JSON on a tiny run (8 MiB, one second of serving): a `workloads`
+/// array with each workload's name, whether it is a service, the memory saved and the
+/// slowdown against its unmanaged run; every page verified. Needs python3 (the service) and
+/// the workload binary (zipf); the kernel side needs root and a free zram0, and its
+/// absence is a note, not a failure.
+#[test]
+fn bench_auto_reports_saved_memory_and_slowdown_per_workload() {
+    if !can_run() {
+        return;
+    }
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("skipped: python3 is not installed (.ci/setup-bench)");
+        return;
+    }
+    if common::workload_binary().is_none() {
+        eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
+        return;
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    command.args(["bench", "auto", "--quick", "--json", "--size", "8M", "--serve", "1"]);
+    command.args(["--workloads", "pyservice,zipf"]).env("USWAP_PRELOAD", shim());
+    let out = common::output_within(&mut command, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["workloads"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pyservice", "zipf"], "{json}");
+    let mut kernel_ran = false;
+    for (row, service) in rows.iter().zip([true, false]) {
+        assert_eq!(row["service"], service, "{row}");
+        let saved = row["saved_fraction"].as_f64().unwrap_or_else(|| panic!("{json}"));
+        assert!(saved < 1.0, "{row}");
+        assert!(row["slowdown"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["unmanaged_mean_resident_bytes"].as_u64().unwrap() > 0, "{row}");
+        assert!(row["unmanaged_time"].as_f64().unwrap() > 0.0, "{row}");
+        let round = &row["rounds"][0];
+        assert!(round["uswap"]["mean_resident_bytes"].as_u64().unwrap() > 0, "{row}");
+        match row["kernel_saved_fraction"].as_f64() {
+            Some(kernel) => {
+                kernel_ran = true;
+                assert!(kernel < 1.0, "{row}");
+                assert!(row["kernel_slowdown"].as_f64().unwrap() > 0.0, "{row}");
+            }
+            None => eprintln!("kernel side not run: {}", json["notes"]),
+        }
+    }
+    // Its kernel side left no swap on (when it ran: while another harness holds zram0,
+    // the kernel side is skipped and that harness's swap is on).
+    if kernel_ran {
+        assert!(!std::fs::read_to_string("/proc/swaps").unwrap().contains("zram0"));
+    }
+}

@@ -5,6 +5,7 @@
 //! Comparisons are ratios measured side by side in the same run, because these machines are
 //! shared and noisy: an absolute figure from another run says little.
 
+mod auto;
 mod compare;
 mod crypt;
 mod engine;
@@ -105,6 +106,13 @@ pub enum Which {
     /// peak memory. JSON: a `workloads` array (see compare/summary.rs). The kernel side
     /// needs root and /dev/zram0 and is skipped with a note otherwise.
     Compare(Box<compare::CompareArgs>),
+    /// `uswap run --budget auto` on programs with a cold part (a Python service, Redis read
+    /// Zipf, compare's pydict and zipf) against each run unmanaged, and a Senpai-like loop
+    /// over a memory cgroup with zram at the same target: mean and peak resident memory
+    /// saved, slowdown. JSON: a `workloads` array of `name`, `service`, `saved_fraction`,
+    /// `slowdown`, `kernel_saved_fraction`, `kernel_slowdown`, ... The kernel side needs
+    /// root and /dev/zram0 and is skipped with a note otherwise.
+    Auto(Box<auto::AutoArgs>),
     /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
     /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
     /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,
@@ -148,6 +156,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Slots => slots::run(&args.common)?,
         Which::Zpool => zpool::run(&args.common)?,
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
+        Which::Auto(auto) => auto::run(&auto, &args.common)?,
         Which::Uffd => uffd::run(args.common.quick)?,
         Which::Zswap => zswap::run(&args.common)?,
         Which::Fault => fault::run(args.common.quick)?,

@@ -151,6 +151,22 @@ impl<'m> MemCgroup<'m> {
         self.file("cgroup.procs")
     }
 
+    /// Sets the group's limit (`--budget auto`'s kernel side moves it): v1's hard limit,
+    /// v2's `memory.high` (reclaim above it, never an OOM kill, as Senpai uses it).
+    ///
+    /// Context: the kernel reclaims down to the new limit in this thread before the write
+    /// returns; v1 fails with EBUSY when it cannot.
+    ///
+    /// # Errors
+    /// The write's error.
+    pub fn set_limit(&self, bytes: u64) -> Result<()> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.high",
+        };
+        self.machine.write(&self.file(file), &bytes.to_string())
+    }
+
     /// Memory charged to the group now, bytes.
     pub fn usage_bytes(&self) -> u64 {
         self.read_number(self.version.usage_file())

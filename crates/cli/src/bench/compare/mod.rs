@@ -20,18 +20,18 @@
 //! killed and the guards unwind; one harness at a time holds a lock; a machine where
 //! swap is already on is refused. After a run no swap is on and zswap is as it was.
 
-mod cgroup;
-mod kernel;
-mod kernel_side;
-mod machine;
-mod outcome;
+pub(super) mod cgroup;
+pub(super) mod kernel;
+pub(super) mod kernel_side;
+pub(super) mod machine;
+pub(super) mod outcome;
 mod plot;
-mod redis;
-mod runner;
+pub(super) mod redis;
+pub(super) mod runner;
 mod summary;
-mod sys;
-mod uswap_side;
-mod workloads;
+pub(super) mod sys;
+pub(super) mod uswap_side;
+pub(super) mod workloads;
 
 use crate::bench::CommonOpts;
 use crate::report::Report;
@@ -208,6 +208,8 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_pool_bytes: (args.uswap_pool == "beside")
             .then(|| kernel_side::swap_bytes(size_bytes)),
         uswap_reclaim_cpus,
+        uswap_budget: None,
+        serve_s: 0.0,
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     warm_programs(&specs, &ctx);
@@ -259,7 +261,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
 ///
 /// Context: reads a few tens of MiB through a 64 KiB buffer; runs each workload for a
 /// second or two.
-fn warm_programs(specs: &[WorkloadSpec], ctx: &RunContext) {
+pub(super) fn warm_programs(specs: &[WorkloadSpec], ctx: &RunContext) {
     let programs = [
         std::env::current_exe().ok(),
         crate::run::find_shim().ok(),
@@ -278,7 +280,11 @@ fn warm_programs(specs: &[WorkloadSpec], ctx: &RunContext) {
             runner::Sample::default()
         }
     }
-    let small = RunContext { size_bytes: ctx.size_bytes.min(WARM_SIZE), ..ctx.clone() };
+    let small = RunContext {
+        size_bytes: ctx.size_bytes.min(WARM_SIZE),
+        serve_s: ctx.serve_s.min(0.2),
+        ..ctx.clone()
+    };
     let placement = workloads::Placement { prepare: &|_| Ok(()), probe: &Unmeasured };
     for spec in specs.iter().filter(|spec| spec.missing(&small).is_none()) {
         let _ = spec.execute(&small, &placement);

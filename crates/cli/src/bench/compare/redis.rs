@@ -17,7 +17,7 @@
 
 use super::runner::{self, Sample};
 use super::sys;
-use super::workloads::{Measured, Placement, RunContext};
+use super::workloads::{Measured, Placement, RunContext, Service};
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -99,6 +99,8 @@ struct ClientResult {
     load_s: f64,
     read_s: f64,
     verify_errors: u64,
+    /// The Zipf reads of `run_zipf` (`from_s` relative to the client's start).
+    service: Option<Service>,
 }
 
 /// Runs the redis workload under `placement`.
@@ -106,6 +108,33 @@ struct ClientResult {
 /// # Errors
 /// The server did not start or answer, a protocol error, an interrupt, the time limit.
 pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
+    let (keys, seed) = ((ctx.size_bytes / VALUE_BYTES as u64).max(1), ctx.seed);
+    serve(ctx, placement, move |port| client(port, keys, seed))
+}
+
+/// `uswap bench auto`'s Redis: loaded as [`run`] loads it, then read for `ctx.serve_s`
+/// seconds in rounds of [`ZIPF_BATCH`] pipelined GETs, the keys drawn Zipf(0.99) by group of
+/// the [`VALUES_PER_PAGE`] keys loaded one after another (a page's worth of values), the
+/// groups' ranks scattered over the key space, every value compared. The service's
+/// measure: GETs answered in that time, and each round trip's latency.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_zipf(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
+    let (keys, seed) = ((ctx.size_bytes / VALUE_BYTES as u64).max(1), ctx.seed);
+    let serve_for = Duration::from_secs_f64(ctx.serve_s.max(0.0));
+    serve(ctx, placement, move |port| zipf_client(port, keys, seed, serve_for))
+}
+
+/// GETs per round trip of the Zipf reads: a service's small pipelines, not a bulk scan.
+const ZIPF_BATCH: u64 = 16;
+
+/// Starts the server under `placement`, runs `client` against it while sampling, stops it.
+fn serve(
+    ctx: &RunContext,
+    placement: &Placement<'_>,
+    client: impl FnOnce(u16) -> Result<ClientResult> + Send + 'static,
+) -> Result<Measured> {
     let server = ctx.redis_server.as_ref().context("no redis-server")?;
     let port = free_port()?;
     let mut command = Command::new(server);
@@ -120,9 +149,7 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
     let start = Instant::now();
     let child = command.spawn().context("spawn redis-server")?;
     let pid = child.id();
-    let keys = (ctx.size_bytes / VALUE_BYTES as u64).max(1);
-    let seed = ctx.seed;
-    let client = std::thread::spawn(move || client(port, keys, seed));
+    let client = std::thread::spawn(move || client(port));
     let mut samples = Vec::new();
     while !client.is_finished() {
         let mut sample: Sample = placement.probe.sample(pid);
@@ -143,6 +170,14 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
     let exit = runner::stop_server(pid, Duration::from_secs(10));
     let result = result??;
     let exit = exit.context("redis-server could not be reaped")?;
+    let served = result.service.map_or(String::new(), |s| {
+        format!(
+            "; {} GETs in {:.1} s, round trip p50 {:.0} us",
+            s.requests,
+            s.serve_s,
+            s.p50_ns as f64 / 1e3
+        )
+    });
     Ok(Measured {
         wall_s,
         major_faults: exit.major_faults,
@@ -151,9 +186,10 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         verify_errors: result.verify_errors,
         samples,
         detail: format!(
-            "{} keys x {VALUE_BYTES} B: load {:.1} s, verified read-back {:.1} s",
+            "{} keys x {VALUE_BYTES} B: load {:.1} s, verified read-back {:.1} s{served}",
             result.keys, result.load_s, result.read_s
         ),
+        service: result.service,
         ..Measured::default()
     })
 }
@@ -177,6 +213,67 @@ fn connect(port: u16) -> Result<TcpStream> {
 }
 
 fn client(port: u16, keys: u64, seed: u64) -> Result<ClientResult> {
+    let start = Instant::now();
+    let (mut reader, mut writer) = load(port, keys, seed)?;
+    let load_s = start.elapsed().as_secs_f64();
+    let mut page = Box::new([0u8; PAGE_SIZE]);
+    let read_start = Instant::now();
+    let verify_errors = read_back(&mut reader, &mut writer, keys, seed, &mut page)?;
+    let read_s = read_start.elapsed().as_secs_f64();
+    Ok(ClientResult { keys, load_s, read_s, verify_errors, service: None })
+}
+
+/// The Zipf reads of [`run_zipf`] after the load.
+fn zipf_client(port: u16, keys: u64, seed: u64, serve_for: Duration) -> Result<ClientResult> {
+    let start = Instant::now();
+    let (mut reader, mut writer) = load(port, keys, seed)?;
+    let load_s = start.elapsed().as_secs_f64();
+    let groups = keys.div_ceil(VALUES_PER_PAGE);
+    let zipf = workload::zipf::Zipf::new(groups, workload::pattern::ZIPF_THETA);
+    let prime = workload::pattern::coprime_prime(groups);
+    let mut rng = workload::rng::SplitMix64::new(seed ^ 0x5EED);
+    let mut latency = hdrhistogram::Histogram::<u64>::new(3).context("histogram")?;
+    let (mut page, mut out, mut batch) = (Box::new([0u8; PAGE_SIZE]), Vec::new(), Vec::new());
+    let (mut requests, mut verify_errors) = (0, 0);
+    let from_s = start.elapsed().as_secs_f64();
+    let serving = Instant::now();
+    while serving.elapsed() < serve_for {
+        let round = Instant::now();
+        out.clear();
+        batch.clear();
+        for _ in 0..ZIPF_BATCH {
+            let group = workload::pattern::scatter(zipf.sample(&mut rng) - 1, prime, groups);
+            let index = (group * VALUES_PER_PAGE + rng.below(VALUES_PER_PAGE)).min(keys - 1);
+            encode(&mut out, &[b"GET", format!("k:{index:08}").as_bytes()]);
+            batch.push(index);
+        }
+        writer.write_all(&out)?;
+        writer.flush()?;
+        for &index in &batch {
+            match read_reply(&mut reader)? {
+                Reply::Bulk(Some(value)) if value == value_of(seed, index, &mut page) => {}
+                _ => verify_errors += 1,
+            }
+        }
+        requests += ZIPF_BATCH;
+        let _ = latency.record(round.elapsed().as_nanos() as u64);
+    }
+    let serve_s = serving.elapsed().as_secs_f64();
+    let service = Service {
+        requests,
+        serve_s,
+        from_s,
+        p50_ns: latency.value_at_quantile(0.5),
+        p99_ns: latency.value_at_quantile(0.99),
+    };
+    Ok(ClientResult { keys, load_s, read_s: serve_s, verify_errors, service: Some(service) })
+}
+
+type Reader = BufReader<TcpStream>;
+type Writer = BufWriter<TcpStream>;
+
+/// Connects and SETs every key.
+fn load(port: u16, keys: u64, seed: u64) -> Result<(Reader, Writer)> {
     let stream = connect(port)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = BufWriter::new(stream);
@@ -188,7 +285,6 @@ fn client(port: u16, keys: u64, seed: u64) -> Result<ClientResult> {
         bail!("redis-server did not answer PING");
     }
     let mut page = Box::new([0u8; PAGE_SIZE]);
-    let start = Instant::now();
     let mut first = 0;
     while first < keys {
         let last = (first + LOAD_BATCH).min(keys);
@@ -207,11 +303,7 @@ fn client(port: u16, keys: u64, seed: u64) -> Result<ClientResult> {
         }
         first = last;
     }
-    let load_s = start.elapsed().as_secs_f64();
-    let read_start = Instant::now();
-    let verify_errors = read_back(&mut reader, &mut writer, keys, seed, &mut page)?;
-    let read_s = read_start.elapsed().as_secs_f64();
-    Ok(ClientResult { keys, load_s, read_s, verify_errors })
+    Ok((reader, writer))
 }
 
 fn read_back(

@@ -59,6 +59,9 @@ pub trait MemoryProbe {
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub wall_s: f64,
+    /// When the process was spawned, seconds since the Unix epoch (to place what the
+    /// program reports by the wall clock on the samples' time line).
+    pub started_unix_s: f64,
     pub exit: Exit,
     pub stdout: String,
     pub samples: Vec<Sample>,
@@ -87,6 +90,7 @@ pub fn run_program(
 ) -> Result<Finished> {
     command.stdout(Stdio::piped()).stdin(Stdio::null());
     let start = Instant::now();
+    let started_unix_s = unix_now_s();
     let mut child = command.spawn().with_context(|| format!("spawn {command:?}"))?;
     let pid = child.id();
     let mut stdout = child.stdout.take().context("no stdout pipe")?;
@@ -98,7 +102,13 @@ pub fn run_program(
     let (exit, samples) = supervise(pid, probe, start, timeout)?;
     let wall_s = start.elapsed().as_secs_f64();
     let stdout = reader.join().unwrap_or_default();
-    Ok(Finished { wall_s, exit, stdout, samples })
+    Ok(Finished { wall_s, started_unix_s, exit, stdout, samples })
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now_s() -> f64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Samples until `pid` exits; kills it on interrupt or timeout.

@@ -104,7 +104,8 @@ fn uswap_run_available(exe: &Path) -> bool {
 
 /// `uswap run`'s flags for the uswap side of `ctx`, its swap file at `swap_file`.
 fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
-    let mut flags: Vec<String> = vec!["--budget".into(), ctx.budget_bytes.to_string()];
+    let budget = ctx.uswap_budget.clone().unwrap_or_else(|| ctx.budget_bytes.to_string());
+    let mut flags: Vec<String> = vec!["--budget".into(), budget];
     flags.extend(["--zswap".into(), "lz4".into()]);
     flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
     // As large as the kernel side's zram device or swap file (the default, 8 GiB, need not

@@ -26,6 +26,8 @@ use workload::Pattern;
 /// The pydict script, shipped in the repository and written to the scratch directory at
 /// run time (so the harness works from any directory).
 const PYDICT_SCRIPT: &str = include_str!("../../../../../bench/workloads/pydict.py");
+/// The Python service of `uswap bench auto`, shipped the same way.
+const PYSERVICE_SCRIPT: &str = include_str!("../../../../../bench/workloads/pyservice.py");
 
 /// The names `--workloads` accepts, in report order.
 pub const ALL_WORKLOADS: [&str; 6] = ["seq", "uniform", "zipf", "zero", "pydict", "redis"];
@@ -36,6 +38,12 @@ pub enum WorkloadKind {
     Synthetic(Pattern),
     PyDict,
     Redis,
+    /// `uswap bench auto`'s Python service: builds `size` of objects, then serves requests
+    /// on a Zipf-hot fifth of them for `serve_s` (bench/workloads/pyservice.py).
+    PyService,
+    /// `uswap bench auto`'s Redis: loaded with `size`, then read Zipf for `serve_s`
+    /// (redis.rs, `run_zipf`).
+    RedisZipf,
 }
 
 /// One workload of the comparison.
@@ -100,6 +108,10 @@ pub struct RunContext {
     /// The uswap side's `--reclaim-cpus`: with `--cpus`, the CPUs left outside it (the
     /// harness confines itself, so `uswap run` cannot see them); `None`: run's default.
     pub uswap_reclaim_cpus: Option<String>,
+    /// The uswap side's `--budget` when it is not `budget_bytes` (`auto`).
+    pub uswap_budget: Option<String>,
+    /// How long the service workloads serve, seconds.
+    pub serve_s: f64,
 }
 
 #[cfg(test)]
@@ -122,6 +134,8 @@ impl RunContext {
             uswap_delivery: None,
             uswap_pool_bytes: None,
             uswap_reclaim_cpus: None,
+            uswap_budget: None,
+            serve_s: 1.0,
         }
     }
 }
@@ -150,6 +164,29 @@ pub struct Measured {
     pub samples: Vec<Sample>,
     /// One line about the run (checksum, entries, keys).
     pub detail: String,
+    /// A service workload's measure.
+    pub service: Option<Service>,
+}
+
+/// What a service workload served in its fixed time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Service {
+    /// Requests answered.
+    pub requests: u64,
+    /// The time they were served in, seconds.
+    pub serve_s: f64,
+    /// When serving began, seconds after the run's start (the harness's clock).
+    pub from_s: f64,
+    /// Request latency, median and 99th percentile.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+}
+
+impl Service {
+    /// Requests a second.
+    pub fn rate(&self) -> f64 {
+        self.requests as f64 / self.serve_s.max(1e-9)
+    }
 }
 
 impl WorkloadSpec {
@@ -164,7 +201,10 @@ impl WorkloadSpec {
             WorkloadKind::PyDict if ctx.python.is_none() => {
                 Some("python3 is not installed (.ci/setup-bench)".into())
             }
-            WorkloadKind::Redis if ctx.redis_server.is_none() => {
+            WorkloadKind::PyService if ctx.python.is_none() => {
+                Some("python3 is not installed (.ci/setup-bench)".into())
+            }
+            WorkloadKind::Redis | WorkloadKind::RedisZipf if ctx.redis_server.is_none() => {
                 Some("redis-server is not installed (.ci/setup-bench)".into())
             }
             _ => None,
@@ -184,6 +224,8 @@ impl WorkloadSpec {
             WorkloadKind::Synthetic(pattern) => run_synthetic(pattern, ctx, placement),
             WorkloadKind::PyDict => run_pydict(ctx, placement),
             WorkloadKind::Redis => redis::run(ctx, placement),
+            WorkloadKind::PyService => run_pyservice(ctx, placement),
+            WorkloadKind::RedisZipf => redis::run_zipf(ctx, placement),
         }
     }
 
@@ -209,7 +251,19 @@ impl WorkloadSpec {
                 command.args(["--seed", &ctx.seed.to_string()]);
                 Ok(command)
             }
-            WorkloadKind::Redis => bail!("redis is a server and its client, not one command"),
+            WorkloadKind::PyService => {
+                let python = ctx.python.as_ref().context("no python3")?;
+                let script = ctx.scratch_dir.join("pyservice.py");
+                std::fs::write(&script, PYSERVICE_SCRIPT).context("write pyservice.py")?;
+                let mut command = Command::new(python);
+                command.arg(&script).args(["--size", &ctx.size_bytes.to_string()]);
+                command.args(["--duration", &ctx.serve_s.to_string()]);
+                command.args(["--seed", &ctx.seed.to_string()]);
+                Ok(command)
+            }
+            WorkloadKind::Redis | WorkloadKind::RedisZipf => {
+                bail!("redis is a server and its client, not one command")
+            }
         }
     }
 }
@@ -294,6 +348,7 @@ fn run_synthetic(
             report.run_s,
             report.verify_s
         ),
+        service: None,
     })
 }
 
@@ -311,6 +366,40 @@ fn run_pydict(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         verify_errors: number("verify_errors"),
         samples: finished.samples,
         detail: format!("{} entries, checksum {}", number("entries"), number("checksum")),
+        ..Measured::default()
+    })
+}
+
+fn run_pyservice(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
+    let spec = WorkloadSpec { name: "pyservice".into(), kind: WorkloadKind::PyService };
+    let finished = spawn_measured("pyservice", spec.command(ctx)?, ctx, placement)?;
+    let report: serde_json::Value = serde_json::from_str(last_line(&finished.stdout))
+        .with_context(|| format!("pyservice.py printed {:?}", finished.stdout))?;
+    let number = |key: &str| report.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let real = |key: &str| report.get(key).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    let service = Service {
+        requests: number("requests"),
+        serve_s: real("serve_s"),
+        from_s: real("serve_start_unix") - finished.started_unix_s,
+        p50_ns: number("request_p50_ns"),
+        p99_ns: number("request_p99_ns"),
+    };
+    Ok(Measured {
+        wall_s: finished.wall_s,
+        major_faults: finished.exit.major_faults,
+        minor_faults: finished.exit.minor_faults,
+        max_rss_bytes: finished.exit.max_rss_bytes,
+        verify_errors: number("verify_errors"),
+        samples: finished.samples,
+        detail: format!(
+            "{} entries built in {:.1} s; {} requests in {:.1} s, p50 {:.0} us",
+            number("entries"),
+            real("build_s"),
+            service.requests,
+            service.serve_s,
+            service.p50_ns as f64 / 1e3
+        ),
+        service: Some(service),
         ..Measured::default()
     })
 }
