@@ -25,7 +25,7 @@
 
 mod senpai;
 
-use super::compare::kernel_side::{meminfo_bytes, KernelEnv};
+use super::compare::kernel_side::{meminfo_bytes, swap_bytes, KernelEnv};
 use super::compare::machine::{self, RealMachine};
 use super::compare::outcome::Side;
 use super::compare::runner::{MemoryProbe, Sample};
@@ -64,6 +64,16 @@ pub struct AutoArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
+    /// The uswap side's compressed pool: a `share` of the budget (run's default, the rest
+    /// written to the swap file) or `beside` it, as large as the kernel side's zram device
+    /// (everything paged out stays in memory, compressed, as with zram).
+    #[arg(long, value_name = "MODE", value_parser = ["share", "beside"], default_value = "share")]
+    pub uswap_pool: String,
+    /// The uswap side's `--swap-file-cache`. `drop` by default: the memory cgroup the side
+    /// is measured in is charged the swap file's pages while they stay in the page cache
+    /// (`keep`, run's default), which would count what was paged out to disk as resident.
+    #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"], default_value = "drop")]
+    pub swap_file_cache: String,
     /// Skip the kernel side.
     #[arg(long)]
     pub no_kernel: bool,
@@ -127,10 +137,10 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
         timeout: Duration::from_secs(args.timeout_s),
         uswap_folios: None,
         uswap_idle_poll: None,
-        uswap_swap_file_cache: None,
         uswap_zero_pages: None,
         uswap_delivery: None,
-        uswap_pool_bytes: None,
+        uswap_pool_bytes: (args.uswap_pool == "beside").then(|| swap_bytes(size_bytes)),
+        uswap_swap_file_cache: Some(args.swap_file_cache.clone()),
         uswap_reclaim_cpus: None,
         uswap_budget: Some(format!("auto:{}", args.target)),
         serve_s,
@@ -455,12 +465,22 @@ fn describe(report: &mut Report, ctx: &RunContext, args: &AutoArgs, env: &Result
     report.field("target_percent", args.target);
     report.field("repeat", args.repeat);
     report.field("seed", ctx.seed);
+    report.field("uswap_pool", args.uswap_pool.clone());
+    report.field("uswap_swap_file_cache", args.swap_file_cache.clone());
     let table = report.table("Run", &["what", "value"]);
     table.row(["data size per workload".to_string(), format_size(ctx.size_bytes)]);
     table.row(["services serve for".to_string(), format!("{} s", ctx.serve_s)]);
     table.row(["target (both controllers)".to_string(), format!("{}% of the run", args.target)]);
     table.row(["rounds (medians reported)".to_string(), args.repeat.to_string()]);
-    table.row(["uswap side".to_string(), format!("uswap run --budget auto:{}", args.target)]);
+    let pool = ctx.uswap_pool_bytes.map_or(String::new(), |b| {
+        format!(" --pool-size {} (beside the budget, as large as zram's device)", format_size(b))
+    });
+    let side = format!(
+        "uswap run --budget auto:{} --swap-file-cache {}{pool}",
+        args.target, args.swap_file_cache
+    );
+    table.row(["uswap side".to_string(), side]);
+
     let kernel = match (env, args.no_kernel) {
         (_, true) => "skipped (--no-kernel)".to_string(),
         (Err(why), _) => format!("skipped: {why:#}"),
