@@ -1069,7 +1069,7 @@ fn a_bad_config_file_is_one_line_naming_it_and_nothing_runs() {
         ("[run]\nbudjet = \"40M\"\n", "budjet: not a flag of uswap run"),
         ("[run]\nzswap = \"brotli\"\n", "--zswap brotli"),
         ("[run]\nlarge-folios = \"maybe\"\n", "maybe"),
-        ("[run]\nswap-file = \"/tmp/x\"\n", "swap-file: names one run's files"),
+        ("[run]\nswap-file = \"x.swap\"\n", "swap-file: names one run's files"),
         ("[run\n", "not TOML"),
     ];
     for (text, expect) in cases {

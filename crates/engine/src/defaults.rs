@@ -2,15 +2,20 @@
 //! embeds it (the Rust `Builder`, the C API, [`crate::EngineConfig`]'s `Default`) and
 //! [`RUN`] for `uswap run`. Every place that needs a default reads it here.
 //!
-//! | setting | library | `uswap run` | why they differ |
-//! |---|---|---|---|
-//! | budget | 256 MiB | half the free memory | a run sizes itself to the machine (cli's budget.rs); a library cannot know what else its process holds |
-//! | folio order | 0 | 4 | an embedder manages regions it laid out itself, and a fault maps exactly the page it touched; a run's program is anyone's, and 16-page folios cut its faults where it walks memory in order |
-//! | large folios | always | sequential | at order 0 there is nothing to choose; at a run's order 4 scattered touches would each spend 64 KiB of budget |
-//! | swap size | 4 GiB | 8 GiB | one process's regions, against a whole tree's; both files are sparse and cost only what is written |
-//! | pool | lz4, 20 % of the budget | the same | |
-//! | encryption | on | on | |
-//! | readahead | 8 pages | 8 pages | |
+//! Where they differ, and why:
+//!
+//! - budget: 256 MiB for the library; half the free memory for a run, which sizes itself to
+//!   the machine (cli's budget.rs), where a library cannot know what else its process holds;
+//! - folio order: 0 for the library, whose embedder manages regions it laid out itself and
+//!   gets a fault mapped exactly the page it touched; 4 for a run, whose program is anyone's
+//!   and whose faults 16-page folios cut where it walks memory in order;
+//! - large folios: always at the library's order 0, where there is nothing to choose;
+//!   sequential at a run's order 4, where scattered touches would each spend 64 KiB;
+//! - swap size: 4 GiB for one process's regions, 8 GiB for a whole tree's; both files are
+//!   sparse and cost only what is written.
+//!
+//! The same for both: an lz4 pool of 20% of the budget, encryption on, readahead of up to 8
+//! pages.
 
 use crate::config::LargeFolios;
 use zswap::CompressorKind;

@@ -15,8 +15,9 @@
 //! and text, shared so both sides agree on names and formats.
 //!
 //! Modules: [`cpus`] (CPU lists), [`env`] (the environment protocol), [`proto`] (the
-//! control protocol between the broker and its members), [`settings`] (the knobs' typed values), [`share`] (the broker's policy:
-//! one budget divided among a tree's engines), [`size`] (sizes as users write them),
+//! control protocol between the broker and its members), [`settings`] (the knobs' typed
+//! values), [`share`] (the broker's policy: one budget divided among a tree's engines),
+//! [`size`] (sizes as users write them),
 //! [`hist`] (the fault-latency histogram), [`stats`] (the stats file, its parser and the
 //! summary figures), [`trace`] (the simulator's trace format, written by `--record`).
 
