@@ -666,6 +666,23 @@ impl Engine {
         self.core.remove_range(mm, addr, len, false);
     }
 
+    /// Drops the page at `addr` of `mm` if the engine holds it resident and `missing`, asked
+    /// under the page table's lock, says the page is not in the program (the kernel has it
+    /// neither present nor swapped, nor is it out on purpose): the program dropped it
+    /// unseen, and it reads as zeros from now on. Returns whether it was dropped.
+    ///
+    /// Why under the lock: a page is missing from the program while a page-out has it
+    /// out too, and a page-out takes it only under this lock. Asked outside it, the
+    /// answer can be about a page that was resident when the caller looked and out by the
+    /// time it asked: dropping the entry then drops a page-out's swap entry, and the page
+    /// reads back as zeros.
+    ///
+    /// Context: takes the lock of the page's span; `missing` runs under it (it must take
+    /// no engine lock and never fault on managed memory).
+    pub fn drop_if_missing(&self, mm: MmId, addr: u64, missing: impl FnOnce() -> bool) -> bool {
+        self.core.drop_if_missing(mm, addr, missing)
+    }
+
     /// `[addr, addr + len)` was unmapped (UFFD_EVENT_UNMAP): as [`Engine::remove`], and
     /// regions wholly inside the range are forgotten.
     pub fn unmap(&self, addr: u64, len: u64) {

@@ -58,6 +58,33 @@ impl Core {
         }
     }
 
+    /// See [`crate::Engine::drop_if_missing`].
+    pub(crate) fn drop_if_missing(
+        &self,
+        mm: MmId,
+        addr: u64,
+        missing: impl FnOnce() -> bool,
+    ) -> bool {
+        let Ok(region) = self.region_of(mm, addr) else { return false };
+        let index = region.index_of(addr);
+        let freed = {
+            let mut pt = region.lock_span(index);
+            if !matches!(pt.lookup(index), Some(Found { pte: Pte::Resident(_), .. })) {
+                return false;
+            }
+            if !missing() {
+                return false;
+            }
+            let (freed, pages) = self.release_entries(&mut pt, index, index);
+            Stats::add(&self.stats.counters.pages_removed, pages);
+            freed
+        };
+        for (entry, nr) in freed {
+            self.swap_cache.clear_shadows(entry.offset(), nr);
+        }
+        true
+    }
+
     /// Under the PTL, drops the entries of pages `first..=last`; returns the swap entries
     /// whose references it dropped (their shadows go after the lock is released).
     fn remove_pages(&self, region: &Region, first: u64, last: u64) -> Vec<(SwapEntry, u64)> {

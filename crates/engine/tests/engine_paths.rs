@@ -310,6 +310,43 @@ fn a_take_that_must_retry_keeps_the_page() {
     }
 }
 
+/// The handler's resync (uffd's `Reader::resync`) drops a resident entry whose page the
+/// kernel no longer has (the program dropped it unseen). A page-out's page is missing from
+/// the program too: asked outside the page-table lock, the question was answered about a
+/// page the reclaimer had taken out meanwhile (a take the program's touch had undone, then
+/// retaken at once), the resync dropped its swap entry, and the page read back as zeros: a
+/// cc1 under `uswap bench build --quick --budget 44M` died on the NULL its line table then
+/// held (SIGSEGV at address 0). `Engine::drop_if_missing` asks under the lock, and only of
+/// a resident entry.
+#[test]
+fn a_resync_racing_a_page_out_keeps_the_page() {
+    let mm = engine::region::MmId::DEFAULT;
+    let (engine, source) = setup(config(32), 64);
+    for page in 0..16 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    // The reclaimer won the race: page 3 is out when the resync asks, and missing from
+    // the program, as a page-out's page is.
+    assert!(engine.pageout(addr(3), PAGE as u64).unwrap() >= 1);
+    assert!(!engine.drop_if_missing(mm, addr(3), || true), "a swapped page is kept");
+    // A resident page the kernel still has is kept; one it lost is dropped and reads as
+    // zeros, as the program's drop says.
+    assert!(!engine.drop_if_missing(mm, addr(6), || false));
+    source.drop_range(addr(5), PAGE as u64);
+    assert!(engine.drop_if_missing(mm, addr(5), || true));
+    engine.check_invariants();
+    let mut buf = vec![1u8; PAGE];
+    for page in 0..16 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        if page == 5 {
+            assert!(buf.iter().all(|b| *b == 0), "the dropped page reads as zeros");
+        } else {
+            assert_eq!(buf, content(page, 1), "page {page}");
+        }
+    }
+    engine.check_invariants();
+}
+
 /// A walk through memory leaves its pages on the inactive tail in address order, and
 /// reclaim takes them out in runs (one take, so one TLB flush through userfaultfd); a run
 /// the source refuses is undone whole. Every page reads back.

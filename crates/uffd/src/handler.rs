@@ -48,8 +48,10 @@
 //! "spurious": the thread would fault forever. So a spurious fault is checked against the
 //! kernel (PAGEMAP_SCAN: neither present nor swapped) and against the orphans (a page in
 //! staging is missing on purpose); a page missing for good is dropped from the engine
-//! (`remove_in`: it reads as zero, as the program's drop says) and the fault handled again,
-//! counted in `faults_resynced`.
+//! (it reads as zero, as the program's drop says) and the fault handled again, counted in
+//! `faults_resynced`. The check runs under the engine's page-table lock and only for a page
+//! the engine still holds resident (`Engine::drop_if_missing`): a page the reclaimer took
+//! out is missing too, and the reclaimer takes only under that lock.
 //!
 //! **The event fence.** From before this thread reads the uffd until the events read are
 //! applied, no page is taken out of the address space ([`crate::fence`]): an UNMAP read
@@ -981,27 +983,33 @@ impl Reader {
         }
     }
 
-    /// After a spurious answer: if the kernel has the page neither present nor swapped and
-    /// it is no orphan, the engine's resident entry is stale (module essay): drop it and
-    /// say so. One PAGEMAP_SCAN of one page.
+    /// After a spurious answer: if the engine still holds the page resident, the kernel has
+    /// it neither present nor swapped and it is no orphan, the engine's resident entry is
+    /// stale (module essay): drop it and say so. One PAGEMAP_SCAN of one page, under the
+    /// engine's page-table lock (`Engine::drop_if_missing`): the reclaimer takes a page out
+    /// only under that lock, and a page it took is missing too. Asked after the lock was
+    /// released, a page taken in between was dropped with its swap entry, and read back as
+    /// zeros (a take undone by the program's own touch, then retaken at once).
     fn resync(&self, fault: Retained) -> bool {
         let Some(pagemap) = &self.pagemap else { return false };
         let page = fault.addr & !(PAGE_SIZE - 1);
-        if self.source.overlaps_orphan(page as u64, PAGE_SIZE as u64) {
+        let Ok(range) = Range::new(page, PAGE_SIZE) else { return false };
+        // Made before the lock is taken: one page is one region at most.
+        let mut found = Vec::with_capacity(1);
+        let missing = || {
+            if self.source.overlaps_orphan(page as u64, PAGE_SIZE as u64) {
+                return false;
+            }
+            let args = ScanArgs {
+                anyof: Categories::PRESENT | Categories::SWAPPED,
+                report: Categories::PRESENT | Categories::SWAPPED,
+                ..ScanArgs::default()
+            };
+            matches!(pagemap.scan(range, &args, &mut found), Ok(result) if result.regions == 0)
+        };
+        if !self.engine.drop_if_missing(MmId::DEFAULT, page as u64, missing) {
             return false;
         }
-        let args = ScanArgs {
-            anyof: Categories::PRESENT | Categories::SWAPPED,
-            report: Categories::PRESENT | Categories::SWAPPED,
-            ..ScanArgs::default()
-        };
-        let mut found = Vec::new();
-        let Ok(range) = Range::new(page, PAGE_SIZE) else { return false };
-        match pagemap.scan(range, &args, &mut found) {
-            Ok(result) if result.regions == 0 => {}
-            _ => return false,
-        }
-        self.engine.remove_in(MmId::DEFAULT, page as u64, PAGE_SIZE as u64);
         self.control.counters.faults_resynced.fetch_add(1, Relaxed);
         true
     }
