@@ -105,7 +105,8 @@ fn sorted_lines(out: &Output) -> Vec<String> {
 /// for its checksum.
 #[test]
 fn a_three_level_tree_keeps_its_checksums_under_one_budget() {
-    let Some((plain, out)) = both("96M", "{py} {objects} 200000 1") else { return };
+    let flags = ["--verbose", "--budget", "96M"];
+    let Some((plain, out)) = both_with(&flags, "{py} {objects} 200000 1") else { return };
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(out.stdout, plain.stdout, "{err}");
@@ -119,7 +120,8 @@ fn a_three_level_tree_keeps_its_checksums_under_one_budget() {
 /// A pipeline: python's output through cat, both members.
 #[test]
 fn a_pipeline_keeps_its_checksum() {
-    let Some((plain, out)) = both("96M", "{py} {objects} 200000 | cat") else { return };
+    let flags = ["--verbose", "--budget", "96M"];
+    let Some((plain, out)) = both_with(&flags, "{py} {objects} 200000 | cat") else { return };
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(out.stdout, plain.stdout, "{err}");
@@ -155,7 +157,8 @@ fn a_multiprocessing_pool_keeps_its_checksums_under_the_budget() {
 /// and none is named as running unmanaged.
 #[test]
 fn a_multiprocessing_pools_workers_are_members() {
-    let Some((plain, out)) = both("96M", "{py} {objects} 100000 0 pool") else { return };
+    let flags = ["--verbose", "--budget", "96M"];
+    let Some((plain, out)) = both_with(&flags, "{py} {objects} 100000 0 pool") else { return };
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(sorted_lines(&out), sorted_lines(&plain), "{err}");
@@ -512,7 +515,8 @@ fn gcc_and_its_cc1_compile_under_one_budget() {
         output_within(&mut command, LIMIT)
     };
     let plain = gcc(&[], "plain.o");
-    let out = gcc(&[env!("CARGO_BIN_EXE_uswap"), "run", "--budget", "64M", "--"], "managed.o");
+    let uswap_run = [env!("CARGO_BIN_EXE_uswap"), "run", "--verbose", "--budget", "64M", "--"];
+    let out = gcc(&uswap_run, "managed.o");
     let (plain_o, managed_o) =
         (std::fs::read(dir.join("plain.o")), std::fs::read(dir.join("managed.o")));
     let err = stderr(&out);

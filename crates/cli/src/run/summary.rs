@@ -6,13 +6,12 @@
 //!   uswap: budget 96.0 MiB, peak 99.2 MiB, memory saved 512 MiB
 //!   uswap: paged out 1.10 GiB: 12.0 MiB of zeros, 1.02 GiB compressed 3.4:1, 70.1 MiB to disk
 //!   uswap: warning: the tree went 3.20 MiB (3%) over its budget: ...       (when it did)
-//!   uswap:   4101 sh: peak 3.10 MiB, out 0 B, in 0 B, 12 faults (p50 4.0 us, p99 9.0 us)
-//!   uswap:   4102 python3: ...                        (one line a process, when several)
 //!   uswap: warning: 4107 static-prog ran unmanaged (statically linked): ...
 //! ```
 //!
-//! Everything else (the engines' detail, the broker's figures, where the budget came
-//! from) is printed under `--verbose`, and `uswap stat --all` prints every counter.
+//! Everything else (a line per process of a tree, the engines' detail, the broker's
+//! figures, where the budget came from) is printed under `--verbose`, and `uswap stat
+//! --all` prints every counter.
 
 use super::view::{ProcState, ProcView, TreeView};
 use runstat::share::MIN_SHARE_BYTES;
@@ -201,12 +200,13 @@ fn over_budget_line(view: &TreeView, total: &StatsFile, peak: u64, budget: u64) 
     format!("warning: the tree went {} ({percent:.0}%) over its budget: {why}", size(over))
 }
 
-/// Processes named one by one in the summary (the largest first); the rest are counted
-/// (`--verbose` names them all).
+/// Processes that ran unmanaged named one by one in the summary (the largest first); the
+/// rest are counted (`--verbose` names them all).
 const PROCESS_LINES_MAX: usize = 8;
 
-/// One line per process when the tree had several, and a warning per process that ran
-/// unmanaged; beyond [`PROCESS_LINES_MAX`] of each, one line for the rest unless `all`.
+/// Under `--verbose` (`all`), one line per process when the tree had several; always, a
+/// warning per process that ran unmanaged, beyond [`PROCESS_LINES_MAX`] of them one line
+/// for the rest unless `all`. The default summary stays three lines for any tree.
 fn process_lines(view: &TreeView, files: &Files, all: bool) -> Vec<String> {
     let mut members: Vec<&ProcView> =
         view.procs.iter().filter(|p| files.by_pid.contains_key(&p.pid)).collect();
@@ -217,11 +217,10 @@ fn process_lines(view: &TreeView, files: &Files, all: bool) -> Vec<String> {
     }
     let limit = if all { usize::MAX } else { PROCESS_LINES_MAX };
     members.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
-    for p in members.iter().take(limit) {
-        out.push(format!("  {}", process_line(p, &files.by_pid[&p.pid])));
-    }
-    if let Some(rest) = rest_line(&members, limit, "managed") {
-        out.push(format!("  {rest}"));
+    if all {
+        for p in &members {
+            out.push(format!("  {}", process_line(p, &files.by_pid[&p.pid])));
+        }
     }
     unmanaged.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
     for p in unmanaged.iter().take(limit) {
@@ -386,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn several_processes_get_a_line_each_and_unmanaged_ones_a_warning() {
+    fn several_processes_get_a_line_each_under_verbose_and_unmanaged_ones_a_warning() {
         let mut v = view(63 << 20);
         v.procs.push(ProcView {
             pid: 43,
@@ -397,13 +396,14 @@ mod tests {
             name: "static-prog".into(),
             why: "statically linked: the shim cannot load into it".into(),
         });
+        let warning = "warning: 43 static-prog runs unmanaged (statically linked: the shim \
+                       cannot load into it): its 12.0 MiB counted against the budget";
         let lines = lines(&ending(), &v, &files(), false);
-        assert_eq!(lines.len(), 5, "{lines:#?}");
-        assert!(lines[3].starts_with("  42 python3: peak 60.0 MiB, out 211 MiB"), "{}", lines[3]);
-        assert_eq!(
-            lines[4],
-            "warning: 43 static-prog runs unmanaged (statically linked: the shim cannot load \
-             into it): its 12.0 MiB counted against the budget"
-        );
+        assert_eq!(lines.len(), 4, "three lines and the warning: {lines:#?}");
+        assert_eq!(lines[3], warning);
+        let verbose = super::lines(&ending(), &v, &files(), true);
+        let python = verbose.iter().find(|l| l.starts_with("  42 python3: peak 60.0 MiB, out 211"));
+        assert!(python.is_some(), "{verbose:#?}");
+        assert!(verbose.iter().any(|l| l == warning), "{verbose:#?}");
     }
 }
