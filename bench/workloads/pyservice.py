@@ -20,53 +20,31 @@ exits 3 when any value differed.
 
 import argparse
 import json
+import math
 import random
-import re
 import sys
 import time
 import zlib
 
-# Bytes of heap per entry on CPython 3.11 (see pydict.py): the entry count is size / this.
-BYTES_PER_ENTRY = 200
+# The records and sizes are pydict.py's, which the harness writes beside this script.
+from pydict import BYTES_PER_ENTRY, parse_size, value_of
+
 # Consecutive keys per group: 256 records are about 28 KiB of value strings, 8 KiB of
 # key objects and 6 KiB of the dict's entries, several pages each.
 GROUP = 256
 # One group in HOT_EVERY is hot: a fifth of the data.
 HOT_EVERY = 5
 KEYS_PER_REQUEST = 8
-WORDS = ["swap", "page", "folio", "zram", "cgroup", "user", "session", "value",
-         "index", "cache", "record", "memory", "request", "error", "count", "key"]
-PHRASES = [f"{WORDS[i & 15]} {WORDS[i >> 4]} {WORDS[(i * 7) & 15]}" for i in range(256)]
 # Latency histogram: 1 us buckets up to 100 ms, then one overflow bucket.
 BUCKETS = 100_000
-
-
-def parse_size(text):
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}")
-    shift = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
-    return int(float(match.group(1)) * (1 << shift))
-
-
-def value_of(key, seed):
-    """The record stored under `key`: deterministic, text-like, about 60 characters."""
-    h = (key * 0x9E3779B97F4A7C15 + seed) & 0xFFFFFFFFFFFFFFFF
-    return f"{key:x}:{h:016x}:{PHRASES[h >> 56]} {PHRASES[(h >> 8) & 255]}"
 
 
 def coprime_step(n):
     """A step coprime with n, about 0.618 n: rank r goes to hot group (r * step) mod n."""
     step = max(1, int(n * 0.6180339887)) | 1
-    while n > 1 and gcd(step, n) != 1:
+    while n > 1 and math.gcd(step, n) != 1:
         step += 2
     return step
-
-
-def gcd(a, b):
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def percentile(histogram, count, fraction):

@@ -114,6 +114,18 @@ pub struct RunContext {
     pub serve_s: f64,
 }
 
+/// `python3 SCRIPT --size SIZE` for one of bench/workloads' scripts, written into the scratch
+/// directory with pydict.py beside it (pyservice.py takes its records from there).
+fn python_script(ctx: &RunContext, name: &str, text: &str) -> Result<Command> {
+    let python = ctx.python.as_ref().context("no python3")?;
+    std::fs::write(ctx.scratch_dir.join("pydict.py"), PYDICT_SCRIPT).context("write pydict.py")?;
+    let script = ctx.scratch_dir.join(name);
+    std::fs::write(&script, text).with_context(|| format!("write {name}"))?;
+    let mut command = Command::new(python);
+    command.arg(&script).args(["--size", &ctx.size_bytes.to_string()]);
+    Ok(command)
+}
+
 #[cfg(test)]
 impl RunContext {
     /// A context with no programs found, 1 MiB under 256 KiB, everything else defaulted.
@@ -243,20 +255,12 @@ impl WorkloadSpec {
                 Ok(command)
             }
             WorkloadKind::PyDict => {
-                let python = ctx.python.as_ref().context("no python3")?;
-                let script = ctx.scratch_dir.join("pydict.py");
-                std::fs::write(&script, PYDICT_SCRIPT).context("write pydict.py")?;
-                let mut command = Command::new(python);
-                command.arg(&script).args(["--size", &ctx.size_bytes.to_string()]);
+                let mut command = python_script(ctx, "pydict.py", PYDICT_SCRIPT)?;
                 command.args(["--seed", &ctx.seed.to_string()]);
                 Ok(command)
             }
             WorkloadKind::PyService => {
-                let python = ctx.python.as_ref().context("no python3")?;
-                let script = ctx.scratch_dir.join("pyservice.py");
-                std::fs::write(&script, PYSERVICE_SCRIPT).context("write pyservice.py")?;
-                let mut command = Command::new(python);
-                command.arg(&script).args(["--size", &ctx.size_bytes.to_string()]);
+                let mut command = python_script(ctx, "pyservice.py", PYSERVICE_SCRIPT)?;
                 command.args(["--duration", &ctx.serve_s.to_string()]);
                 command.args(["--seed", &ctx.seed.to_string()]);
                 Ok(command)
