@@ -24,10 +24,23 @@
 //! next burst lands inside the budget instead of past it (the kernel boosts its
 //! watermarks after a burst in the same spirit: `watermark_boost_factor`).
 //!
+//! Reclaim leaves the program a *working floor* of resident pages ([`Budget::floor_bytes`]).
+//! Where the rest of the charge (an outside charge, the pool's bookkeeping) fills the budget
+//! by itself, paging out the last resident pages cannot bring the charge under it, and every
+//! fault would evict the page the one before it mapped: a program that touches two pages
+//! for one step would never take it. A memory cgroup invokes its OOM killer there; the
+//! engine runs over the budget by at most the floor and counts it (`reclaim_floor`).
+//!
 //! Context: lock-free counters; any thread.
 
 use crate::sync::{AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
+
+/// The largest working floor: enough pages for a program's step (a system call's buffers,
+/// the structures one request walks) at any budget, and half the room `uswap run`'s broker
+/// leaves each process beside its unmanaged memory, so the floor binds only where that
+/// room is gone.
+pub const FLOOR_MAX_BYTES: u64 = 1 << 20;
 
 /// Free-budget levels, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +264,17 @@ impl Budget {
     /// The reserve in force ([`Budget::set_reserve`]).
     pub fn reserve_bytes(&self) -> u64 {
         self.reserve_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The least resident charge reclaim leaves (module documentation): a sixteenth of the
+    /// budget, at most [`FLOOR_MAX_BYTES`].
+    pub fn floor_bytes(&self) -> u64 {
+        (self.budget_bytes() / 16).min(FLOOR_MAX_BYTES)
+    }
+
+    /// Whether the resident charge is down to the working floor: reclaim stops there.
+    pub fn at_floor(&self) -> bool {
+        self.resident_bytes() <= self.floor_bytes()
     }
 
     /// Everything charged, given the pool's current size; records the peak.

@@ -75,9 +75,16 @@ enum RunRefused {
 impl Core {
     /// Wakes the background reclaimer if the budget is below its low watermark.
     pub(crate) fn wake_kswapd_if_short(&self) {
-        if self.budget.pressure(self.pool_charge(), 0) >= Pressure::BelowLow {
+        if self.budget.pressure(self.pool_charge(), 0) >= Pressure::BelowLow && self.can_relieve() {
             self.wake_kswapd();
         }
+    }
+
+    /// Whether the background reclaimer can lower the charge: resident pages above the
+    /// working floor, or a pool inside the budget to write back. At the floor with the pool
+    /// beside the budget (or none), a wake per fault would find nothing to do.
+    fn can_relieve(&self) -> bool {
+        !self.budget.at_floor() || (self.storage.zswap.is_some() && !self.pool_is_beside())
     }
 
     /// Wakes the background reclaimer (or, without one, does nothing: faults reclaim
@@ -94,7 +101,7 @@ impl Core {
     /// watermark; below min, reclaim here until the fault fits (the kernel's allocstall).
     pub(crate) fn make_room(&self, need: u64) {
         let pressure = self.budget.pressure(self.pool_charge(), need);
-        if pressure >= Pressure::BelowLow {
+        if pressure >= Pressure::BelowLow && self.can_relieve() {
             self.wake_kswapd();
         }
         if pressure == Pressure::BelowMin {
@@ -129,6 +136,11 @@ impl Core {
     fn reclaim_while(&self, direct: bool, mut more: impl FnMut() -> bool) -> u64 {
         let (mut total, mut fruitless) = (0, 0);
         while more() && !self.fork_pause.is_paused() {
+            if self.budget.at_floor() {
+                Stats::add(&self.stats.counters.reclaim_fail, 1);
+                Stats::add(&self.stats.counters.reclaim_floor, 1);
+                break;
+            }
             if self.all_locked.load(Ordering::SeqCst) {
                 Stats::add(&self.stats.counters.reclaim_fail, 1);
                 Stats::add(&self.stats.counters.reclaim_locked, 1);

@@ -120,6 +120,11 @@ counters! {
     /// Of those, the ones stopped because the program locked all its memory
     /// (`Engine::set_all_locked`): nothing may be paged out.
     reclaim_locked,
+    /// Of those, the ones stopped at the working floor (`Budget::floor_bytes`): what the
+    /// budget lacks is charged outside the resident pages (the program's unmanaged memory,
+    /// the pool's bookkeeping), and the charge runs over the budget instead of every fault
+    /// evicting the page the last one mapped.
+    reclaim_floor,
     /// Times the program locked all its memory (`Engine::set_all_locked`): said in the
     /// summary whether or not reclaim ran into it afterwards.
     all_locked,

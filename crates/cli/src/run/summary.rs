@@ -194,6 +194,10 @@ fn over_budget_line(view: &TreeView, total: &StatsFile, peak: u64, budget: u64) 
         "the swap space was full (raise --swap-size)".to_string()
     } else if total.get("swap_no_space") > 0 {
         "the swap file's disk was low on space".to_string()
+    } else if total.get("reclaim_floor") > 0 {
+        "what it cannot page out (its libraries, the pool's bookkeeping) filled the budget, \
+         and reclaim keeps each process a working floor (raise --budget)"
+            .to_string()
     } else {
         "memory was touched faster than it could be paged out".to_string()
     };
@@ -366,6 +370,11 @@ mod tests {
         let over = super::lines(&ending(), &view(70 << 20), &files(), false);
         assert_eq!(over.len(), 4, "{over:#?}");
         assert!(over[3].starts_with("warning: the tree went 6.00 MiB (9%) over its budget: "));
+        assert!(over[3].ends_with("than it could be paged out"), "{}", over[3]);
+        let mut floor = files();
+        floor.total.set("reclaim_floor", 3);
+        let over = super::lines(&ending(), &view(70 << 20), &floor, false);
+        assert!(over[3].ends_with("a working floor (raise --budget)"), "{}", over[3]);
         let verbose = super::lines(&ending(), &view(63 << 20), &files(), true);
         assert!(
             verbose.iter().any(|l| l.contains("pages out: zero 256, pool 51200")),
