@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{can_run, compile, shim};
+use common::{can_run, compile, shim, BoundedOutput};
 
 /// A program fills 128 MiB, touches an 8 MiB part of it for 8 s, then all of it for 4 s,
 /// reading the tree's budget from the broker's tree file: the quiet phase lowers the budget
@@ -51,8 +51,7 @@ fn bad_auto_budgets_are_one_line_each() {
         let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
             .args(["run", "--budget", flag, "--", "true"])
             .env("USWAP_PRELOAD", shim())
-            .output()
-            .unwrap();
+            .bounded_output();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{flag}: {err}");

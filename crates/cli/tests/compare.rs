@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::process::Command;
 
 mod common;
-use common::workload_binary;
+use common::{workload_binary, BoundedOutput};
 
 fn is_root() -> bool {
     let output = Command::new("id").arg("-u").output();
@@ -70,8 +70,7 @@ fn compare_quick_json_on_the_kernel_side() {
             .args(["bench", "compare", "--quick", "--json"])
             .args(flags)
             .env("USWAP_PRELOAD", common::shim())
-            .output()
-            .unwrap();
+            .bounded_output();
         assert!(output.status.success(), "{output:?}");
         let json: Value = serde_json::from_slice(&output.stdout).unwrap();
         let row = &json["workloads"][0];

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{compile, shim};
+use common::{compile, shim, BoundedOutput};
 
 /// The longest one step of a test may take.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -95,8 +95,7 @@ impl Run {
     fn stats(&self) -> HashMap<String, u64> {
         let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
             .args(["stat", "--all", &self.child.id().to_string()])
-            .output()
-            .unwrap();
+            .bounded_output();
         let text = String::from_utf8_lossy(&out.stdout);
         // `name value` lines, indented under `tree` and `pid N` (this run has one process).
         text.lines()
@@ -330,8 +329,7 @@ fn python_objects_in_the_far_tier(objects: &str, server_mb: u32) {
         ])
         .args(["--idle-poll", "off", "--", &py, script, objects])
         .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
+        .bounded_output();
     let err = String::from_utf8_lossy(&out.stderr);
     eprintln!("{err}\n{objects} objects in {:.1} s", started.elapsed().as_secs_f64());
     assert!(out.status.success(), "{err}");
@@ -361,8 +359,7 @@ fn far_without_encryption_or_with_a_bad_url_is_refused_before_the_program_starts
             .args(&flags)
             .args(["--", "/bin/true"])
             .env("USWAP_PRELOAD", shim())
-            .output()
-            .unwrap();
+            .bounded_output();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{flags:?}");
         assert!(err.contains(expect), "{flags:?}: {err}");

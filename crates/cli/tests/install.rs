@@ -14,13 +14,11 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{can_run, output_within, target_dir, TempDir};
+use common::{can_run, output_within, target_dir, TempDir, RUN_LIMIT};
 
 /// The longest the install may take: it rebuilds the binary at most, and its shim when
 /// the shim's sources changed since `cargo test` built them, on a loaded machine.
 const INSTALL_LIMIT: Duration = Duration::from_secs(1200);
-/// The longest the run may take.
-const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// Installs `uswap` under `root`; its path.
 fn install(root: &Path) -> PathBuf {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
-use common::{compile, shim, target_dir, Program, TempDir};
+use common::{compile, shim, target_dir, BoundedOutput, Program, TempDir};
 
 /// Every `uswap` command of these tests holds this for reading; a test that needs the
 /// machine's CPUs otherwise idle holds it for writing, so that no other test's program
@@ -304,7 +304,7 @@ fn a_noexec_tmpdir_is_refused_unless_the_shim_is_elsewhere() {
         if let Some(shim) = shim {
             command.env("USWAP_PRELOAD", shim);
         }
-        command.output().unwrap()
+        command.bounded_output()
     };
     let out = run(None);
     let err = stderr(&out);
@@ -344,8 +344,7 @@ fn without_kernel_fault_permission_it_says_so_before_starting() {
         .arg(env!("CARGO_BIN_EXE_uswap"))
         .args(["run", "--budget", "64M", "--", "/bin/true"])
         .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
+        .bounded_output();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.starts_with("uswap: userfaultfd:"), "{err}");
@@ -825,8 +824,7 @@ fn run_checked(check: &Path, args: &[&str]) -> (Output, Vec<(u64, u64)>) {
         .args(&args[1..])
         .env("USWAP_PRELOAD", shim())
         .env("LD_PRELOAD", check)
-        .output()
-        .unwrap();
+        .bounded_output();
     let err = stderr(&out);
     eprintln!("{}{err}", String::from_utf8_lossy(&out.stdout));
     let reports = err
@@ -1029,8 +1027,7 @@ fn run_configured(config_home: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .env("USWAP_PRELOAD", shim())
         .env("XDG_CONFIG_HOME", config_home)
-        .output()
-        .unwrap();
+        .bounded_output();
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     out
 }

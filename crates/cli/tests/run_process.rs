@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{can_run, compile, shim, uswap, TempDir};
+use common::{can_run, compile, shim, uswap, BoundedOutput, TempDir};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
@@ -280,8 +280,7 @@ fn a_program_with_file_capabilities_is_refused_for_an_unprivileged_caller() {
         .arg(env!("CARGO_BIN_EXE_uswap"))
         .args(["run", "--verbose", "--budget", "64M", "--", &capped, "-c", "true"])
         .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
+        .bounded_output();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("given file capabilities") && err.contains("AT_SECURE"), "{err}");
@@ -398,8 +397,7 @@ fn a_swap_file_in_memory_is_said() {
         .args(["run", "--verbose", "--budget", "8M", "--", "true"])
         .env("USWAP_PRELOAD", shim())
         .env("TMPDIR", &dir)
-        .output()
-        .unwrap();
+        .bounded_output();
     let _ = std::fs::remove_dir_all(&dir);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
-use common::{shim, TempDir};
+use common::{shim, BoundedOutput, TempDir};
 
 const DEVICE: &str = "/dev/userfaultfd";
 /// The device's owner, group and mode before a test changed them: kept until the change
@@ -118,8 +118,7 @@ fn as_nobody(group: Option<u32>, program: &Path, args: &[&str]) -> Output {
         .env("USWAP_PRELOAD", shim())
         .env("HOME", "/")
         .current_dir("/")
-        .output()
-        .unwrap();
+        .bounded_output();
     eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     out
 }

@@ -50,14 +50,33 @@ pub fn can_run() -> bool {
     ok
 }
 
-/// `uswap ARGS` with the shim under test; its output, echoed to stderr.
+/// The longest a test's `uswap` command may run ([`uswap`], [`bounded`]): a hang fails
+/// the test with what the command printed, long before the suite's own limit.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// `command`'s output within [`RUN_LIMIT`] ([`output_within`]).
+pub fn bounded(command: &mut Command) -> Output {
+    output_within(command, RUN_LIMIT)
+}
+
+/// [`bounded`] at the end of a builder chain: `Command::new(..).args(..).bounded_output()`.
+pub trait BoundedOutput {
+    /// The command's output within [`RUN_LIMIT`].
+    fn bounded_output(&mut self) -> Output;
+}
+
+impl BoundedOutput for Command {
+    fn bounded_output(&mut self) -> Output {
+        bounded(self)
+    }
+}
+
+/// `uswap ARGS` with the shim under test, within [`RUN_LIMIT`]; its output, echoed to
+/// stderr.
 #[allow(dead_code)]
 pub fn uswap(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(args)
-        .env("USWAP_PRELOAD", shim())
-        .output()
-        .unwrap();
+    let out =
+        bounded(Command::new(env!("CARGO_BIN_EXE_uswap")).args(args).env("USWAP_PRELOAD", shim()));
     eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     out
 }
@@ -224,9 +243,10 @@ pub fn within<T: Send + 'static>(
 }
 
 /// `command.output()` with a deadline: the command runs in a process group of its own
-/// (stdin empty, stdout and stderr captured); once `limit` passes, or once the leader has
+/// (stdin empty, stdout and stderr captured). Once `limit` passes, or once the leader has
 /// exited and its descendants still hold the pipes open past it, the group is killed and
-/// the test panics with what the command printed so far.
+/// the test panics with what the command printed, so a hung run fails with its own words
+/// instead of holding the whole suite past its time.
 pub fn output_within(command: &mut Command, limit: Duration) -> Output {
     use std::io::Read;
     let deadline = Instant::now() + limit;
@@ -248,18 +268,38 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Output {
             let _ = tx.send((i, bytes));
         });
     }
-    let status = group.wait_within(deadline.saturating_duration_since(Instant::now()), &what);
+    let mut status = None;
+    while status.is_none() && Instant::now() < deadline {
+        status = group.child.try_wait().unwrap();
+        if status.is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if status.is_none() {
+        group.kill();
+    }
     let mut got = [Vec::new(), Vec::new()];
+    let mut open = 0;
     for _ in 0..2 {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(5));
-        match rx.recv_timeout(left) {
-            Ok((i, bytes)) => got[i] = bytes,
-            Err(_) => {
-                group.kill();
-                panic!("{what}: exited, but its descendants hold its output open");
-            }
+        let piece = rx.recv_timeout(left).or_else(|_| {
+            // Killed, its descendants let the pipes go: what they printed arrives.
+            open += 1;
+            group.kill();
+            rx.recv_timeout(Duration::from_secs(5))
+        });
+        if let Ok((i, bytes)) = piece {
+            got[i] = bytes;
         }
     }
     let [stdout, stderr] = got;
+    let said =
+        || format!("{}{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
+    let Some(status) = status else {
+        panic!("{what}: still running after {limit:?}; it printed:\n{}", said());
+    };
+    if open > 0 {
+        panic!("{what}: exited, but its descendants held its output open; it printed:\n{}", said());
+    }
     Output { status, stdout, stderr }
 }
