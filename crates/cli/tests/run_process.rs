@@ -506,6 +506,8 @@ fn a_recorded_program_that_execs_keeps_every_images_records() {
 /// program that paged out most of 48 MiB under 16M: every word reads back, what the program
 /// locked stays resident (over the budget, which the summary says), and the shim's 16 GiB
 /// arena reservation is not made resident (it is mapped with no access where unused).
+/// After `munlockall` the engine pages out through the staging slots the call filled with
+/// pages (a take into one read its page as the program's), and every word reads back.
 #[test]
 fn mlockall_locks_the_programs_memory_not_the_shims_reservation() {
     if !can_run() {
@@ -521,6 +523,7 @@ fn mlockall_locks_the_programs_memory_not_the_shims_reservation() {
     let (locked, resident): (u64, u64) = (words[4].parse().unwrap(), words[7].parse().unwrap());
     assert!((56..256).contains(&locked) && resident < 256, "{text}{err}");
     assert!(err.contains("the program locked its memory (mlockall)"), "{err}");
+    assert!(text.contains("unlocked: bad 0"), "{text}{err}");
 }
 
 /// 200 threads filling 1 MiB each under 48M with `--delivery sigbus`, twice: every word

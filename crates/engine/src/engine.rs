@@ -135,6 +135,20 @@ impl std::fmt::Debug for dyn PageSource {
     }
 }
 
+/// Where the program's lock over all its memory stands ([`Engine::set_all_locked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllLocked {
+    /// `mlockall(MCL_CURRENT)` is running: the kernel faults in every page of the program
+    /// to lock it. Reclaim waits, as it will for the locked pages: pages it took out meanwhile
+    /// were faulted back by the same call, each fault's reclaim scanning locked pages it
+    /// could not take, and the call ran for minutes. Not counted: the call may fail.
+    Locking,
+    /// The call returned: every page is locked (counted in `all_locked`).
+    Locked,
+    /// `munlockall`, or the call failed: reclaim runs again.
+    Unlocked,
+}
+
 /// What a fault did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultOutcome {
@@ -949,18 +963,19 @@ impl Engine {
         self.core.budget.budget_bytes()
     }
 
-    /// The program locked all its memory (`mlockall(MCL_CURRENT)`; `false`: it unlocked it,
-    /// `munlockall`). Locked pages are never paged out, as the kernel's are not (the
-    /// kernel's unevictable list), and they count against the budget: while set, reclaim
-    /// stops at once (counted in `reclaim_locked`) instead of failing to take every page it
-    /// scans, and the budget is exceeded by what the program locked. Pages a program locks
-    /// range by range (`mlock`) are refused one take at a time (the kernel moves pages only
-    /// between ranges locked alike).
+    /// The program locks all its memory (`mlockall(MCL_CURRENT)`), has locked it, or has
+    /// unlocked it (`munlockall`, or the call failed): [`AllLocked`]. Locked pages are never
+    /// paged out, as the kernel's are not (the kernel's unevictable list), and they count
+    /// against the budget: while locking or locked, reclaim stops at once (counted in
+    /// `reclaim_locked`) instead of failing to take every page it scans, and the budget is
+    /// exceeded by what the program locked. Pages a program locks range by range (`mlock`)
+    /// are refused one take at a time (the kernel moves pages only between ranges locked
+    /// alike).
     ///
     /// Context: lock-free.
-    pub fn set_all_locked(&self, locked: bool) {
-        let was = self.core.all_locked.swap(locked, Ordering::SeqCst);
-        if locked && !was {
+    pub fn set_all_locked(&self, state: AllLocked) {
+        self.core.all_locked.store(state != AllLocked::Unlocked, Ordering::SeqCst);
+        if state == AllLocked::Locked {
             Stats::add(&self.core.stats.counters.all_locked, 1);
         }
     }

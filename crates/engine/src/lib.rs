@@ -33,7 +33,7 @@ mod writeback;
 pub mod zeromap;
 
 pub use config::{BackendConfig, EngineConfig, LargeFolios, SwapConfig};
-pub use engine::{AddrRanges, Engine, FaultOutcome, HoldId};
+pub use engine::{AddrRanges, AllLocked, Engine, FaultOutcome, HoldId};
 pub use error::Error;
 pub use page_source::{Mapped, PageSource, SourceError, Taken};
 pub use storage::Tier;

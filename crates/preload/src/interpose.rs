@@ -184,27 +184,37 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, offset) }
 }
 
-/// `mlockall(2)`: the system call, then, when it locked the mappings there are
-/// (`MCL_CURRENT`), the engine's staging areas are unlocked again
-/// ([`uffd::UffdSource::unlock_lanes`]): pages move only between ranges locked alike, so
-/// the engine's takes from the program's now locked memory are refused, as under `mlock`,
-/// and what the program locked stays resident; the engine stops reclaiming at once
-/// (`Engine::set_all_locked`) rather than fail on every page (docs/RUN.md, "mlock"). The
-/// shim's arena is mapped with no access where unused, so no lock makes it resident
-/// (crate arena), and it is unlocked again so that it is not counted as locked.
+/// `mlockall(2)`. With `MCL_CURRENT` the engine stops reclaiming before the call, which
+/// faults in every page to lock it (reclaim would take out what the call brought in, and
+/// scan pages it cannot take). Once it locked, the engine's staging areas are unlocked
+/// again ([`uffd::UffdSource::unlock_lanes`]): pages move only between ranges locked
+/// alike, so the engine's takes from the program's now locked memory are refused, as under
+/// `mlock`, and what the program locked stays resident; the engine does not reclaim until
+/// `munlockall` (`Engine::set_all_locked`, docs/RUN.md, "mlock"). The shim's arena is
+/// mapped with no access where unused, so no lock makes it resident (crate arena), and it
+/// is unlocked again so that it is not counted as locked.
 ///
 /// # Safety
 /// The caller's contract is mlockall's own.
 #[no_mangle]
 pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
+    use engine::AllLocked;
+    // SAFETY: getpid has no preconditions.
+    let current = flags & libc::MCL_CURRENT != 0 && unsafe { libc::getpid() } == OWNER.load(SeqCst);
+    if current {
+        crate::shim::program_locked_all(AllLocked::Locking);
+    }
     // SAFETY: the caller's flags, passed on.
     let result = unsafe { libc::syscall(libc::SYS_mlockall, flags) };
+    if current {
+        crate::shim::program_locked_all(if result == 0 {
+            AllLocked::Locked
+        } else {
+            AllLocked::Unlocked
+        });
+    }
     if result != 0 {
         return -1;
-    }
-    // SAFETY: getpid has no preconditions.
-    if flags & libc::MCL_CURRENT != 0 && unsafe { libc::getpid() } == OWNER.load(SeqCst) {
-        crate::shim::program_locked_all(true);
     }
     0
 }
@@ -221,7 +231,7 @@ pub unsafe extern "C" fn munlockall() -> c_int {
     }
     // SAFETY: getpid has no preconditions.
     if unsafe { libc::getpid() } == OWNER.load(SeqCst) {
-        crate::shim::program_locked_all(false);
+        crate::shim::program_locked_all(engine::AllLocked::Unlocked);
     }
     0
 }

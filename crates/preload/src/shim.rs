@@ -259,14 +259,15 @@ pub fn bring_in_pages() -> u64 {
     (budget.unwrap_or(0) / uffd::PAGE_SIZE as u64 / 4).clamp(1, 64)
 }
 
-/// After the program's `mlockall(MCL_CURRENT)` (interpose.rs): the engine's staging areas
-/// and the arena are unlocked again (the arena's unused part, mapped with no access, is
-/// then not counted as locked), and the engine told that the program's memory is all
-/// locked (`locked`), or no longer (`munlockall`).
-pub fn program_locked_all(locked: bool) {
-    let Some(state) = STATE.get() else { return };
-    if locked {
-        if let Ok(source) = state.swap.source() {
+/// Around the program's `mlockall(MCL_CURRENT)` (interpose.rs): before the call, the
+/// engine stops reclaiming (`Locking`); once it locked, the engine's staging areas and the
+/// arena are unlocked again (the arena's unused part, mapped with no access, is then not
+/// counted as locked) and the engine told (`Locked`); after `munlockall`, or a call that
+/// failed, it reclaims again (`Unlocked`).
+pub fn program_locked_all(state: engine::AllLocked) {
+    let Some(state_now) = STATE.get() else { return };
+    if state == engine::AllLocked::Locked {
+        if let Ok(source) = state_now.swap.source() {
             source.unlock_lanes();
         }
         if let Some((start, end)) = crate::ARENA.range() {
@@ -274,8 +275,8 @@ pub fn program_locked_all(locked: bool) {
             unsafe { libc::munlock(start as *const libc::c_void, end - start) };
         }
     }
-    if let Ok(engine) = state.swap.engine() {
-        engine.set_all_locked(locked);
+    if let Ok(engine) = state_now.swap.engine() {
+        engine.set_all_locked(state);
     }
 }
 

@@ -745,15 +745,31 @@ impl UffdSource {
     /// every mapping (`mlockall(MCL_CURRENT)`): a page moves only between ranges of the
     /// same lock state, so with staging unlocked a take from memory the program locked is
     /// refused (EINVAL), as it is under `mlock` of the program's own ranges, and its pages
-    /// stay resident; the drains (staging to discard) keep working.
+    /// stay resident; the drains (staging to discard) keep working. The call also brought
+    /// in a page in every empty slot and discard page: the discard areas are emptied (they
+    /// are registered without `EVENT_REMOVE`, so no event waits on the handler) and the
+    /// staging slots' pages drained into them, so every take finds its slots empty again
+    /// (a take into a slot holding a page would read that page as its own).
     ///
-    /// Context: takes each lane's lock in turn; one system call per area.
+    /// Context: takes each lane's lock in turn; a few system calls per area.
     pub fn unlock_lanes(&self) {
         let home = self.home.load();
         for lane in home.lanes.lanes.iter() {
-            let lane = lock(lane);
+            let mut lane = lock(lane);
             for range in [lane.staging.range(), lane.discard.range()] {
                 let _ = crate::sys::mem::munlock(range.start(), range.len_bytes());
+            }
+            let len = lane.discard.range().len_bytes();
+            if lane.discard.advise(0, len, Advice::DontNeed).is_err() {
+                add(&self.counters.drain_failed, 1);
+            }
+            match lane.staging.adopt_kernel_pages() {
+                Ok(0) => {}
+                Ok(filled) => {
+                    lane.undrained += filled as u32;
+                    self.drain_lane(&home.lanes, &mut lane);
+                }
+                Err(_) => add(&self.counters.drain_failed, 1),
             }
         }
     }

@@ -435,6 +435,35 @@ impl Staging {
         Ok(())
     }
 
+    /// Marks the free slots the kernel filled behind the bitmap's back as holding a page,
+    /// and returns how many: `mlockall(MCL_CURRENT)` brings in every page of every range,
+    /// staging's too. A take needs empty slots (a MOVE into a slot holding a page is
+    /// EEXIST, which a take reads as its own page already there: another page's data), so
+    /// the caller drains them ([`Staging::alloc_undrained`]) before any take.
+    ///
+    /// # Errors
+    /// mincore's errno (a bug: the range is ours); the bits are then unchanged.
+    pub fn adopt_kernel_pages(&mut self) -> Result<usize, Error> {
+        const CHUNK: usize = 512;
+        let mut resident = [0u8; CHUNK];
+        let mut adopted = Vec::new();
+        for start in (0..self.slots).step_by(CHUNK) {
+            let n = CHUNK.min(self.slots - start);
+            crate::sys::mem::mincore(self.map.page_addr(start), &mut resident[..n])
+                .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
+            let filled = |(i, &r): (usize, &u8)| (r & 1 != 0).then_some(start + i);
+            adopted.extend(
+                resident[..n]
+                    .iter()
+                    .enumerate()
+                    .filter_map(filled)
+                    .filter(|&s| !bit(&self.allocated, s) && !bit(&self.present, s)),
+            );
+        }
+        adopted.iter().for_each(|&s| set_bit(&mut self.present, s, true));
+        Ok(adopted.len())
+    }
+
     /// Releases the pages held by free slots (MADV_DONTNEED); returns how many.
     ///
     /// # Errors
