@@ -18,7 +18,7 @@
 //!   chunk (2 MiB, aligned, from the global allocator, MADV_HUGEPAGE from 16 MiB in use)
 //!   [p0 used][p1 free, resident][p2 used][p3 free, released] ... [p511 used]
 //!   free bitmap:      0 1 0 1 ...        released bitmap: 0 0 0 1 ...
-//!   partial set: (free pages / 32 rounded up, chunk base): allocation takes a fullest chunk
+//!   partial set: (free pages / 32 rounded up, chunk number): allocation takes a fullest chunk
 //! ```
 //!
 //! Policy:
@@ -175,17 +175,22 @@ struct Chunk {
     /// Shaped for a huge page when it last started from empty ([`shape`]);
     /// false once emptied and released.
     huge: bool,
+    /// The chunk's number, in the order chunks were taken from the global allocator:
+    /// choices between chunks follow it, never their addresses, which the global allocator
+    /// hands out in an order of its own (the simulator replays a seed to the same digest).
+    seq: u64,
 }
 
 impl Chunk {
     /// Wholly free and released: no page holds memory (a new chunk is released whole
     /// first: [`new_chunk`]).
-    fn new() -> Self {
+    fn new(seq: u64) -> Self {
         Chunk {
             free: [u64::MAX; WORDS],
             released: [u64::MAX; WORDS],
             free_pages: CHUNK_PAGES as u16,
             huge: false,
+            seq,
         }
     }
 
@@ -243,8 +248,12 @@ pub struct ArenaStats {
 struct ArenaState {
     /// Chunks by base address.
     chunks: BTreeMap<usize, Chunk>,
-    /// (bucket of its free pages, base) of every chunk with a free page ([`bucket`]).
-    partial: BTreeSet<(u16, usize)>,
+    /// Chunks' bases by number ([`Chunk::seq`]).
+    by_seq: BTreeMap<u64, usize>,
+    /// The next chunk's number.
+    next_seq: u64,
+    /// (bucket of its free pages, number) of every chunk with a free page ([`bucket`]).
+    partial: BTreeSet<(u16, u64)>,
     stats: ArenaStats,
 }
 
@@ -260,16 +269,17 @@ fn bucket(free_pages: u16) -> u16 {
 }
 
 impl ArenaState {
-    fn set_free_count(&mut self, base: usize, old: u16, new: u16) {
+    /// Re-keys chunk number `seq` in the partial set for a change of its free pages.
+    fn set_free_count(&mut self, seq: u64, old: u16, new: u16) {
         let (old, new) = (bucket(old), bucket(new));
         if old == new {
             return;
         }
         if old > 0 {
-            self.partial.remove(&(old, base));
+            self.partial.remove(&(old, seq));
         }
         if new > 0 {
-            self.partial.insert((new, base));
+            self.partial.insert((new, seq));
         }
     }
 }
@@ -322,7 +332,7 @@ impl PageArena {
     pub(crate) fn alloc(&self) -> Option<PoolPage> {
         let mut state = self.state.lock();
         let base = match state.partial.first() {
-            Some(&(_, base)) => base,
+            Some(&(_, seq)) => *state.by_seq.get(&seq)?,
             None => new_chunk(&mut state)?,
         };
         let ArenaState { chunks, stats, .. } = &mut *state;
@@ -336,9 +346,9 @@ impl PageArena {
         let (word, mask) = bit(page);
         chunk.free[word] &= !mask;
         chunk.released[word] &= !mask;
-        let (old, huge) = (chunk.free_pages, chunk.huge);
+        let (old, huge, seq) = (chunk.free_pages, chunk.huge, chunk.seq);
         chunk.free_pages -= 1;
-        state.set_free_count(base, old, old - 1);
+        state.set_free_count(seq, old, old - 1);
         state.stats.chunks_empty -= u64::from(was_empty);
         state.stats.pages_in_use += 1;
         state.stats.pages_free_huge -= u64::from(huge);
@@ -382,8 +392,11 @@ fn new_chunk(state: &mut ArenaState) -> Option<usize> {
         // SAFETY: the chunk is ours and CHUNK_BYTES long; nothing points into it yet.
         unsafe { std::ptr::write_bytes(ptr, 0, CHUNK_BYTES) };
     }
-    state.chunks.insert(base, Chunk::new());
-    state.partial.insert((bucket(CHUNK_PAGES as u16), base));
+    let seq = state.next_seq;
+    state.next_seq += 1;
+    state.chunks.insert(base, Chunk::new(seq));
+    state.by_seq.insert(seq, base);
+    state.partial.insert((bucket(CHUNK_PAGES as u16), seq));
     state.stats.chunks += 1;
     state.stats.chunks_allocated += 1;
     state.stats.chunks_empty += 1;
@@ -474,11 +487,11 @@ impl PageArena {
         let chunk = chunk.unwrap_or_else(|| panic!("page {addr:#x} is not the arena's"));
         assert!(chunk.free[word] & mask == 0, "page {addr:#x} freed twice");
         chunk.free[word] |= mask;
-        let old = chunk.free_pages;
+        let (old, seq) = (chunk.free_pages, chunk.seq);
         chunk.free_pages += 1;
         state.stats.pages_free_huge += u64::from(chunk.huge);
         state.stats.pages_in_use -= 1;
-        state.set_free_count(base, old, old + 1);
+        state.set_free_count(seq, old, old + 1);
         state.stats.pages_free_resident += 1;
         if old + 1 < CHUNK_PAGES as u16 {
             return None;
@@ -491,7 +504,8 @@ impl PageArena {
             state.chunks.remove(&base).map_or((0, false), |c| (popcount(&c.released), c.huge));
         state.stats.chunks_huge -= u64::from(huge);
         state.stats.pages_free_huge -= if huge { CHUNK_PAGES as u64 } else { 0 };
-        state.set_free_count(base, CHUNK_PAGES as u16, 0);
+        state.by_seq.remove(&seq);
+        state.set_free_count(seq, CHUNK_PAGES as u16, 0);
         state.stats.chunks -= 1;
         state.stats.chunks_freed += 1;
         state.stats.pages_released -= released;
@@ -586,7 +600,8 @@ impl PageArena {
             for w in 0..WORDS {
                 assert_eq!(chunk.released[w] & !chunk.free[w], 0, "released page in use");
             }
-            let listed = state.partial.contains(&(bucket(chunk.free_pages), base));
+            let listed = state.partial.contains(&(bucket(chunk.free_pages), chunk.seq));
+            assert_eq!(state.by_seq.get(&chunk.seq), Some(&base), "chunk {base:#x} number");
             assert_eq!(listed, count > 0, "chunk {base:#x} partial listing");
             free += count;
             released += popcount(&chunk.released);
@@ -597,6 +612,7 @@ impl PageArena {
             }
         }
         assert_eq!(state.partial.len(), state.chunks.iter().filter(|c| c.1.free_pages > 0).count());
+        assert_eq!(state.by_seq.len(), state.chunks.len(), "numbered chunks");
         let stats = state.stats;
         assert_eq!(stats.chunks, state.chunks.len() as u64, "chunk count");
         assert_eq!(stats.chunks_empty, empty, "empty chunk count");
@@ -658,7 +674,8 @@ fn popcount(bits: &[u64; WORDS]) -> u64 {
 /// The first run of free, resident pages in any 4 KiB chunk (a huge chunk's are never
 /// released one by one): (base, first page, length). Scans 64 pages a word.
 fn first_resident_run(state: &ArenaState) -> Option<(usize, usize, usize)> {
-    for (&base, chunk) in state.chunks.iter().filter(|(_, chunk)| !chunk.huge) {
+    let chunks = state.by_seq.values().filter_map(|base| Some((*base, state.chunks.get(base)?)));
+    for (base, chunk) in chunks.filter(|(_, chunk)| !chunk.huge) {
         let resident = |w: usize| chunk.free[w] & !chunk.released[w];
         let Some(w) = (0..WORDS).find(|&w| resident(w) != 0) else { continue };
         let first = w * 64 + resident(w).trailing_zeros() as usize;
@@ -736,7 +753,7 @@ mod tests {
     fn resident_runs_are_found_across_words_and_stop_at_released_pages() {
         let mut state = ArenaState::default();
         let mut chunk =
-            Chunk { free: [0; WORDS], released: [0; WORDS], free_pages: 0, huge: false };
+            Chunk { free: [0; WORDS], released: [0; WORDS], free_pages: 0, huge: false, seq: 0 };
         let mut set = |pages: std::ops::Range<usize>, released: bool| {
             for page in pages {
                 let (word, mask) = bit(page);
@@ -751,6 +768,7 @@ mod tests {
         set(200..201, true); // ends the run
         set(300..512, false); // runs to the chunk's end
         state.chunks.insert(CHUNK_BYTES, chunk);
+        state.by_seq.insert(0, CHUNK_BYTES);
         assert_eq!(first_resident_run(&state), Some((CHUNK_BYTES, 60, 140)));
         let chunk = state.chunks.get_mut(&CHUNK_BYTES).unwrap();
         for page in 60..200 {
@@ -758,6 +776,40 @@ mod tests {
             chunk.released[word] |= mask;
         }
         assert_eq!(first_resident_run(&state), Some((CHUNK_BYTES, 300, 212)));
+    }
+
+    /// Between chunks as full as each other, a page comes from the one taken first from
+    /// the global allocator, wherever the allocator put it: an arena keyed by address
+    /// chose by address, and the simulator replayed a seed to another digest when the
+    /// allocator's addresses came in another order (they do: its mappings grow downwards,
+    /// its heap upwards).
+    #[test]
+    fn the_first_chunk_taken_serves_first_wherever_it_lies() {
+        let arena = PageArena::new();
+        let mut pages: Vec<PoolPage> =
+            (0..2 * CHUNK_PAGES + 1).filter_map(|_| arena.alloc()).collect();
+        let chunk_of = |page: &PoolPage| page.addr() & !(CHUNK_BYTES - 1);
+        let (first, second) = (chunk_of(&pages[0]), chunk_of(&pages[CHUNK_PAGES]));
+        assert_ne!(first, second);
+        // A hundred pages free in each of the two full chunks: the same bucket.
+        let mut freed = 0;
+        for chunk in [second, first] {
+            while let Some(i) = pages.iter().position(|p| chunk_of(p) == chunk) {
+                arena.free(pages.swap_remove(i));
+                freed += 1;
+                if freed % 100 == 0 {
+                    break;
+                }
+            }
+        }
+        arena.check_invariants();
+        let next = arena.alloc().unwrap();
+        assert_eq!(chunk_of(&next), first, "first {first:#x}, second {second:#x}");
+        pages.push(next);
+        for page in pages.drain(..) {
+            arena.free(page);
+        }
+        arena.check_invariants();
     }
 
     #[test]
