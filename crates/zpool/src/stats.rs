@@ -26,55 +26,43 @@ pub struct ClassStats {
     pub fullness: [usize; FULLNESS_GROUPS],
 }
 
-/// A snapshot of the pool's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Successful `malloc` calls.
-    pub mallocs: u64,
-    /// `free` calls.
-    pub frees: u64,
-    /// `malloc` refused because memory for a zspage could not be had (real or injected).
-    pub alloc_fail: u64,
-    /// Of `alloc_fail`, the refusals that came from the allocation-failure hook.
-    pub alloc_fail_injected: u64,
-    /// `malloc` refused because the pool was at its page limit.
-    pub pool_full: u64,
-    /// `malloc` refused because the size was 0 or over a page.
-    pub invalid_size: u64,
-    /// zspages allocated.
-    pub zspages_allocated: u64,
-    /// zspages freed (emptied by `free` or by compaction).
-    pub zspages_freed: u64,
-    /// A zspage allocated outside the lock that was not needed once the lock was taken
-    /// again (another thread made room meanwhile); it is freed at once.
-    pub zspages_spare: u64,
-    /// `compact` calls.
-    pub compactions: u64,
-    /// Objects moved by compaction.
-    pub objects_moved: u64,
-    /// zspages freed by compaction.
-    pub zspages_compacted: u64,
-    /// Whole-page objects (raw pages) read by `read_each` in runs of two or more lying
-    /// back to back, each run with one copy.
-    pub pages_read_joined: u64,
-}
-
-/// The live counters (relaxed atomics: they are statistics, not synchronisation).
-#[derive(Debug, Default)]
-pub(crate) struct LiveCounters {
-    pub(crate) mallocs: AtomicU64,
-    pub(crate) frees: AtomicU64,
-    pub(crate) alloc_fail: AtomicU64,
-    pub(crate) alloc_fail_injected: AtomicU64,
-    pub(crate) pool_full: AtomicU64,
-    pub(crate) invalid_size: AtomicU64,
-    pub(crate) zspages_allocated: AtomicU64,
-    pub(crate) zspages_freed: AtomicU64,
-    pub(crate) zspages_spare: AtomicU64,
-    pub(crate) compactions: AtomicU64,
-    pub(crate) objects_moved: AtomicU64,
-    pub(crate) zspages_compacted: AtomicU64,
-    pub(crate) pages_read_joined: AtomicU64,
+counters::table! {
+    /// The live counters (relaxed atomics: they are statistics, not synchronisation).
+    pub(crate) struct LiveCounters;
+    /// A snapshot of the pool's counters.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct Counters {
+        counters {
+            /// Successful `malloc` calls.
+            mallocs,
+            /// `free` calls.
+            frees,
+            /// `malloc` refused because memory for a zspage could not be had (real or injected).
+            alloc_fail,
+            /// Of `alloc_fail`, the refusals that came from the allocation-failure hook.
+            alloc_fail_injected,
+            /// `malloc` refused because the pool was at its page limit.
+            pool_full,
+            /// `malloc` refused because the size was 0 or over a page.
+            invalid_size,
+            /// zspages allocated.
+            zspages_allocated,
+            /// zspages freed (emptied by `free` or by compaction).
+            zspages_freed,
+            /// A zspage allocated outside the lock that was not needed once the lock was taken
+            /// again (another thread made room meanwhile); it is freed at once.
+            zspages_spare,
+            /// `compact` calls.
+            compactions,
+            /// Objects moved by compaction.
+            objects_moved,
+            /// zspages freed by compaction.
+            zspages_compacted,
+            /// Whole-page objects (raw pages) read by `read_each` in runs of two or more lying
+            /// back to back, each run with one copy.
+            pages_read_joined,
+        }
+    }
 }
 
 /// Bumps a counter by one.
@@ -84,21 +72,9 @@ pub(crate) fn bump(counter: &AtomicU64) {
 
 impl LiveCounters {
     pub(crate) fn snapshot(&self) -> Counters {
-        Counters {
-            mallocs: self.mallocs.load(Relaxed),
-            frees: self.frees.load(Relaxed),
-            alloc_fail: self.alloc_fail.load(Relaxed),
-            alloc_fail_injected: self.alloc_fail_injected.load(Relaxed),
-            pool_full: self.pool_full.load(Relaxed),
-            invalid_size: self.invalid_size.load(Relaxed),
-            zspages_allocated: self.zspages_allocated.load(Relaxed),
-            zspages_freed: self.zspages_freed.load(Relaxed),
-            zspages_spare: self.zspages_spare.load(Relaxed),
-            compactions: self.compactions.load(Relaxed),
-            objects_moved: self.objects_moved.load(Relaxed),
-            zspages_compacted: self.zspages_compacted.load(Relaxed),
-            pages_read_joined: self.pages_read_joined.load(Relaxed),
-        }
+        let mut counters = Counters::default();
+        self.snapshot_into(&mut counters);
+        counters
     }
 }
 

@@ -859,7 +859,12 @@ impl Zswap {
     /// rest is lock-free.
     pub fn stats(&self) -> ZswapStats {
         let mut stats = ZswapStats::default();
-        self.counters.snapshot(&mut stats);
+        self.counters.snapshot_into(&mut stats);
+        stats.reject_reclaim_fail = stats.writeback_warm_stop
+            + stats.writeback_skipped_freed
+            + stats.writeback_raced
+            + stats.writeback_decompress_fail
+            + stats.writeback_write_fail;
         stats.pool_bytes = self.pool.total_bytes();
         stats.metadata_bytes = self.metadata_bytes();
         stats.pool_total_size = stats.pool_bytes + stats.metadata_bytes;
