@@ -35,6 +35,11 @@
 #[doc(hidden)]
 pub use std::sync::atomic::{AtomicU64 as __AtomicU64, Ordering as __Ordering};
 
+/// A live counter: a std atomic, even in a crate whose own atomics are loom's under
+/// `cfg(loom)` (counters are statistics, never synchronisation, so a model need not explore
+/// them).
+pub type Counter = std::sync::atomic::AtomicU64;
+
 /// Declares a counter table (crate essay).
 #[macro_export]
 macro_rules! table {

@@ -139,9 +139,9 @@ impl std::fmt::Debug for dyn PageSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllLocked {
     /// `mlockall(MCL_CURRENT)` is running: the kernel faults in every page of the program
-    /// to lock it. Reclaim waits, as it will for the locked pages: pages it took out meanwhile
-    /// were faulted back by the same call, each fault's reclaim scanning locked pages it
-    /// could not take, and the call ran for minutes. Not counted: the call may fail.
+    /// to lock it. Reclaim waits, as it will for the locked pages: a page it took out
+    /// meanwhile would be faulted back by the same call, and each of those faults would
+    /// reclaim again, scanning locked pages it cannot take. Not counted: the call may fail.
     Locking,
     /// The call returned: every page is locked (counted in `all_locked`).
     Locked,

@@ -14,163 +14,139 @@ use crate::MAX_ORDER;
 /// Number of folio sizes (orders 0..=MAX_ORDER).
 pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 
-macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
-        /// The engine's event counters (see the module documentation for their names).
-        #[derive(Debug, Default)]
-        pub struct Counters {
-            $( $(#[$doc])* pub $name: AtomicU64, )*
+counters::table! {
+    /// The engine's event counters (see the module documentation for their names).
+    pub struct Counters;
+    /// A copy of [`Counters`] taken at one moment.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct CountersSnapshot {
+        counters {
+            /// Pages read from a swap device (not zswap, not zero pages).
+            pswpin,
+            /// Pages written to a swap device (not zswap, not zero pages).
+            pswpout,
+            /// Pages swapped in from the zero map: nothing read.
+            swpin_zero,
+            /// Pages swapped out as zero pages: nothing stored.
+            swpout_zero,
+            /// Pages loaded from zswap.
+            zswpin,
+            /// Pages stored in zswap.
+            zswpout,
+            /// Pages written back from zswap to the swap device.
+            zswpwb,
+            /// Pages read ahead around a fault.
+            swap_ra,
+            /// Read-ahead pages that were used before being evicted again.
+            swap_ra_hit,
+            /// Swap-ins that found a shadow entry (the page had been evicted).
+            workingset_refault_anon,
+            /// Refaults within the workingset: the folio starts on the active list.
+            workingset_activate_anon,
+            /// Refaults of folios that were active when evicted (thrashing).
+            workingset_restore_anon,
+            /// Faults handled by the engine, of any kind.
+            pgfault,
+            /// Faults that needed a swap-in.
+            pgmajfault,
+            /// Faults on pages never touched before (or dropped by the program).
+            pgfault_first_touch,
+            /// Faults that found the page already mapped (a racing fault served it).
+            pgfault_spurious,
+            /// Write-protect faults: a write to a zero page mapped write-protected (or to a page
+            /// protected that the engine does not keep as one: a forked child's).
+            pgfault_wp,
+            /// Pages mapped to the shared zero page write-protected, uncharged (a read of a page
+            /// never written, or of a zero-map slot), when the page source can protect them.
+            zero_mapped,
+            /// Of those, pages made resident (charged, on the LRU) by the program's first write.
+            zero_mapped_written,
+            /// Of `zero_mapped`, pages of folios paged out as zero and mapped straight back so.
+            zero_remapped,
+            /// Faults whose swap entry changed under them (re-validation after an unlock failed).
+            swapin_raced,
+            /// Faults that waited on a folio another thread was reading or writing.
+            swapcache_wait,
+            /// Pages scanned by the background reclaimer.
+            pgscan_kswapd,
+            /// Pages scanned by direct reclaim.
+            pgscan_direct,
+            /// Pages reclaimed by the background reclaimer.
+            pgsteal_kswapd,
+            /// Pages reclaimed by direct reclaim.
+            pgsteal_direct,
+            /// Times a fault had to reclaim before it could map (the kernel's allocstall).
+            allocstall,
+            /// Times the background reclaimer was woken.
+            kswapd_wake,
+            /// The background reclaimer could not move to `EngineConfig::reclaimer_cpus` (CPUs
+            /// outside the process's cpuset): it runs where the process may.
+            reclaimer_cpus_failed,
+            /// Reclaim passes that could not free anything (device full, nothing evictable).
+            reclaim_fail,
+            /// Of those, the ones stopped because every slot of the swap device was in use: the
+            /// budget cannot be kept until slots are freed (a larger device is the remedy).
+            swap_full,
+            /// Of those, the ones stopped because the swap device refused writes for lack of disk
+            /// space (`Backend::out_of_space`) and no pool could take the pages instead.
+            swap_no_space,
+            /// Of those, the ones stopped because the program locked all its memory
+            /// (`Engine::set_all_locked`): nothing may be paged out.
+            reclaim_locked,
+            /// Of those, the ones stopped at the working floor (`Budget::floor_bytes`): what the
+            /// budget lacks is charged outside the resident pages (the program's unmanaged memory,
+            /// the pool's bookkeeping), and the charge runs over the budget instead of every fault
+            /// evicting the page the last one mapped.
+            reclaim_floor,
+            /// Times the program locked all its memory (`Engine::set_all_locked`): said in the
+            /// summary whether or not reclaim ran into it afterwards.
+            all_locked,
+            /// Folios activated by second chance (referenced while inactive).
+            pgactivate,
+            /// Folios moved from the active to the inactive list.
+            pgdeactivate,
+            /// Page-outs abandoned because the page source could not take the pages
+            /// (the layout was changing: fork, mremap); the folio stays resident.
+            pageout_retry,
+            /// Page-outs that failed to store anywhere; the data was put back.
+            pageout_fail,
+            /// Isolated folios a remap moved before their page-out took them: paged out where they
+            /// went, or put back on a list if they moved while being paged out.
+            pageout_moved,
+            /// Runs of neighbouring order-0 victims taken out of the program together (one
+            /// `PageSource::take_each`, so one TLB flush through userfaultfd), and the pages in
+            /// them.
+            pageout_runs,
+            pageout_run_pages,
+            /// Swap-in reads that failed (I/O error, checksum, decompression): the access gets an
+            /// error, never wrong data.
+            swpin_error,
+            /// Pages written to the device that failed (the data stays where it was).
+            swpout_error,
+            /// Page-source map calls that failed for a reason other than a race.
+            map_error,
+            /// Pages whose swap entries were dropped because the program freed them (REMOVE).
+            pages_removed,
+            /// Pages a remap found at its destination and released, as a REMOVE would (mremap
+            /// replaces what was there: the kernel unmaps it first).
+            remap_dest_released,
+            /// Swap entries duplicated for a forked child.
+            fork_dup,
+            /// Times the budget was changed while the engine ran (`Engine::set_budget`).
+            budget_changes,
+            /// Direct reclaims skipped because the engine was paused for a fork (the fault charged
+            /// over the budget meanwhile).
+            reclaim_paused,
+            /// Pool pages given back by compaction (objects moved out of sparse zspages).
+            pool_compact_pages,
+            /// Discards of freed clusters that failed (harmless: freed slots are written before
+            /// they are read; the disk space just was not given back).
+            swap_discard_error,
+            /// Cached folios deleted because the last reference to their slots went (the kernel's
+            /// free_swap_and_cache), e.g. the only copy left by a failed store, once unneeded.
+            swapcache_released,
         }
-
-        /// A copy of [`Counters`] taken at one moment.
-        #[derive(Debug, Default, Clone, PartialEq, Eq)]
-        pub struct CountersSnapshot {
-            $( $(#[$doc])* pub $name: u64, )*
-        }
-
-        impl Counters {
-            fn snapshot(&self) -> CountersSnapshot {
-                CountersSnapshot { $( $name: self.$name.load(Ordering::Relaxed), )* }
-            }
-
-            fn reset(&self) {
-                $( self.$name.store(0, Ordering::Relaxed); )*
-            }
-        }
-
-        impl CountersSnapshot {
-            /// Every counter as `(name, value)`, in declaration order.
-            pub fn fields(&self) -> Vec<(&'static str, u64)> {
-                vec![ $( (stringify!($name), self.$name), )* ]
-            }
-        }
-    };
-}
-
-counters! {
-    /// Pages read from a swap device (not zswap, not zero pages).
-    pswpin,
-    /// Pages written to a swap device (not zswap, not zero pages).
-    pswpout,
-    /// Pages swapped in from the zero map: nothing read.
-    swpin_zero,
-    /// Pages swapped out as zero pages: nothing stored.
-    swpout_zero,
-    /// Pages loaded from zswap.
-    zswpin,
-    /// Pages stored in zswap.
-    zswpout,
-    /// Pages written back from zswap to the swap device.
-    zswpwb,
-    /// Pages read ahead around a fault.
-    swap_ra,
-    /// Read-ahead pages that were used before being evicted again.
-    swap_ra_hit,
-    /// Swap-ins that found a shadow entry (the page had been evicted).
-    workingset_refault_anon,
-    /// Refaults within the workingset: the folio starts on the active list.
-    workingset_activate_anon,
-    /// Refaults of folios that were active when evicted (thrashing).
-    workingset_restore_anon,
-    /// Faults handled by the engine, of any kind.
-    pgfault,
-    /// Faults that needed a swap-in.
-    pgmajfault,
-    /// Faults on pages never touched before (or dropped by the program).
-    pgfault_first_touch,
-    /// Faults that found the page already mapped (a racing fault served it).
-    pgfault_spurious,
-    /// Write-protect faults: a write to a zero page mapped write-protected (or to a page
-    /// protected that the engine does not keep as one: a forked child's).
-    pgfault_wp,
-    /// Pages mapped to the shared zero page write-protected, uncharged (a read of a page
-    /// never written, or of a zero-map slot), when the page source can protect them.
-    zero_mapped,
-    /// Of those, pages made resident (charged, on the LRU) by the program's first write.
-    zero_mapped_written,
-    /// Of `zero_mapped`, pages of folios paged out as zero and mapped straight back so.
-    zero_remapped,
-    /// Faults whose swap entry changed under them (re-validation after an unlock failed).
-    swapin_raced,
-    /// Faults that waited on a folio another thread was reading or writing.
-    swapcache_wait,
-    /// Pages scanned by the background reclaimer.
-    pgscan_kswapd,
-    /// Pages scanned by direct reclaim.
-    pgscan_direct,
-    /// Pages reclaimed by the background reclaimer.
-    pgsteal_kswapd,
-    /// Pages reclaimed by direct reclaim.
-    pgsteal_direct,
-    /// Times a fault had to reclaim before it could map (the kernel's allocstall).
-    allocstall,
-    /// Times the background reclaimer was woken.
-    kswapd_wake,
-    /// The background reclaimer could not move to `EngineConfig::reclaimer_cpus` (CPUs
-    /// outside the process's cpuset): it runs where the process may.
-    reclaimer_cpus_failed,
-    /// Reclaim passes that could not free anything (device full, nothing evictable).
-    reclaim_fail,
-    /// Of those, the ones stopped because every slot of the swap device was in use: the
-    /// budget cannot be kept until slots are freed (a larger device is the remedy).
-    swap_full,
-    /// Of those, the ones stopped because the swap device refused writes for lack of disk
-    /// space (`Backend::out_of_space`) and no pool could take the pages instead.
-    swap_no_space,
-    /// Of those, the ones stopped because the program locked all its memory
-    /// (`Engine::set_all_locked`): nothing may be paged out.
-    reclaim_locked,
-    /// Of those, the ones stopped at the working floor (`Budget::floor_bytes`): what the
-    /// budget lacks is charged outside the resident pages (the program's unmanaged memory,
-    /// the pool's bookkeeping), and the charge runs over the budget instead of every fault
-    /// evicting the page the last one mapped.
-    reclaim_floor,
-    /// Times the program locked all its memory (`Engine::set_all_locked`): said in the
-    /// summary whether or not reclaim ran into it afterwards.
-    all_locked,
-    /// Folios activated by second chance (referenced while inactive).
-    pgactivate,
-    /// Folios moved from the active to the inactive list.
-    pgdeactivate,
-    /// Page-outs abandoned because the page source could not take the pages
-    /// (the layout was changing: fork, mremap); the folio stays resident.
-    pageout_retry,
-    /// Page-outs that failed to store anywhere; the data was put back.
-    pageout_fail,
-    /// Isolated folios a remap moved before their page-out took them: paged out where they
-    /// went, or put back on a list if they moved while being paged out.
-    pageout_moved,
-    /// Runs of neighbouring order-0 victims taken out of the program together (one
-    /// `PageSource::take_each`, so one TLB flush through userfaultfd), and the pages in them.
-    pageout_runs,
-    pageout_run_pages,
-    /// Swap-in reads that failed (I/O error, checksum, decompression): the access gets an
-    /// error, never wrong data.
-    swpin_error,
-    /// Pages written to the device that failed (the data stays where it was).
-    swpout_error,
-    /// Page-source map calls that failed for a reason other than a race.
-    map_error,
-    /// Pages whose swap entries were dropped because the program freed them (REMOVE).
-    pages_removed,
-    /// Pages a remap found at its destination and released, as a REMOVE would (mremap
-    /// replaces what was there: the kernel unmaps it first).
-    remap_dest_released,
-    /// Swap entries duplicated for a forked child.
-    fork_dup,
-    /// Times the budget was changed while the engine ran (`Engine::set_budget`).
-    budget_changes,
-    /// Direct reclaims skipped because the engine was paused for a fork (the fault charged
-    /// over the budget meanwhile).
-    reclaim_paused,
-    /// Pool pages given back by compaction (objects moved out of sparse zspages).
-    pool_compact_pages,
-    /// Discards of freed clusters that failed (harmless: freed slots are written before
-    /// they are read; the disk space just was not given back).
-    swap_discard_error,
-    /// Cached folios deleted because the last reference to their slots went (the kernel's
-    /// free_swap_and_cache), e.g. the only copy left by a failed store, once unneeded.
-    swapcache_released,
+    }
 }
 
 /// Per folio size counters (the kernel's `hugepages-<size>kB/stats/`), indexed by order.
@@ -295,8 +271,8 @@ pub struct StatsSnapshot {
 impl Stats {
     /// Adds `n` to a counter (a helper that keeps call sites short).
     #[inline]
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn add(counter: &counters::Counter, n: u64) {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Adds `n` to the per-order counter for `order`.
@@ -315,7 +291,11 @@ impl Stats {
     /// Copies the counters; the caller fills in the gauges.
     pub fn snapshot(&self, gauges: Gauges) -> StatsSnapshot {
         StatsSnapshot {
-            counters: self.counters.snapshot(),
+            counters: {
+                let mut counters = CountersSnapshot::default();
+                self.counters.snapshot_into(&mut counters);
+                counters
+            },
             per_order: self.per_order.snapshot(),
             gauges,
             pool: None,
