@@ -502,6 +502,32 @@ fn a_recorded_program_that_execs_keeps_every_images_records() {
     assert!(times.windows(2).filter(|w| w[1] < w[0]).count() < 16, "one time base for both");
 }
 
+/// `--stats-file` without `--stats-every` gets the tree's totals at exit (docs/RUN.md, "Stats
+/// and traces"): both images' counters added up, the per-size ones included, and the
+/// broker's figures, readable as one stats file.
+#[test]
+fn the_stats_file_gets_the_trees_totals_at_exit() {
+    if !can_run() {
+        return;
+    }
+    let (exe, dir) = (compile("exec_check"), TempDir::new("totals"));
+    let stats = dir.0.join("stats");
+    let args = ["run", "--budget", "8M", "--stats-file", stats.to_str().unwrap(), "--"];
+    let out = uswap(&[&args[..], &[exe.to_str().unwrap()]].concat());
+    let _ = std::fs::remove_file(&exe);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let totals = runstat::StatsFile::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let pages_out = totals.get("swpout_zero") + totals.get("zswpout") + totals.get("pswpout");
+    // Each image writes 24 MiB under 8M: at least 16 MiB, 4096 pages, go out of each.
+    assert!(pages_out >= 2 * 4096, "both images' page-outs: {text}");
+    let folios: u64 = (0..=9).map(|order| totals.get(&format!("swpout_{}kB", 4 << order))).sum();
+    assert!(folios > 0, "the per-size counters: {text}");
+    assert_eq!(totals.get("tree_budget_bytes"), 8 << 20, "{text}");
+    assert!(totals.get("tree_peak_bytes") > 0, "{text}");
+}
+
 /// `mlockall(MCL_CURRENT | MCL_FUTURE)` (chronyd, corosync, real-time audio programs) in a
 /// program that paged out most of 48 MiB under 16M: every word reads back, what the program
 /// locked stays resident (over the budget, which the summary says), and the shim's 16 GiB

@@ -66,7 +66,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Write the --stats-every blocks to this new file instead of stderr
+    /// Write the --stats-every blocks to this new file instead of stderr, and the tree's
+    /// totals at exit (docs/RUN.md, "Stats and traces")
     #[arg(long, value_name = "PATH", help_heading = "Output files")]
     pub stats_file: Option<PathBuf>,
     /// Write a trace of faults and evictions (the simulator's format) to this new file

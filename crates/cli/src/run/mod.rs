@@ -42,8 +42,8 @@ use checks::{
 };
 use engine::LargeFolios;
 use runstat::env::RunConfig;
-use runstat::format_size;
 use runstat::settings::{Delivery, FileCache, Switch};
+use runstat::{format_size, StatsFile};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -81,6 +81,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let stats_out = (args.stats_file.as_deref())
         .map(|path| crate::outputs::open_output("--stats-file", path, args.force, false))
         .transpose()?;
+    // The totals go to the same open file after the live lines (the two share its offset).
+    let totals_out = stats_out.as_ref().map(std::fs::File::try_clone).transpose()?;
     if let Some(path) = &args.record {
         config.record_file = Some(crate::outputs::start_trace(path, args.force)?);
     }
@@ -150,6 +152,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let mut lines = summary::lines(&ending, &view, &files, args.verbose);
     if let (Some(file), Some(recording), Some(path)) = (plot_out, recording, &args.plot) {
         lines.push(write_plot(file, &recording, &plan.cmd[0], path));
+    }
+    if let Some(out) = totals_out {
+        write_totals(out, &files.total, &view);
     }
     let total = &files.total;
     if outcome.status == runstat::env::START_FAILED && total.get("shim_scans") == 0 {
@@ -357,4 +362,15 @@ fn plan(args: &RunArgs) -> Result<Plan> {
         far_replicas: args.far_replicas,
     };
     Ok(Plan { program, cmd, config, cpus, idle_poll, swap_notes, budget_source, auto, shim })
+}
+
+/// Appends the tree's totals to `out` (--stats-file): every process's counters added up,
+/// with the broker's figures named `tree_<name>`, as one stats file (runstat's format, from
+/// its magic line on). A file that cannot be written loses the totals, nothing more.
+fn write_totals(mut out: std::fs::File, total: &StatsFile, view: &view::TreeView) {
+    let mut totals = total.clone();
+    for (name, value) in &view.values {
+        totals.set(&format!("tree_{name}"), *value);
+    }
+    let _ = out.write_all(totals.to_text().as_bytes());
 }
