@@ -175,3 +175,59 @@ fn check_the_kernel_side(row: &Value) -> bool {
         Some(why) => panic!("the kernel side did not run: {why}"),
     }
 }
+
+/// `uswap bench build --quick` (Lua's library from Redis's source: seconds unmanaged) under
+/// half of its unmanaged peak: the reference and the budget it set, every object file the
+/// same as the unmanaged build's on both sides, both sides' swap counters and CPU times, the
+/// machine restored. Needs root, /dev/zram0, make, cc and the source .ci/setup-bench
+/// installs; skips (saying which) without them.
+#[test]
+fn build_quick_json_checks_every_output() {
+    let source = std::path::Path::new("/usr/local/src/uswap-bench/redis/Makefile");
+    let tools = ["make", "cc"].iter().all(|tool| {
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        found.is_ok_and(|o| o.status.success())
+    });
+    let skip = [
+        (!is_root(), "the kernel side needs root"),
+        (!std::path::Path::new("/dev/zram0").exists(), "no /dev/zram0"),
+        (!source.exists(), "no build source (.ci/setup-bench installs it)"),
+        (!tools, "make or cc is not installed (.ci/setup-bench)"),
+    ];
+    if let Some((_, why)) = skip.iter().find(|(skip, _)| *skip) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["bench", "build", "--quick", "--json", "--configs", "zram-lz4"])
+        .env("USWAP_PRELOAD", common::shim())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let build = &json["build"];
+    let peak = build["reference_peak_bytes"].as_u64().unwrap();
+    assert_eq!(build["budget_source"], "half of the unmanaged build's peak", "{build}");
+    assert_eq!(build["budget_bytes"].as_u64().unwrap(), (peak / 2) >> 20 << 20, "{build}");
+    assert!(build["reference_outputs"].as_u64().unwrap() >= 20, "liblua.a and its objects");
+    assert!(build["command"].as_str().unwrap().contains("make -j2 -C deps MALLOC=libc lua"));
+    let row = &json["workloads"][0];
+    assert_eq!(row["name"], "build");
+    if row["uswap_skipped"].is_null() {
+        assert_eq!(row["uswap_verify_errors"], 0, "{row}");
+        assert!(row["uswap_sys_s"].as_f64().unwrap() > 0.0, "{row}");
+        let swap = &row["uswap_swap"];
+        assert!(swap["zswpout"].is_u64() && swap["swpout"].is_object(), "{row}");
+        assert!(row["uswap_tree_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+    } else {
+        eprintln!("uswap side skipped: {}", row["uswap_skipped"]);
+    }
+    if check_the_kernel_side(row) {
+        assert!(row["kernel_zram_lz4_anon_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+        // Under half of its peak the build swaps: zram takes every page as a device write.
+        assert!(row["kernel_zram_lz4_swap"]["pswpout"].as_u64().unwrap() > 0, "{row}");
+        assert!(row["kernel_zram_lz4_user_s"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert!(!read("/proc/swaps").contains("zram0"), "{}", read("/proc/swaps"));
+    assert_eq!(read("/sys/block/zram0/initstate"), "0");
+}

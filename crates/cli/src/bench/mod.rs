@@ -113,6 +113,13 @@ pub enum Which {
     /// `slowdown`, `kernel_saved_fraction`, `kernel_slowdown`, ... The kernel side needs
     /// root and /dev/zram0 and is skipped with a note otherwise.
     Auto(Box<auto::AutoArgs>),
+    /// The seeds' build experiment: `make -j2` of Redis's source (installed by
+    /// .ci/setup-bench) under `uswap run` and in a memory cgroup with zram lz4 and with zswap,
+    /// at half of the build's own unmanaged peak; wall, user and sys time of the reaped tree,
+    /// peaks, pswpout/pswpin and per-size swpout / swpout_fallback, every object file and
+    /// program checked against the unmanaged build's. `uswap bench compare --workloads
+    /// build` with zram-lz4,zswap-lzo-rle by default. JSON: as compare's, and `build`.
+    Build(Box<compare::CompareArgs>),
     /// userfaultfd fault round trips (poll / spin handler, SIGBUS, kernel first touch) and
     /// eviction primitives (MOVE out vs write-protect + copy + MADV_DONTNEED). JSON:
     /// handler_poll_copy_p50_ns, handler_spin_copy_p50_ns, sigbus_copy_p50_ns,
@@ -157,6 +164,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Zpool => zpool::run(&args.common)?,
         Which::Compare(compare) => compare::run(&compare, &args.common)?,
         Which::Auto(auto) => auto::run(&auto, &args.common)?,
+        Which::Build(compare) => compare::run_build(&compare, &args.common)?,
         Which::Uffd => uffd::run(args.common.quick)?,
         Which::Zswap => zswap::run(&args.common)?,
         Which::Fault => fault::run(args.common.quick)?,

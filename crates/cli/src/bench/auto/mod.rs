@@ -25,6 +25,7 @@
 
 mod senpai;
 
+use super::compare::build::{BuildSetup, DEFAULT_SOURCE};
 use super::compare::kernel_side::{meminfo_bytes, swap_bytes, KernelEnv};
 use super::compare::machine::{self, RealMachine};
 use super::compare::outcome::Side;
@@ -126,6 +127,8 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("uswap-bench-auto-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("create {scratch:?}"))?;
     let _remove = RemoveOnDrop(scratch.clone());
+    // Auto runs no build: the setup only fills the context.
+    let build = BuildSetup::new(DEFAULT_SOURCE.into(), &scratch, quick);
     let ctx = RunContext {
         workload_bin: workloads::find_workload_binary(),
         python: workloads::find_python(),
@@ -144,6 +147,7 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
         uswap_reclaim_cpus: None,
         uswap_budget: Some(format!("auto:{}", args.target)),
         serve_s,
+        build,
     };
     let env = KernelEnv::open(Box::new(RealMachine), machine::Roots::default());
     super::compare::warm_programs(&specs, &ctx);

@@ -66,6 +66,18 @@ impl CgroupVersion {
             CgroupVersion::V2 => "file",
         }
     }
+    /// The memory.stat line of the anonymous memory charged to the group and its children.
+    fn anon_stat(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "total_rss",
+            CgroupVersion::V2 => "anon",
+        }
+    }
+}
+
+/// The value of memory.stat's line `key` (`cache 4096`).
+fn stat_value(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Where new memory cgroups are made, and with which interface.
@@ -180,9 +192,20 @@ impl<'m> MemCgroup<'m> {
     /// Page cache charged to the group now (v1 memory.stat `cache`, v2 `file`), bytes:
     /// files the run read or wrote first. `None` where memory.stat cannot be read.
     pub fn cache_bytes(&self) -> Option<u64> {
+        self.stat_bytes(self.version.cache_stat())
+    }
+
+    /// Anonymous memory charged to the group now, its children's included (v1 memory.stat
+    /// `total_rss`, which counts the swap cache too; v2 `anon`), bytes. `None` where
+    /// memory.stat cannot be read.
+    pub fn anon_bytes(&self) -> Option<u64> {
+        self.stat_bytes(self.version.anon_stat())
+    }
+
+    /// A memory.stat line's value.
+    fn stat_bytes(&self, key: &str) -> Option<u64> {
         let stat = self.machine.read(&self.file("memory.stat")).ok()?;
-        let key = self.version.cache_stat();
-        stat.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        stat_value(&stat, key)
     }
 
     /// Kernel memory charged at peak (v1 `memory.kmem.max_usage_in_bytes`; v2: the
@@ -310,10 +333,16 @@ mod tests {
     }
 
     #[test]
-    fn a_measuring_group_has_no_limit_and_reports_its_page_cache() {
+    fn a_measuring_group_has_no_limit_and_reports_its_page_cache_and_anon() {
         for (version, dir, limit_file, unlimited, stat) in [
-            (CgroupVersion::V1, "/v1", "memory.limit_in_bytes", "-1", "cache 8192\nrss 4096"),
-            (CgroupVersion::V2, "/v2", "memory.max", "max", "anon 4096\nfile 8192\nkernel 1"),
+            (
+                CgroupVersion::V1,
+                "/v1",
+                "memory.limit_in_bytes",
+                "-1",
+                "cache 8192\nrss 4096\ntotal_cache 8192\ntotal_rss 12288",
+            ),
+            (CgroupVersion::V2, "/v2", "memory.max", "max", "anon 12288\nfile 8192\nkernel 1"),
         ] {
             let machine = FakeMachine::default();
             let parent = CgroupParent { version, dir: dir.into() };
@@ -322,6 +351,8 @@ mod tests {
             assert_eq!(group.cache_bytes(), None, "no memory.stat yet");
             machine.files.borrow_mut().insert(group.file("memory.stat"), stat.into());
             assert_eq!(group.cache_bytes(), Some(8192), "{version:?}");
+            // v1's own `rss` leaves out its children's: the hierarchy's total is read.
+            assert_eq!(group.anon_bytes(), Some(12288), "{version:?}");
         }
     }
 

@@ -9,8 +9,10 @@
 //!                        it allocated (see below)
 //!     MemCgroup::create  limit = budget                       (guard 2)
 //!     execute            workload joins the cgroup before exec; sampled every 50 ms
+//!                        (charge, anonymous charge, store); /proc/vmstat, the per-size
+//!                        swap stats and kswapd's CPU time read before and after
 //!     peaks              cgroup peak + zram mem_used_max + swap tables
-//!                        (+ compressed/original peaks)
+//!                        (+ compressed/original peaks, the anonymous peak)
 //!     drop guard 2, then guard 1                              (teardown, always)
 //! ```
 //!
@@ -36,9 +38,10 @@
 //! of 6.18 (its cluster tables) is not counted. `None` where /sys/kernel/slab cannot be
 //! read.
 use super::cgroup::{self, CgroupParent, CgroupVersion, MemCgroup};
+use super::counters::{kswapd_cpu_s, SwapCounters};
 use super::kernel::{preflight, KernelConfig, KernelSwap};
 use super::machine::{Machine, Roots};
-use super::outcome::{stored_peaks, Meter, RunOutcome};
+use super::outcome::{anon_peak, stored_peaks, Meter, RunOutcome};
 use super::runner::{MemoryProbe, Sample};
 use super::sys;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
@@ -189,6 +192,7 @@ impl MemoryProbe for KernelProbe<'_> {
         let machine = self.env.machine.as_ref();
         let mut sample = Sample {
             charged_bytes: self.group.usage_bytes(),
+            anon_bytes: self.group.anon_bytes().unwrap_or(0),
             slab_bytes: self.slabs.bytes(machine).unwrap_or(0),
             ..Sample::default()
         };
@@ -251,6 +255,8 @@ pub fn run_kernel(
         sys::join_cgroup_before_exec(command, cgroup::open_procs(&procs)?);
         Ok(())
     };
+    let counters_before = SwapCounters::read_kernel(machine, &env.roots);
+    let kswapd_before = kswapd_cpu_s(machine, &env.roots);
     let measured = match spec.execute(ctx, &Placement { prepare: &prepare, probe: &probe }) {
         Ok(measured) => measured,
         Err(error) => match group.oom_kills() {
@@ -264,6 +270,11 @@ pub fn run_kernel(
             _ => return Err(error),
         },
     };
+    let swap_counters = counters_before
+        .zip(SwapCounters::read_kernel(machine, &env.roots))
+        .map(|(before, after)| before.delta(&after));
+    let kswapd_s =
+        kswapd_before.zip(kswapd_cpu_s(machine, &env.roots)).map(|(b, a)| (a - b).max(0.0));
     let charged_peak_bytes = group.peak_bytes();
     let store_peak_bytes = if config.is_zram() {
         let stat = machine.read(&env.roots.zram("mm_stat")).unwrap_or_default();
@@ -291,6 +302,11 @@ pub fn run_kernel(
         original_peak_bytes,
         kmem_peak_bytes: group.kmem_peak_bytes(),
         file_cache_peak_bytes: None,
+        anon_peak_bytes: group.anon_bytes().map(|_| anon_peak(&measured.samples)),
+        swap_counters,
+        kswapd_s,
+        totals: None,
+        summary_lines: Vec::new(),
         measured,
     };
     drop(group);

@@ -3,14 +3,17 @@
 //! the yardstick").
 //!
 //! ```text
-//!   for each workload (seq, uniform, zipf, zero, pydict, redis):
+//!   build only:          warm-up build, then the unmanaged reference: its peak / 2 is the
+//!                        build's budget, its outputs what every build is checked against
+//!   for each workload (seq, uniform, zipf, zero, pydict, redis, build):
 //!       uswap side       uswap_side::run   (`uswap run --budget B -- CMD`; skipped if absent)
 //!       kernel side      for zram lzo-rle, zram lz4, zswap lz4, zswap lzo-rle:
 //!                            set up swap + cgroup(limit = budget), run, sample, tear down
 //!   report: per-side table, uswap-vs-kernel table, JSON `workloads`, --plot SVGs
 //! ```
 //!
-//! Modules: `workloads` (what runs and how it is read), `runner` (spawn, sample, reap),
+//! Modules: `workloads` (what runs and how it is read; `redis` and `build` the real
+//! programs), `counters` (swap counters alike on both sides), `runner` (spawn, sample, reap),
 //! `kernel` + `cgroup` + `machine` (setup/teardown guards), `kernel_side` (one kernel
 //! run), `uswap_side` (the workload under `uswap run`), `summary` (tables, JSON),
 //! `plot` (charts, drawn by `crate::svg`), `sys` (the few raw system calls).
@@ -20,7 +23,10 @@
 //! killed and the guards unwind; one harness at a time holds a lock; a machine where
 //! swap is already on is refused. After a run no swap is on and zswap is as it was.
 
+pub(super) mod build;
+mod build_report;
 pub(super) mod cgroup;
+mod counters;
 pub(super) mod kernel;
 pub(super) mod kernel_side;
 pub(super) mod machine;
@@ -65,10 +71,16 @@ pub struct CompareArgs {
     /// Data size of every workload. Default 1G (64M with --quick).
     #[arg(long, value_parser = parse_size_arg)]
     pub size: Option<u64>,
-    /// Comma-separated workloads: seq,uniform,zipf,zero,pydict,redis (default: all;
-    /// uniform with --quick).
+    /// Comma-separated workloads: seq,uniform,zipf,zero,pydict,redis,build (default: all
+    /// but build; uniform with --quick). `build` is `make -j2` of Redis's source under
+    /// half of the build's own unmanaged peak (or --budget), every object file and program
+    /// checked against the unmanaged build's; `uswap bench build` runs it alone.
     #[arg(long)]
     pub workloads: Option<String>,
+    /// The build workload's source tree, built in a copy (default: where .ci/setup-bench
+    /// installs Redis's Debian source).
+    #[arg(long, value_name = "DIR", default_value = build::DEFAULT_SOURCE)]
+    pub build_src: PathBuf,
     /// Comma-separated kernel configurations: zram-lzo-rle,zram-lz4,zswap-lz4,
     /// zswap-lzo-rle (default: all; zram-lz4 with --quick). A configuration whose
     /// compressor this kernel lacks is skipped with a note.
@@ -131,6 +143,19 @@ pub struct CompareArgs {
     pub repeat: u32,
 }
 
+/// `uswap bench build`: the comparison of the build workload alone, against zram lz4 and
+/// zswap (lzo-rle: this kernel's zswap has no lz4) unless `--workloads` and `--configs`
+/// say otherwise.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_build(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
+    let mut args = args.clone();
+    args.workloads.get_or_insert_with(|| "build".into());
+    args.configs.get_or_insert_with(|| "zram-lz4,zswap-lzo-rle".into());
+    run(&args, common)
+}
+
 fn parse_size_arg(text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| e.to_string())
 }
@@ -174,7 +199,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
     };
     let size_bytes = pick(args.size, DEFAULT_SIZE, QUICK_SIZE)?;
     let budget_bytes = pick(args.budget, DEFAULT_BUDGET, QUICK_BUDGET)?;
-    let all_workloads = workloads::ALL_WORKLOADS.join(",");
+    let all_workloads = workloads::DEFAULT_WORKLOADS.join(",");
     let default_workloads = if quick { QUICK_WORKLOADS } else { all_workloads.as_str() };
     let specs = workloads::parse_workloads(args.workloads.as_deref().unwrap_or(default_workloads))?;
     let configs = parse_configs(args.configs.as_deref().unwrap_or(if quick {
@@ -210,18 +235,25 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         uswap_reclaim_cpus,
         uswap_budget: None,
         serve_s: 0.0,
+        build: build::BuildSetup::new(args.build_src.clone(), &scratch.0, quick),
     };
     let env = KernelEnv::open(Box::new(machine::RealMachine), machine::Roots::default());
     warm_programs(&specs, &ctx);
+    let mut ctx = ctx;
+    let reference = build::reference_for(&specs, &mut ctx, env.as_ref().ok(), args.budget);
+    if sys::interrupted() {
+        bail!("interrupted during the unmanaged build: nothing of the machine was changed");
+    }
     let repeat = args.repeat as usize;
     let progress = progress_bar(common.json, repeat * specs.len() * (configs.len() + 1));
     let mut rounds = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        rounds.push(run_all(&specs, &configs, &ctx, &env, &progress)?);
+        rounds.push(run_all(&specs, &configs, &ctx, &env, &reference, &progress)?);
     }
     progress.finish_and_clear();
     let mut report = Report::new("compare");
     describe(&mut report, &ctx, &configs, &env);
+    build_report::describe(&mut report, &ctx, reference.as_ref());
     report.field("repeat", args.repeat);
     // Data safety is every round's, not only the reported one's.
     let bad: Vec<String> = rounds
@@ -238,6 +270,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         rounds.pop().unwrap_or_default()
     };
     summary::fill(&mut report, &rows);
+    build_report::fill(&mut report, &rows, reference.as_ref().and_then(|r| r.as_ref().ok()));
     if let Some(dir) = &args.plot {
         let results: Vec<plot::WorkloadResults<'_>> = rows.iter().map(plot_results).collect();
         let files = plot::write_all(dir, &results)?;
@@ -286,7 +319,9 @@ pub(super) fn warm_programs(specs: &[WorkloadSpec], ctx: &RunContext) {
         ..ctx.clone()
     };
     let placement = workloads::Placement { prepare: &|_| Ok(()), probe: &Unmeasured };
-    for spec in specs.iter().filter(|spec| spec.missing(&small).is_none()) {
+    // The build warms itself up (build::reference_for).
+    let warmed = |spec: &&WorkloadSpec| spec.kind != workloads::WorkloadKind::Build;
+    for spec in specs.iter().filter(warmed).filter(|spec| spec.missing(&small).is_none()) {
         let _ = spec.execute(&small, &placement);
     }
 }
@@ -346,14 +381,31 @@ fn run_all(
     configs: &[KernelConfig],
     ctx: &RunContext,
     env: &Result<KernelEnv>,
+    reference: &Option<Result<build::Reference>>,
     progress: &ProgressBar,
 ) -> Result<Vec<WorkloadRow>> {
     let mut rows = Vec::new();
     let mut run_index = 0;
     for spec in specs {
+        let ctx = &match build::context_for(spec, ctx, reference.as_ref()) {
+            Ok(ctx) => ctx,
+            Err(why) => {
+                let kernel = configs.iter().map(|&c| (c, Side::Failed(why.clone()))).collect();
+                rows.push(WorkloadRow {
+                    name: spec.name.clone(),
+                    uswap: Side::Failed(why),
+                    kernel,
+                });
+                progress.inc(configs.len() as u64 + 1);
+                continue;
+            }
+        };
         progress.set_message(format!("{} / uswap", spec.name));
         run_index += 1;
-        let uswap = uswap_side::run(spec, ctx, env.as_ref().ok(), run_index);
+        let uswap = match spec.missing(ctx) {
+            Some(why) => Side::Skipped(why),
+            None => uswap_side::run(spec, ctx, env.as_ref().ok(), run_index),
+        };
         progress.inc(1);
         let mut kernel = Vec::new();
         for &config in configs {

@@ -1,7 +1,9 @@
 //! What one (side, workload) run produced, and the sentence when it did not run.
 
+use super::counters::SwapCounters;
 use super::runner::Sample;
 use super::workloads::Measured;
+use runstat::StatsFile;
 
 /// The result of one side (a kernel configuration, or uswap) on one workload.
 #[derive(Debug, Clone)]
@@ -87,6 +89,20 @@ pub struct RunOutcome {
     /// uswap only: the most the run's swap files held in the page cache (its store), if
     /// `cachestat(2)` could tell.
     pub file_cache_peak_bytes: Option<u64>,
+    /// The sampled peak of the anonymous memory charged to the run's cgroup plus the store
+    /// outside the charge (zram's pool; uswap's swap file in the page cache): the run's
+    /// memory without the page cache of the files it reads and writes, which a limit
+    /// reclaims and a cgroup without one keeps. `None` without a cgroup.
+    pub anon_peak_bytes: Option<u64>,
+    /// The run's swap counters (counters.rs): the kernel's deltas, or uswap's totals.
+    pub swap_counters: Option<SwapCounters>,
+    /// Kernel only: CPU seconds kswapd spent during the run (not in the tree's rusage).
+    pub kswapd_s: Option<f64>,
+    /// uswap only: its tree's totals (`uswap run --stats-file`): every counter of every
+    /// process added up and the broker's figures (`tree_*`).
+    pub totals: Option<StatsFile>,
+    /// uswap only: the summary `uswap run` printed (its lines, without the `uswap: `).
+    pub summary_lines: Vec<String>,
 }
 
 impl RunOutcome {
@@ -95,6 +111,12 @@ impl RunOutcome {
         (self.compressed_peak_bytes > 0)
             .then(|| self.original_peak_bytes as f64 / self.compressed_peak_bytes as f64)
     }
+}
+
+/// The highest sampled anonymous charge plus store outside it ([`RunOutcome::anon_peak_bytes`]).
+pub fn anon_peak(samples: &[Sample]) -> u64 {
+    let sum = |s: &Sample| s.anon_bytes + s.outside_bytes + s.file_cache_bytes;
+    samples.iter().map(sum).max().unwrap_or(0)
 }
 
 /// The most compressed bytes the samples saw stored, and the most uncompressed bytes (each

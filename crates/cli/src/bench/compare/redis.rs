@@ -183,6 +183,8 @@ fn serve(
         major_faults: exit.major_faults,
         minor_faults: exit.minor_faults,
         max_rss_bytes: exit.max_rss_bytes,
+        user_s: exit.user_us as f64 / 1e6,
+        sys_s: exit.sys_us as f64 / 1e6,
         verify_errors: result.verify_errors,
         samples,
         detail: format!(

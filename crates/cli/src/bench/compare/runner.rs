@@ -46,6 +46,8 @@ pub struct Sample {
     pub tree_rss_bytes: u64,
     /// uswap side: its swap files' pages in the page cache, whoever is charged for them.
     pub file_cache_bytes: u64,
+    /// Anonymous memory charged to the run's cgroup (0 without one).
+    pub anon_bytes: u64,
 }
 
 /// Reads the memory of a running configuration.

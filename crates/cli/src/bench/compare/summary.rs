@@ -19,7 +19,12 @@
 //! figures under `kernel_<config>_<figure>` (`_s`, `_peak_bytes`, `_charged_peak_bytes`,
 //! `_store_peak_bytes`, `_tables_bytes`, `_slab_bytes`, `_cache_charged_bytes`,
 //! `_major_faults`, `_fault_p50_ns`, `_fault_p99_ns`, `_stored_bytes`,
-//! `_compression_ratio`, `_verify_errors`, `_skipped`). A figure that was not measured is
+//! `_compression_ratio`, `_verify_errors`, `_skipped`). Both sides also give the reaped
+//! tree's `_user_s` and `_sys_s`, the sampled `_anon_peak_bytes` (anonymous charge plus the
+//! store outside it) and `_swap` (pswpout, pswpin, zswpout, zswpin, zswpwb; `swpout` and
+//! `swpout_fallback` by folio size: counters.rs); the kernel side `_kswapd_s`, the uswap
+//! side `uswap_tree_peak_bytes`, `uswap_fault_stall_s` and `uswap_engine_cpu_s` from its
+//! tree's totals. A figure that was not measured is
 //! null, never zero. With `--repeat N` each workload's object is its median round's (by
 //! the ratio against zram lz4), and `rounds` lists every round's ratio and both peaks per
 //! workload with the median's index.
@@ -280,7 +285,15 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         json!(zram_lz4.and_then(|o| o.measured.fault_p50_ns)),
     );
     object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
-    let uswap_figures: [(&str, Value); 13] = [
+    let total = |name: &'static str| move |o: &RunOutcome| o.totals.as_ref().map(|t| t.get(name));
+    let uswap_figures: [(&str, Value); 20] = [
+        ("uswap_user_s", json!(uswap.map(|o| o.measured.user_s))),
+        ("uswap_sys_s", json!(uswap.map(|o| o.measured.sys_s))),
+        ("uswap_anon_peak_bytes", json!(uswap.and_then(|o| o.anon_peak_bytes))),
+        ("uswap_swap", json!(uswap.and_then(|o| o.swap_counters.as_ref().map(|c| c.to_json())))),
+        ("uswap_tree_peak_bytes", json!(uswap.and_then(total("tree_peak_bytes")))),
+        ("uswap_fault_stall_s", json!(uswap.and_then(total("fault_stall_ns")).map(seconds))),
+        ("uswap_engine_cpu_s", json!(uswap.and_then(total("engine_cpu_ns")).map(seconds))),
         ("uswap_peak_bytes", json!(uswap.map(|o| o.peak_bytes))),
         ("uswap_meter", json!(uswap.map(|o| o.meter.key()))),
         ("uswap_tree_rss_peak_bytes", json!(uswap.and_then(|o| o.tree_rss_peak_bytes))),
@@ -319,9 +332,19 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
         object.insert(key("slow_accesses"), json!(o.and_then(|o| o.measured.slow_accesses)));
         object.insert(key("kmem_peak_bytes"), json!(o.and_then(|o| o.kmem_peak_bytes)));
         object.insert(key("detail"), json!(o.map(|o| o.measured.detail.clone())));
+        object.insert(key("user_s"), json!(o.map(|o| o.measured.user_s)));
+        object.insert(key("sys_s"), json!(o.map(|o| o.measured.sys_s)));
+        object.insert(key("anon_peak_bytes"), json!(o.and_then(|o| o.anon_peak_bytes)));
+        object.insert(key("kswapd_s"), json!(o.and_then(|o| o.kswapd_s)));
+        let swap = o.and_then(|o| o.swap_counters.as_ref().map(|c| c.to_json()));
+        object.insert(key("swap"), json!(swap));
         object.insert(key("skipped"), json!(skip_reason(side)));
     }
     Value::Object(object)
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 fn skip_reason(side: &Side) -> Option<String> {

@@ -78,6 +78,16 @@ pub struct Exit {
     pub minor_faults: u64,
     /// `ru_maxrss`: the child's peak resident set, bytes.
     pub max_rss_bytes: u64,
+    /// `ru_utime` and `ru_stime`, microseconds: the child's CPU time and that of every
+    /// descendant it (or a descendant) waited for, so a whole process tree's once all of
+    /// it was reaped (make waits for its jobs; `uswap run`, a subreaper, for orphans).
+    pub user_us: u64,
+    pub sys_us: u64,
+}
+
+/// A `timeval` in microseconds.
+fn micros(time: libc::timeval) -> u64 {
+    (time.tv_sec.max(0) as u64) * 1_000_000 + time.tv_usec.max(0) as u64
 }
 
 /// Reaps `pid` if it has exited (`wait4(WNOHANG)`), returning its exit and rusage.
@@ -105,6 +115,8 @@ pub fn try_wait(pid: u32) -> io::Result<Option<Exit>> {
                 major_faults: usage.ru_majflt as u64,
                 minor_faults: usage.ru_minflt as u64,
                 max_rss_bytes: usage.ru_maxrss as u64 * 1024,
+                user_us: micros(usage.ru_utime),
+                sys_us: micros(usage.ru_stime),
             }))
         }
     }
@@ -206,4 +218,12 @@ pub fn cached_pages(file: &File) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(stat.nr_cache)
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of /proc/<pid>/stat's CPU
+/// times; `None` if the system does not say.
+pub fn clock_ticks_per_s() -> Option<u64> {
+    // SAFETY: sysconf takes a constant and touches no memory of ours.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0)
 }

@@ -6,7 +6,7 @@
 //!                          <this uswap> run --budget <budget> --zswap lz4 [--folio-order N
 //!                            --large-folios P] [--idle-poll MODE] [--swap-file-cache M]
 //!                            [--zero-pages M] [--delivery M] [--pool-size B]
-//!                            [--reclaim-cpus LIST]
+//!                            [--reclaim-cpus LIST] --stats-file <scratch file>
 //!                            -- <program> <args>
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   the usage of the run's memory cgroup, if it has one (the charge
@@ -28,7 +28,13 @@
 //!                          charged: max(sampled tree RSS, wait4's ru_maxrss);
 //!                          store: the most the swap files had in the page cache;
 //!                        peak = charged + store, as the kernel side's cgroup + zram
+//!   counters             the tree's totals `uswap run` writes to its --stats-file at exit
+//!                        (every process's counters added up, the broker's figures), and
+//!                        the summary it printed on stderr
 //! ```
+//!
+//! [`measure_unmanaged`] runs the same workload without `uswap run`, measured the same
+//! way: the build workload's reference.
 //!
 //! The kernel side reports a memory cgroup's charge plus zram's pool. The uswap side is
 //! measured by the same instrument where it can be: a memory cgroup, but one without a
@@ -50,8 +56,9 @@
 //! budget plus its slack, docs/RUN.md).
 
 use super::cgroup::{self, MemCgroup};
+use super::counters::SwapCounters;
 use super::kernel_side::{meminfo_bytes, KernelEnv};
-use super::outcome::{stored_peaks, Meter, RunOutcome, Side};
+use super::outcome::{anon_peak, stored_peaks, Meter, RunOutcome, Side};
 use super::runner::{MemoryProbe, Sample};
 use super::sys::cached_pages;
 use super::workloads::{Placement, RunContext, WorkloadSpec};
@@ -86,7 +93,7 @@ pub fn run(
     if !uswap_run_available(&exe) {
         return Side::Skipped(format!("{} has no `run` subcommand", exe.display()));
     }
-    match run_uswap(&exe, spec, ctx, meter, run_index) {
+    match measure(Some(&exe), spec, ctx, meter, run_index) {
         Ok(outcome) => Side::Ran(Box::new(outcome)),
         Err(error) => Side::Failed(format!("{error:#}")),
     }
@@ -102,12 +109,14 @@ fn uswap_run_available(exe: &Path) -> bool {
     status.is_ok_and(|s| s.success())
 }
 
-/// `uswap run`'s flags for the uswap side of `ctx`, its swap file at `swap_file`.
+/// `uswap run`'s flags for the uswap side of `ctx`, its swap file at `swap_file` (its
+/// totals beside it, [`stats_file_of`]).
 fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     let budget = ctx.uswap_budget.clone().unwrap_or_else(|| ctx.budget_bytes.to_string());
     let mut flags: Vec<String> = vec!["--budget".into(), budget];
     flags.extend(["--zswap".into(), "lz4".into()]);
     flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
+    flags.extend(["--stats-file".into(), stats_file_of(swap_file).display().to_string()]);
     // As large as the kernel side's zram device or swap file (the default, 8 GiB, need not
     // fit on the disk).
     let swap_bytes = super::kernel_side::swap_bytes(ctx.size_bytes);
@@ -137,6 +146,11 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     flags
 }
 
+/// Where the `uswap run` whose swap file is `swap_file` writes its totals.
+fn stats_file_of(swap_file: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.stats", swap_file.display()))
+}
+
 /// `command` wrapped in `uswap run FLAGS --`: the same program, arguments, environment
 /// and directory.
 fn wrapped(exe: &Path, command: &Command, flags: &[String]) -> Command {
@@ -155,14 +169,28 @@ fn wrapped(exe: &Path, command: &Command, flags: &[String]) -> Command {
     wrapper
 }
 
-fn run_uswap(
-    exe: &Path,
+/// Runs `spec` unmanaged (no `uswap run`), measured as the uswap side is: the build
+/// workload's reference (build.rs).
+///
+/// # Errors
+/// The workload's failure, a cgroup that cannot be made, an interrupt.
+pub fn measure_unmanaged(
+    spec: &WorkloadSpec,
+    ctx: &RunContext,
+    meter: Option<&KernelEnv>,
+) -> Result<RunOutcome> {
+    measure(None, spec, ctx, meter, 0)
+}
+
+/// Runs `spec` under `uswap run` (`exe`), or unmanaged (`None`), measured in a cgroup of
+/// `meter`'s when there is one.
+fn measure(
+    exe: Option<&Path>,
     spec: &WorkloadSpec,
     ctx: &RunContext,
     meter: Option<&KernelEnv>,
     run_index: usize,
 ) -> Result<RunOutcome> {
-    let exe: PathBuf = exe.to_path_buf();
     let group = match meter {
         Some(env) => {
             let name = format!("uswap-bench-{}-u{run_index}", std::process::id());
@@ -170,19 +198,29 @@ fn run_uswap(
         }
         None => None,
     };
-    let mut probe = TreeProbe::new(ctx.scratch_dir.join(format!("{}-swap", spec.name)));
+    let prefix = format!("{}-u{run_index}-swap", spec.name);
+    let mut probe = TreeProbe::new(ctx.scratch_dir.join(prefix));
     probe.group = group.as_ref();
     let prepare = |command: &mut Command| -> Result<()> {
-        let swap_file = probe.next_swap_file();
-        *command = wrapped(&exe, command, &run_flags(ctx, &swap_file));
+        if let Some(exe) = exe {
+            let swap_file = probe.next_swap_file();
+            *command = wrapped(exe, command, &run_flags(ctx, &swap_file));
+        }
         if let Some(group) = &group {
             super::sys::join_cgroup_before_exec(command, cgroup::open_procs(&group.procs_file())?);
         }
         Ok(())
     };
-    let measured = spec
-        .execute(ctx, &Placement { prepare: &prepare, probe: &probe })
-        .context("under uswap run")?;
+    let executed = spec.execute(ctx, &Placement { prepare: &prepare, probe: &probe });
+    let totals = probe.take_totals();
+    let measured = match exe {
+        Some(_) => executed.context("under uswap run")?,
+        None => executed?,
+    };
+    let summary_lines = match exe {
+        Some(_) => summary_lines(&ctx.scratch_dir.join(format!("{}.stderr", spec.name))),
+        None => Vec::new(),
+    };
     let sampled = measured.samples.iter().map(|s| s.tree_rss_bytes).max().unwrap_or(0);
     let tree_rss_peak_bytes = sampled.max(measured.max_rss_bytes);
     let file_cache_peak_bytes = (!probe.cache_unknown.load(Ordering::Relaxed))
@@ -206,8 +244,27 @@ fn run_uswap(
         original_peak_bytes,
         kmem_peak_bytes: group.as_ref().and_then(MemCgroup::kmem_peak_bytes),
         file_cache_peak_bytes,
+        anon_peak_bytes: group.as_ref().map(|_| anon_peak(&measured.samples)),
+        swap_counters: totals.as_ref().map(SwapCounters::from_totals),
+        kswapd_s: None,
+        totals,
+        summary_lines,
         measured,
     })
+}
+
+/// The lines `uswap run` printed in the workload's stderr log (each `uswap: ...`), without
+/// the prefix; none when there is no log (a workload whose stderr is not kept).
+fn summary_lines(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter_map(|line| line.strip_prefix("uswap: ")).map(str::to_string).collect()
+}
+
+/// The totals in a `--stats-file` (the stats file from its last magic line on: the live
+/// lines of `--stats-every`, if any, come before it).
+fn parse_totals(text: &str) -> Option<StatsFile> {
+    let start = text.rfind(runstat::stats::MAGIC)?;
+    StatsFile::parse(&text[start..]).ok()
 }
 
 /// Samples the resident set of a process tree and the page cache its swap files hold, and
@@ -279,6 +336,7 @@ impl MemoryProbe for TreeProbe<'_> {
             Some(group) => (group.usage_bytes(), 0),
             None => (tree_rss_bytes, file_cache_bytes),
         };
+        let anon_bytes = self.group.and_then(MemCgroup::anon_bytes).unwrap_or(0);
         Sample {
             charged_bytes,
             outside_bytes,
@@ -286,12 +344,29 @@ impl MemoryProbe for TreeProbe<'_> {
             original_bytes,
             tree_rss_bytes,
             file_cache_bytes,
+            anon_bytes,
             ..Sample::default()
         }
     }
 }
 
 impl TreeProbe<'_> {
+    /// The totals of every `uswap run` this probe named, added up, read and removed; `None`
+    /// when none wrote any (unmanaged, or `uswap run` failed before its end).
+    fn take_totals(&self) -> Option<StatsFile> {
+        let files = self.files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut totals: Option<StatsFile> = None;
+        for (swap_file, _) in files.iter() {
+            let path = stats_file_of(swap_file);
+            let text = std::fs::read_to_string(&path);
+            let _ = std::fs::remove_file(&path);
+            if let Some(file) = text.ok().as_deref().and_then(parse_totals) {
+                totals.get_or_insert_with(StatsFile::default).absorb(&file);
+            }
+        }
+        totals
+    }
+
     /// What the pools of `pids` store: compressed bytes and the page bytes they stand for,
     /// summed over each managed process's live stats file (a process not managed, or with
     /// no file yet, adds nothing).
@@ -423,10 +498,11 @@ mod tests {
         let flags = run_flags(&ctx, Path::new("/s"));
         // The swap file is as large as zram's device for 1 MiB: 1 MiB + half + 64 MiB.
         let swap = (1 << 20) + (1 << 19) + (64 << 20);
-        let expected = ["--budget", "4096", "--zswap", "lz4", "--swap-file", "/s", "--swap-size"];
+        let expected = ["--budget", "4096", "--zswap", "lz4", "--swap-file", "/s", "--stats-file"];
         assert_eq!(flags[..7], expected);
-        assert_eq!(flags[7], swap.to_string());
-        assert_eq!(flags.len(), 8);
+        assert_eq!(flags[7..9], ["/s.stats", "--swap-size"]);
+        assert_eq!(flags[9], swap.to_string());
+        assert_eq!(flags.len(), 10);
         ctx.uswap_folios = Some((0, "always".to_string()));
         ctx.uswap_idle_poll = Some("off".into());
         ctx.uswap_swap_file_cache = Some("drop".into());
@@ -450,6 +526,38 @@ mod tests {
             "--pool-size",
             "1073741824",
         ];
-        assert_eq!(flags[8..], tail, "{flags:?}");
+        assert_eq!(flags[10..], tail, "{flags:?}");
+    }
+
+    #[test]
+    fn the_totals_are_the_stats_files_last_block() {
+        let live = "uswap live: budget 8.00 MiB, peak resident 7.90 MiB\n";
+        let block =
+            "# uswap stats v1\nzswpout 10\nswpout_64kB 2\ntree_peak_bytes 4096\nfault_ns \n";
+        let totals = parse_totals(&format!("{live}{block}")).unwrap();
+        assert_eq!(totals.get("zswpout"), 10);
+        assert_eq!(totals.get("tree_peak_bytes"), 4096);
+        assert!(parse_totals(live).is_none(), "a run that wrote no totals");
+        // Two `uswap run`s of one workload (the redis server's, say) add up.
+        let prefix = std::env::temp_dir().join(format!("uswap-totals-{}", std::process::id()));
+        let probe = TreeProbe::new(prefix);
+        for _ in 0..2 {
+            let swap_file = probe.next_swap_file();
+            std::fs::write(stats_file_of(&swap_file), block).unwrap();
+        }
+        let sum = probe.take_totals().unwrap();
+        assert_eq!(sum.get("zswpout"), 20);
+        assert_eq!(SwapCounters::from_totals(&sum).by_size[&64].swpout, 4);
+        assert!(probe.take_totals().is_none(), "read once, then removed");
+    }
+
+    #[test]
+    fn the_summary_is_taken_from_the_log() {
+        let log = std::env::temp_dir().join(format!("uswap-summary-{}", std::process::id()));
+        std::fs::write(&log, "cc: warning\nuswap: make exited with status 0\nuswap:   12 cc1: x\n")
+            .unwrap();
+        assert_eq!(summary_lines(&log), ["make exited with status 0", "  12 cc1: x"]);
+        std::fs::remove_file(&log).unwrap();
+        assert!(summary_lines(&log).is_empty());
     }
 }

@@ -8,18 +8,22 @@
 //! | zero      | `uswap-workload --pattern zero`           | every read, final sweep  |
 //! | pydict    | `python3 bench/workloads/pydict.py`       | every value re-derived   |
 //! | redis     | `redis-server` + this harness as client   | every GET compared       |
+//! | build     | `make -j2` of Redis's source (`build`)    | every object and program |
 //!
-//! Every workload works on `--size` bytes of data (4x the default budget). A workload
+//! Every workload but `build` works on `--size` bytes of data (4x the default budget);
+//! `build` builds what it builds, under half of its own unmanaged peak (`build`). A workload
 //! whose program is missing is skipped with a note naming the package to install
 //! (`.ci/setup-bench`). The same [`WorkloadSpec::execute`] runs a workload for the kernel
 //! side and for the uswap side: the side supplies a [`Placement`] (how to confine the
 //! process, how to read its memory).
 
+use super::build::{self, BuildSetup, Outputs};
 use super::redis;
 use super::runner::{self, MemoryProbe, Sample};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 use workload::Pattern;
 
@@ -30,7 +34,10 @@ const PYDICT_SCRIPT: &str = include_str!("../../../../../bench/workloads/pydict.
 const PYSERVICE_SCRIPT: &str = include_str!("../../../../../bench/workloads/pyservice.py");
 
 /// The names `--workloads` accepts, in report order.
-pub const ALL_WORKLOADS: [&str; 6] = ["seq", "uniform", "zipf", "zero", "pydict", "redis"];
+pub const ALL_WORKLOADS: [&str; 7] = ["seq", "uniform", "zipf", "zero", "pydict", "redis", "build"];
+/// The workloads run when `--workloads` is not given: all but `build`, which sets its own
+/// budget and takes minutes (`uswap bench build` runs it).
+pub const DEFAULT_WORKLOADS: [&str; 6] = ["seq", "uniform", "zipf", "zero", "pydict", "redis"];
 
 /// What a workload is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +51,7 @@ pub enum WorkloadKind {
     /// `uswap bench auto`'s Redis: loaded with `size`, then read Zipf for `serve_s`
     /// (redis.rs, `run_zipf`).
     RedisZipf,
+    Build,
 }
 
 /// One workload of the comparison.
@@ -67,6 +75,7 @@ pub fn parse_workloads(list: &str) -> Result<Vec<WorkloadSpec>> {
             "zero" => WorkloadKind::Synthetic(Pattern::Zero),
             "pydict" => WorkloadKind::PyDict,
             "redis" => WorkloadKind::Redis,
+            "build" => WorkloadKind::Build,
             other => bail!("unknown workload {other:?} (known: {})", ALL_WORKLOADS.join(",")),
         };
         if !specs.iter().any(|s: &WorkloadSpec| s.name == name) {
@@ -112,6 +121,8 @@ pub struct RunContext {
     pub uswap_budget: Option<String>,
     /// How long the service workloads serve, seconds.
     pub serve_s: f64,
+    /// The build workload's source, tree and reference.
+    pub build: BuildSetup,
 }
 
 /// `python3 SCRIPT --size SIZE` for one of bench/workloads' scripts, written into the scratch
@@ -148,6 +159,7 @@ impl RunContext {
             uswap_reclaim_cpus: None,
             uswap_budget: None,
             serve_s: 1.0,
+            build: BuildSetup::new("/no/build/source".into(), &std::env::temp_dir(), true),
         }
     }
 }
@@ -167,6 +179,9 @@ pub struct Measured {
     pub major_faults: u64,
     pub minor_faults: u64,
     pub max_rss_bytes: u64,
+    /// CPU time of the reaped process tree (`ru_utime`, `ru_stime`), seconds.
+    pub user_s: f64,
+    pub sys_s: f64,
     /// Latency proxy figures (the synthetic workloads only).
     pub fault_p50_ns: Option<u64>,
     pub fault_p99_ns: Option<u64>,
@@ -178,6 +193,8 @@ pub struct Measured {
     pub detail: String,
     /// A service workload's measure.
     pub service: Option<Service>,
+    /// The build workload: its outputs' checksums.
+    pub outputs: Option<Arc<Outputs>>,
 }
 
 /// What a service workload served in its fixed time.
@@ -219,6 +236,7 @@ impl WorkloadSpec {
             WorkloadKind::Redis | WorkloadKind::RedisZipf if ctx.redis_server.is_none() => {
                 Some("redis-server is not installed (.ci/setup-bench)".into())
             }
+            WorkloadKind::Build => ctx.build.missing(),
             _ => None,
         }
     }
@@ -238,6 +256,7 @@ impl WorkloadSpec {
             WorkloadKind::Redis => redis::run(ctx, placement),
             WorkloadKind::PyService => run_pyservice(ctx, placement),
             WorkloadKind::RedisZipf => redis::run_zipf(ctx, placement),
+            WorkloadKind::Build => build::run(ctx, placement),
         }
     }
 
@@ -268,6 +287,7 @@ impl WorkloadSpec {
             WorkloadKind::Redis | WorkloadKind::RedisZipf => {
                 bail!("redis is a server and its client, not one command")
             }
+            WorkloadKind::Build => Ok(ctx.build.command()),
         }
     }
 }
@@ -290,7 +310,7 @@ pub fn synthetic_args(pattern: Pattern, size_bytes: u64, seed: u64) -> Vec<Strin
 }
 
 /// Spawns a prepared command with stderr to a log in the scratch directory.
-fn spawn_measured(
+pub(super) fn spawn_measured(
     spec_name: &str,
     mut command: Command,
     ctx: &RunContext,
@@ -334,6 +354,8 @@ fn run_synthetic(
         major_faults: finished.exit.major_faults,
         minor_faults: finished.exit.minor_faults,
         max_rss_bytes: finished.exit.max_rss_bytes,
+        user_s: finished.exit.user_us as f64 / 1e6,
+        sys_s: finished.exit.sys_us as f64 / 1e6,
         fault_p50_ns: report.fault_p50_ns,
         fault_p99_ns: report.fault_p99_ns,
         slow_accesses: Some(report.slow_accesses),
@@ -353,6 +375,7 @@ fn run_synthetic(
             report.verify_s
         ),
         service: None,
+        outputs: None,
     })
 }
 
@@ -367,6 +390,8 @@ fn run_pydict(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         major_faults: finished.exit.major_faults,
         minor_faults: finished.exit.minor_faults,
         max_rss_bytes: finished.exit.max_rss_bytes,
+        user_s: finished.exit.user_us as f64 / 1e6,
+        sys_s: finished.exit.sys_us as f64 / 1e6,
         verify_errors: number("verify_errors"),
         samples: finished.samples,
         detail: format!("{} entries, checksum {}", number("entries"), number("checksum")),
@@ -455,7 +480,9 @@ mod tests {
         assert_eq!(specs[1].kind, WorkloadKind::Synthetic(Pattern::Zipf));
         assert!(parse_workloads("seq,bogus").is_err());
         assert!(parse_workloads(" , ").is_err());
-        assert_eq!(parse_workloads(&ALL_WORKLOADS.join(",")).unwrap().len(), 6);
+        assert_eq!(parse_workloads(&ALL_WORKLOADS.join(",")).unwrap().len(), 7);
+        assert_eq!(parse_workloads("build").unwrap()[0].kind, WorkloadKind::Build);
+        assert!(!DEFAULT_WORKLOADS.contains(&"build"), "the build is asked for by name");
     }
 
     #[test]
@@ -475,5 +502,7 @@ mod tests {
         assert!(redis.missing(&ctx).unwrap().contains("redis-server"));
         let seq = &parse_workloads("seq").unwrap()[0];
         assert!(seq.missing(&ctx).unwrap().contains("uswap-workload"));
+        let build = &parse_workloads("build").unwrap()[0];
+        assert!(build.missing(&ctx).unwrap().contains(".ci/setup-bench"));
     }
 }
