@@ -52,13 +52,15 @@ pub fn describe(
     table.row([
         "unmanaged build (reference)".to_string(),
         format!(
-            "{:.2} s, user {:.2} s, sys {:.2} s; peak {} MiB ({}), anonymous {} MiB",
+            "{:.2} s, user {:.2} s, sys {:.2} s; peak {} MiB ({}), anonymous {} MiB, the \
+             processes' VmRSS + VmPTE summed {} MiB",
             m.wall_s,
             m.user_s,
             m.sys_s,
             mib(o.peak_bytes),
             o.meter.key(),
-            o.anon_peak_bytes.map_or("-".into(), mib)
+            o.anon_peak_bytes.map_or("-".into(), mib),
+            o.tree_rss_peak_bytes.map_or("-".into(), mib)
         ),
     ]);
     let budget_source = if reference.budget_given {
@@ -81,6 +83,7 @@ pub fn describe(
             "reference_peak_bytes": o.peak_bytes,
             "reference_meter": o.meter.key(),
             "reference_anon_peak_bytes": o.anon_peak_bytes,
+            "reference_tree_rss_peak_bytes": o.tree_rss_peak_bytes,
             "reference_outputs": m.outputs.as_ref().map(|outputs| outputs.0.len()),
             "budget_bytes": reference.budget_bytes,
             "budget_source": budget_source,

@@ -92,9 +92,10 @@ pub struct CompareArgs {
     /// Seed of every workload's accesses and contents.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Kill a run that takes longer than this many seconds.
-    #[arg(long, default_value_t = 1800)]
-    pub timeout_s: u64,
+    /// Kill a run that takes longer than this many seconds (default 1800; 7200 when the
+    /// build workload runs: under uswap at half of its peak it takes most of an hour here).
+    #[arg(long)]
+    pub timeout_s: Option<u64>,
     /// The uswap side's folio order (`uswap run --folio-order`; default: run's, 4). 0 is
     /// like for like with the kernel's default of 4 KiB anonymous pages (THP off or
     /// madvise, mTHP never).
@@ -224,7 +225,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         size_bytes,
         budget_bytes,
         seed: args.seed,
-        timeout: Duration::from_secs(args.timeout_s),
+        timeout: Duration::from_secs(args.timeout_s.unwrap_or(default_timeout_s(&specs))),
         uswap_folios: uswap_folios(args)?,
         uswap_idle_poll: uswap_idle_poll(args)?,
         uswap_swap_file_cache: args.swap_file_cache.clone(),
@@ -328,6 +329,16 @@ pub(super) fn warm_programs(specs: &[WorkloadSpec], ctx: &RunContext) {
 
 /// The data size of the warm-up runs ([`warm_programs`]).
 const WARM_SIZE: u64 = 16 << 20;
+
+/// The time limit of a run when --timeout-s is not given (its documentation).
+fn default_timeout_s(specs: &[WorkloadSpec]) -> u64 {
+    let build = specs.iter().any(|spec| spec.kind == workloads::WorkloadKind::Build);
+    if build {
+        7200
+    } else {
+        1800
+    }
+}
 
 /// The uswap side's folio flags, checked here so a typo fails before minutes of runs.
 fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
@@ -526,5 +537,12 @@ mod tests {
         );
         assert!(parse_configs("zram-zstd").is_err());
         assert!(parse_configs("").is_err());
+    }
+
+    #[test]
+    fn the_build_gets_a_longer_time_limit() {
+        let limit = |list: &str| default_timeout_s(&workloads::parse_workloads(list).unwrap());
+        assert_eq!(limit("seq,zipf"), 1800);
+        assert_eq!(limit("seq,build"), 7200);
     }
 }

@@ -24,10 +24,10 @@
 //! store outside it) and `_swap` (pswpout, pswpin, zswpout, zswpin, zswpwb; `swpout` and
 //! `swpout_fallback` by folio size: counters.rs); the kernel side `_kswapd_s`, the uswap
 //! side `uswap_tree_peak_bytes`, `uswap_fault_stall_s` and `uswap_engine_cpu_s` from its
-//! tree's totals. A figure that was not measured is
-//! null, never zero. With `--repeat N` each workload's object is its median round's (by
-//! the ratio against zram lz4), and `rounds` lists every round's ratio and both peaks per
-//! workload with the median's index.
+//! tree's totals, and `uswap_summary`, the lines `uswap run` printed. A figure that was not
+//! measured is null, never zero. With `--repeat N` each workload's object is its median
+//! round's (by the ratio against zram lz4), and `rounds` lists every round's ratio and both
+//! peaks per workload with the median's index.
 
 use super::kernel::KernelConfig;
 use super::outcome::{RunOutcome, Side};
@@ -286,7 +286,8 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
     );
     object.insert("uswap_skipped".into(), json!(skip_reason(&row.uswap)));
     let total = |name: &'static str| move |o: &RunOutcome| o.totals.as_ref().map(|t| t.get(name));
-    let uswap_figures: [(&str, Value); 20] = [
+    let uswap_figures: [(&str, Value); 21] = [
+        ("uswap_summary", json!(uswap.map(|o| o.summary_lines.clone()))),
         ("uswap_user_s", json!(uswap.map(|o| o.measured.user_s))),
         ("uswap_sys_s", json!(uswap.map(|o| o.measured.sys_s))),
         ("uswap_anon_peak_bytes", json!(uswap.and_then(|o| o.anon_peak_bytes))),

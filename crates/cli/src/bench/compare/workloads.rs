@@ -324,16 +324,36 @@ pub(super) fn spawn_measured(
     let finished = runner::run_program(command, placement.probe, ctx.timeout)?;
     if finished.exit.code != 0 && finished.exit.code != 3 {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        // Enough to reach above `uswap run`'s summary (up to 10 lines), where a shim that
-        // could not start says why.
-        let tail: Vec<&str> = text.lines().rev().take(16).collect();
         bail!(
             "{spec_name} exited with status {} (137 = killed, e.g. by the OOM killer): {}",
             finished.exit.code,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            failure_excerpt(&text)
         );
     }
     Ok(finished)
+}
+
+/// Lines of a log kept at the end of a failure's message: enough to reach above `uswap
+/// run`'s summary (up to 10 lines), where a shim that could not start says why.
+const FAILURE_TAIL_LINES: usize = 16;
+/// Lines naming an error, above that tail, put first (a compiler's `error:` of a build whose
+/// summary and make's lines fill the tail).
+const FAILURE_ERROR_LINES: usize = 4;
+
+/// What a failed run's stderr says, in one line: the first lines above the tail that name
+/// an error, then the tail.
+fn failure_excerpt(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let tail_from = lines.len().saturating_sub(FAILURE_TAIL_LINES);
+    let is_error =
+        |line: &&&str| ["error", "Error", "fatal", "Killed"].iter().any(|w| line.contains(w));
+    let mut shown: Vec<&str> =
+        lines[..tail_from].iter().filter(is_error).take(FAILURE_ERROR_LINES).copied().collect();
+    if !shown.is_empty() {
+        shown.push("...");
+    }
+    shown.extend(&lines[tail_from..]);
+    shown.join(" | ")
 }
 
 fn last_line(stdout: &str) -> &str {
@@ -493,6 +513,18 @@ mod tests {
             ["--size", "1073741824", "--pattern", "seq", "--seed", "7", "--json", "--sweeps", "2"]
         );
         assert!(!synthetic_args(Pattern::Zero, 4096, 1).contains(&"--sweeps".to_string()));
+    }
+
+    #[test]
+    fn a_failure_names_its_errors_above_the_tail() {
+        let mut log = vec!["lcode.c: In function 'f':", "lcode.c:9:1: error: expected ';'"];
+        let filler: Vec<String> =
+            (0..20).map(|i| format!("uswap:   {i} cc1: peak 1 MiB")).collect();
+        log.extend(filler.iter().map(String::as_str));
+        let excerpt = failure_excerpt(&log.join("\n"));
+        assert!(excerpt.starts_with("lcode.c:9:1: error: expected ';' | ... | uswap:   4 cc1"));
+        assert!(excerpt.ends_with("uswap:   19 cc1: peak 1 MiB"), "{excerpt}");
+        assert_eq!(failure_excerpt("a\nb"), "a | b", "a short log whole");
     }
 
     #[test]
