@@ -399,7 +399,7 @@ impl ShimHooks {
             self.counters.pool_peak_bytes.store(g.pool_bytes, Relaxed);
             self.counters.pool_peak_stored.store(g.pool_stored_pages, Relaxed);
         }
-        let rss = mem_status().map_or(0, |m| m.rss_bytes);
+        let mem = mem_status().unwrap_or_default();
         let charged = engine.charged_bytes();
         let held = charged.saturating_sub(engine.outside_charge());
         runstat::proto::Report {
@@ -407,8 +407,9 @@ impl ShimHooks {
             charged,
             held,
             resident: g.resident_pages * PAGE as u64,
-            rss,
-            fixed: rss.saturating_sub(held + engine.beside_bytes()),
+            rss: mem.rss_bytes,
+            // Measured as the outside charge is (`charge_the_rest`).
+            fixed: charged_memory(&mem).saturating_sub(held + engine.beside_bytes()),
             swapped: g.swap_inuse_pages * PAGE as u64,
             refaults: c.workingset_refault_anon,
             stall_ns: self.counters.stall_ns.load(Relaxed),
@@ -672,19 +673,33 @@ fn list_present(
     }
 }
 
-/// Counts the part of the process's resident set that is not the engine's charge against
-/// the budget (`Engine::set_outside_charge`): the program's libraries and interpreter as
-/// they page in, the engine's own metadata, what the scan has not adopted yet. The budget
-/// then bounds the whole process, as `uswap run` promises, not only the managed pages. The
-/// arithmetic is `Engine::charge_outside_from_rss`'s, which leaves a pool beside the budget
-/// out.
+/// Counts the part of the process's memory that is not the engine's charge against the
+/// budget (`Engine::set_outside_charge`): the interpreter's and libraries' heaps and data,
+/// the engine's own metadata, what the scan has not adopted yet. The budget then bounds
+/// the process's own memory, not only the managed pages. The arithmetic is
+/// `Engine::charge_outside_from_rss`'s, which leaves a pool beside the budget out.
 ///
 /// Returns how much the outside charge grew.
 ///
 /// Context: the handler thread; reads /proc/self/status (allocates from the shim's arena).
 pub fn charge_the_rest(engine: &Engine) -> u64 {
     let Some(mem) = mem_status() else { return 0 };
-    engine.charge_outside_from_rss(mem.rss_bytes)
+    engine.charge_outside_from_rss(charged_memory(&mem))
+}
+
+/// The process's memory its budget counts. A member of a tree of several: its anonymous and
+/// shared memory (`RssAnon + RssShmem`, `MemStatus::anon_bytes`). The rest of VmRSS is
+/// file-backed, page cache that the kernel charges once however many processes map it
+/// (libc in every process of a tree, a compiler's text in each of its instances) and drops
+/// under pressure without swap: counted in each process, a tree's file pages were counted
+/// as often as it has processes. The tree's only member (its share is the whole budget):
+/// its whole resident set, as a single program's, where nothing is counted twice.
+fn charged_memory(mem: &uffd::MemStatus) -> u64 {
+    if crate::member::alone() {
+        mem.rss_bytes
+    } else {
+        mem.anon_bytes()
+    }
 }
 
 /// The registry's names for the shim's files (crate `fds`).

@@ -67,9 +67,9 @@ pub struct Report {
     pub resident: u64,
     /// The process's resident set (VmRSS).
     pub rss: u64,
-    /// Of that, what the engine cannot page out: the interpreter, libraries, the shim's
-    /// own metadata, ranges not adopted yet (the resident set less the engine's charge
-    /// for its own pages and memory beside the budget).
+    /// What the engine cannot page out: the interpreter's heap, the shim's own metadata,
+    /// ranges not adopted yet (the anonymous and shared memory, `RssAnon + RssShmem`, less
+    /// the engine's charge for its own pages and memory beside the budget).
     pub fixed: u64,
     /// Bytes paged out of the program and held by the swap now (pool, disk, zero map).
     pub swapped: u64,

@@ -38,8 +38,9 @@
 //!   shares grow, as a memory cgroup makes a growing process reclaim before it allocates.
 //!   So a new process gets its floor at once and the rest of its fair share as the
 //!   others page out.
-//! - **the floor**: what a member cannot page out (`fixed`: its interpreter, libraries,
-//!   the engine's own metadata, memory not adopted yet) plus [`WORKING_MIN_BYTES`] of
+//! - **the floor**: the anonymous memory a member cannot page out (`fixed`: its
+//!   interpreter's heap, the engine's own metadata, memory not adopted yet; file-backed
+//!   pages are page cache, charged to no member) plus [`WORKING_MIN_BYTES`] of
 //!   room, and at least [`MIN_SHARE_BYTES`]. Below it an engine has nothing left to take
 //!   but the page a fault just mapped: the process stops making progress.
 //!   The floor follows the least `fixed` of the last [`FIXED_WINDOW_TICKS`] samples: a
@@ -60,11 +61,18 @@ use std::collections::BTreeMap;
 /// The smallest share: 4 MiB. An engine needs room for the folios a fault maps and
 /// reclaim isolates at once (64 KiB each at `uswap run`'s order 4), its watermarks three
 /// folios apart, a compressed pool whose share is above the pool's 64 KiB minimum, and the
-/// burst reserve; a process with the shim loaded is itself 3-10 MiB resident (a shell, an
-/// interpreter), most of it `fixed`.
+/// burst reserve. A process with the shim loaded holds 0.6 MiB of anonymous memory itself
+/// (`sleep` under a 256 MiB swap device; 3 MiB under the default 8 GiB, whose slot map is
+/// 2 MiB). With 2 MiB, a program that reads 32 MiB of zero pages, writes half of them and
+/// forks charged up to 10.9 MiB under 8M, against at most 10 with 4
+/// (`run::zero_pages_read_then_written_keep_their_data`).
 pub const MIN_SHARE_BYTES: u64 = 4 << 20;
 
-/// Room above a member's fixed memory in its floor: 2 MiB, 32 folios of order 4.
+/// Room above a member's fixed memory in its floor: 2 MiB, 32 folios of order 4. It is
+/// also what a member's engine keeps from its outside charge (the preload crate's
+/// `member::set_room`): under SIGBUS delivery, with 1 MiB the engine took back the pages a
+/// system call's retry had just brought in, and the call failed with EFAULT
+/// (`run::sigbus_delivery_serves_system_calls_and_vfork_children`).
 pub const WORKING_MIN_BYTES: u64 = 2 << 20;
 
 /// How many ticks of pressure weigh as much as held memory: 20 ticks, one second at the
@@ -87,7 +95,7 @@ pub type MemberId = u64;
 pub struct Sample {
     /// What its engine charges for its own pages now.
     pub held: u64,
-    /// Memory of the process the engine cannot page out.
+    /// Anonymous memory of the process the engine cannot page out.
     pub fixed: u64,
     /// The program's managed memory, in or out: pages resident plus pages paged out
     /// (bytes of pages, not of their compressed copies, so that paging out changes
@@ -447,8 +455,9 @@ mod tests {
         let outcome = p.rebalance(96 * MIB, 0);
         p.check();
         assert!(outcome.overcommitted);
-        assert_eq!(outcome.floors, 140 * MIB);
-        assert!(p.shares().all(|(_, s)| s == 14 * MIB));
+        let floor = 12 * MIB + WORKING_MIN_BYTES;
+        assert_eq!(outcome.floors, 10 * floor);
+        assert!(p.shares().all(|(_, s)| s == floor));
         let outcome = p.rebalance(1 << 40, 0);
         assert!(!outcome.overcommitted);
     }
@@ -464,15 +473,16 @@ mod tests {
             p.observe(1, Sample { held: 5 * MIB, fixed, footprint: 5 * MIB, refaults: 0 });
             p.rebalance(8 * MIB, 0);
             p.check();
-            assert_eq!(p.floor(1), Some(4 * MIB), "the least fixed of the window");
+            let floor = MIN_SHARE_BYTES.max(2 * MIB + WORKING_MIN_BYTES);
+            assert_eq!(p.floor(1), Some(floor), "the least fixed of the window");
             assert_eq!(p.share(1), Some(8 * MIB));
         }
         for _ in 0..FIXED_WINDOW_TICKS {
-            p.observe(1, Sample { held: MIB, fixed: 7 * MIB, footprint: MIB, refaults: 0 });
+            p.observe(1, Sample { held: MIB, fixed: 8 * MIB, footprint: MIB, refaults: 0 });
         }
         let outcome = p.rebalance(8 * MIB, 0);
         p.check();
-        assert!(outcome.overcommitted, "a floor of 9 MiB in 8");
+        assert!(outcome.overcommitted, "a floor above the budget");
         assert_eq!(p.share(1), Some(8 * MIB), "but never more than the budget");
         p.rebalance(8 * MIB, 32 * MIB);
         p.check();

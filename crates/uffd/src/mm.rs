@@ -86,6 +86,8 @@ pub struct MemStatus {
     pub hwm_bytes: u64,
     /// `RssAnon`: resident anonymous memory.
     pub rss_anon_bytes: u64,
+    /// `RssShmem`: resident shared memory (System V, `memfd`, shared anonymous mappings).
+    pub rss_shmem_bytes: u64,
 }
 
 impl MemStatus {
@@ -111,7 +113,15 @@ impl MemStatus {
             rss_bytes: kib("VmRSS:") * 1024,
             hwm_bytes: kib("VmHWM:") * 1024,
             rss_anon_bytes: kib("RssAnon:") * 1024,
+            rss_shmem_bytes: kib("RssShmem:") * 1024,
         }
+    }
+
+    /// The resident memory that is the process's own to charge: anonymous and shared
+    /// memory, the pages that only swap can take away (the rest of VmRSS is `RssFile`, page
+    /// cache that the kernel drops and reads back, charged once however many map it).
+    pub fn anon_bytes(&self) -> u64 {
+        self.rss_anon_bytes + self.rss_shmem_bytes
     }
 }
 
@@ -126,9 +136,11 @@ mod tests {
 
     #[test]
     fn status_parses_kib_lines() {
-        let text = "Name:\tx\nVmHWM:\t   2048 kB\nVmRSS:\t    1024 kB\nRssAnon:\t  512 kB\n";
+        let text = "Name:\tx\nVmHWM:\t   2048 kB\nVmRSS:\t    1024 kB\nRssAnon:\t  512 kB\n\
+                    RssFile:\t 384 kB\nRssShmem:\t 128 kB\n";
         let s = MemStatus::parse(text);
         assert_eq!((s.rss_bytes, s.hwm_bytes, s.rss_anon_bytes), (1 << 20, 2 << 20, 512 << 10));
+        assert_eq!((s.rss_shmem_bytes, s.anon_bytes()), (128 << 10, 640 << 10));
         assert_eq!(MemStatus::parse(""), MemStatus::default());
     }
 }

@@ -95,8 +95,11 @@ fn ending_line(ending: &Ending, total: &StatsFile) -> String {
 pub fn lines(ending: &Ending, view: &TreeView, files: &Files, verbose: bool) -> Vec<String> {
     let total = &files.total;
     let budget = view.get("budget_bytes");
+    // The broker's peak is the tree's charged memory, sampled; a process's VmHWM is exact
+    // but counts its file-backed pages, which a tree of several charges to none of them.
     let hwm = files.by_pid.values().map(|f| f.get("vm_hwm_bytes")).max().unwrap_or(0);
-    let peak = view.get("peak_bytes").max(hwm);
+    let alone = view.procs.len() <= 1;
+    let peak = if alone { view.get("peak_bytes").max(hwm) } else { view.get("peak_bytes") };
     let saved = view.get("footprint_peak_bytes").saturating_sub(peak);
     let beside = match total.get("pool_size_bytes") {
         0 => String::new(),
@@ -186,7 +189,7 @@ fn over_budget_line(view: &TreeView, total: &StatsFile, peak: u64, budget: u64) 
     } else if view.get("overcommitted_ticks") > 0 {
         format!(
             "its processes needed {} together, more than the budget: each keeps at least {} \
-             and what it cannot page out (its libraries, its interpreter)",
+             and what it cannot page out (its interpreter's heap, the shim's own memory)",
             size(view.get("floors_peak_bytes")),
             size(MIN_SHARE_BYTES)
         )

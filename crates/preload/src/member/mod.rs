@@ -32,7 +32,7 @@ pub use quota::TreeQuota;
 use engine::Engine;
 use runstat::env::RunConfig;
 use runstat::proto::{self, Message, Report, LINE_MAX};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -300,7 +300,17 @@ pub fn apply(engine: &Engine, share: u64) {
 /// member whose interpreter and libraries hold 16 MiB stays within a share of 21.
 fn set_room(engine: &Engine, share: u64) {
     let alone = share >= TREE_BUDGET.load(SeqCst);
+    ALONE.store(alone, SeqCst);
     engine.set_outside_room(if alone { 0 } else { runstat::share::WORKING_MIN_BYTES });
+}
+
+/// The share in force is the whole budget: the tree's only member.
+static ALONE: AtomicBool = AtomicBool::new(true);
+
+/// Whether this process's share is the tree's whole budget (its only member): it is then
+/// charged its whole resident set, as a single program is (`hooks::charge_the_rest`).
+pub fn alone() -> bool {
+    ALONE.load(SeqCst)
 }
 
 /// Whether this process is a member with a live connection to its broker.

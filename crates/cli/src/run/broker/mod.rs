@@ -523,9 +523,14 @@ impl State {
 
     /// Scans the tree: every process's memory, the tree's total and peak, what runs
     /// without an engine (charged to the budget, named once past its grace scans). A
-    /// member counts its resident set; a process without an engine the memory only it
-    /// maps (a forked child's copy-on-write pages are its parent's), and a vfork child
-    /// nothing (it runs in its parent's memory until it execs).
+    /// member counts its anonymous memory, as its engine's charge does; a process without
+    /// an engine the anonymous memory only it maps (a forked child's copy-on-write pages
+    /// are its parent's), and a vfork child nothing (it runs in its parent's memory until
+    /// it execs). File-backed pages are page cache, charged once however many processes
+    /// map them (as a memory cgroup charges them), and nowhere in a tree of several. A
+    /// tree of one member (`uswap run PROGRAM` that starts nothing) counts its whole
+    /// resident set, as its shim does while its share is the whole budget (the preload
+    /// crate's `charged_memory`).
     ///
     /// A child forked without an exec joins as a member of its own from its fork handler
     /// (the preload crate's `member::rejoin_after_fork`). Until it has, or if it cannot,
@@ -541,14 +546,17 @@ impl State {
             record.alive = false;
         }
         let (mut total, mut unmanaged) = (0u64, 0u64);
+        let alone = found.len() == 1;
         for p in &found {
             let member = members.contains(&p.pid);
-            let charged = if member {
+            let charged = if member && alone {
                 p.rss
+            } else if member {
+                procs::anon_bytes(p.pid).unwrap_or(p.rss).min(p.rss)
             } else if pids.contains(&p.ppid) && super::sys::same_mm(p.pid, p.ppid) {
                 0 // a vfork child: its parent's memory until it execs
             } else {
-                procs::private_bytes(p.pid).unwrap_or(p.rss)
+                procs::private_anon_bytes(p.pid).unwrap_or(p.rss)
             };
             total += charged;
             let record = self.records.entry(p.pid).or_default();
@@ -590,12 +598,12 @@ impl State {
             }
         }
         self.unmanaged_now = unmanaged;
-        let footprint: u64 = unmanaged
+        let footprint: u64 = total
             + self
                 .conns
                 .iter()
                 .filter_map(|c| c.member.as_ref()?.report)
-                .map(|r| r.rss + r.swapped)
+                .map(|r| r.swapped)
                 .sum::<u64>();
         self.figures.insert("now_bytes", total);
         self.peak("peak_bytes", total);

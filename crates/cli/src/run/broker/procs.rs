@@ -70,17 +70,25 @@ pub fn rss(pid: u32) -> Option<u64> {
     (size > 0).then_some(pages * 4096)
 }
 
-/// The memory only `pid` maps (`Private_Clean + Private_Dirty` of smaps_rollup), bytes:
-/// what a process that runs without an engine adds to the tree. A child forked without
-/// an exec shares its parent's pages copy-on-write, and its resident set counts them
-/// again; its private pages are the ones it wrote since.
-pub fn private_bytes(pid: u32) -> Option<u64> {
+/// `pid`'s anonymous and shared memory (`RssAnon + RssShmem` of its status), bytes: what
+/// a member's engine charges for its process (the preload crate's `charge_the_rest`); the
+/// rest of its resident set is file-backed page cache.
+pub fn anon_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(uffd::MemStatus::parse(&text).anon_bytes())
+}
+
+/// The anonymous memory only `pid` maps (`Private_Dirty` of smaps_rollup), bytes: what a
+/// process that runs without an engine adds to the tree, measured as a member's charge is
+/// ([`anon_bytes`]). A child forked without an exec shares its parent's pages
+/// copy-on-write, and its resident set counts them again; its private pages are the ones
+/// it wrote since. A private page that was never written is a file's (a library's text
+/// that only this process maps): page cache, which the kernel drops under pressure.
+pub fn private_anon_bytes(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kib = |key: &str| -> u64 {
-        let line = text.lines().find_map(|l| l.strip_prefix(key));
-        line.and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
-    };
-    Some((kib("Private_Clean:") + kib("Private_Dirty:")) * 1024)
+    let line = text.lines().find_map(|l| l.strip_prefix("Private_Dirty:"))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Every live descendant of `root` but those in `exclude` (and their subtrees), parents
@@ -250,5 +258,28 @@ mod tests {
         assert!(c.rss > 0);
         assert!(descendants(me, &[child.id()]).iter().all(|p| p.pid != child.id()));
         assert!(name(me).starts_with("uswap-"), "{}", name(me));
+    }
+
+    /// Eight MiB written by this process are in its anonymous and private anonymous
+    /// memory, and its file pages (its own text, libc) are in neither.
+    #[test]
+    fn anonymous_memory_counts_what_was_written_and_no_file_page() {
+        let me = std::process::id();
+        let (anon, private) = (anon_bytes(me).unwrap(), private_anon_bytes(me).unwrap());
+        let data = vec![7u8; 8 << 20];
+        std::hint::black_box(&data);
+        let grown_anon = anon_bytes(me).unwrap().saturating_sub(anon);
+        let grown_private = private_anon_bytes(me).unwrap().saturating_sub(private);
+        assert!(grown_anon >= 7 << 20, "anonymous memory grew by {grown_anon}");
+        assert!(grown_private >= 7 << 20, "private anonymous memory grew by {grown_private}");
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let file_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssFile:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        assert!(file_kib > 0, "a test binary has file pages mapped");
+        assert!(anon_bytes(me).unwrap() + file_kib * 1024 <= rss(me).unwrap() + (1 << 20));
+        drop(data);
     }
 }
