@@ -170,6 +170,21 @@ pub fn all_ranges(text: &[u8]) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Appends to `out` the lines of `text` that are not inside `inside` (all of them when it
+/// is `None`).
+pub fn lines_outside(text: &[u8], inside: Option<(usize, usize)>, out: &mut Vec<u8>) {
+    for line in text.split(|&b| b == b'\n') {
+        let range = line.split(|&b| b == b' ').next().and_then(range_of);
+        if let (Some((start, end)), Some((lo, hi))) = (range, inside) {
+            if lo <= start && end <= hi {
+                continue;
+            }
+        }
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+}
+
 fn range_of(field: &[u8]) -> Option<(usize, usize)> {
     let text = std::str::from_utf8(field).ok()?;
     let (start, end) = text.split_once('-')?;
@@ -213,6 +228,24 @@ mod tests {
         };
         assert_eq!(starts(false), [0x7f00_0000_1000, 0x7f10_0300_0000, 0x7f20_0000_0000]);
         assert_eq!(starts(true), [0x7f20_0000_0000], "both left out, not the rest");
+    }
+
+    /// The settle loop compares the maps without the arena's lines: those inside the
+    /// range go, one that only overlaps it stays, and without a range every line stays.
+    #[test]
+    fn lines_inside_a_range_are_left_out() {
+        let text = b"1000-2000 rw-p 00000000 00:00 0 \n\
+                     10000-11000 rw-p 00000000 00:00 0 \n\
+                     1f000-21000 rw-p 00000000 00:00 0 \n";
+        let mut out = Vec::new();
+        lines_outside(text, Some((0x10000, 0x20000)), &mut out);
+        assert_eq!(
+            out,
+            b"1000-2000 rw-p 00000000 00:00 0 \n1f000-21000 rw-p 00000000 00:00 0 \n\n"
+        );
+        out.clear();
+        lines_outside(text, None, &mut out);
+        assert_eq!(out.len(), text.len() + 1, "every line, and the empty one after the last");
     }
 
     /// A new mapping across a region's hole and the free space beside it is cut at the

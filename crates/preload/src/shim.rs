@@ -513,17 +513,24 @@ fn build(
 }
 
 /// /proc/self/maps once the engine's threads have started: unchanged for [`SETTLE`]
-/// (a thread's first steps may allocate: its TLS destructor list, a malloc arena of its
-/// own), at most [`SETTLE_MAX`].
+/// outside the shim's arena (a thread's first steps may map memory: a malloc arena of its
+/// own, if anything in it calls glibc's malloc), at most [`SETTLE_MAX`]. The arena is left
+/// out of the comparison: the engine's threads allocate from it as they start, each
+/// allocation that grows it changes its lines, and all of it is excluded anyway
+/// ([`exclusions`]).
 fn settled_maps() -> Result<Vec<u8>, String> {
     let begin = std::time::Instant::now();
-    let (mut text, mut last) = (Vec::with_capacity(1 << 16), Vec::with_capacity(1 << 16));
+    let arena = crate::ARENA.range();
+    let mut text = Vec::with_capacity(1 << 16);
+    let (mut seen, mut last) = (Vec::with_capacity(1 << 16), Vec::with_capacity(1 << 16));
     let mut stable_since = std::time::Instant::now();
     loop {
         maps::read(&mut text).map_err(|e| format!("cannot read /proc/self/maps: {e}"))?;
-        if text != last {
+        seen.clear();
+        maps::lines_outside(&text, arena, &mut seen);
+        if seen != last {
             stable_since = std::time::Instant::now();
-            std::mem::swap(&mut text, &mut last);
+            std::mem::swap(&mut seen, &mut last);
         } else if stable_since.elapsed() >= SETTLE || begin.elapsed() >= SETTLE_MAX {
             return Ok(text);
         }
@@ -534,8 +541,11 @@ fn settled_maps() -> Result<Vec<u8>, String> {
 /// How much glibc grows the brk heap by beyond a request (see `start`).
 const HEAP_TOP_PAD_BYTES: libc::c_int = 32 << 20;
 
-/// How long the mappings must stay unchanged after set-up.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long the mappings must stay unchanged after set-up: the engine's threads are
+/// running by then (the handler's start is awaited; the reclaimer and the copy-on-write
+/// breaker map nothing outside the arena as they start), so this only covers a mapping
+/// nothing is known to make. Every managed process pays it once at start.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
 /// The longest the shim waits for that.
 const SETTLE_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
