@@ -37,7 +37,8 @@
 //!   (the broker samples each member's resident set) is withheld from the members whose
 //!   shares grow, as a memory cgroup makes a growing process reclaim before it allocates.
 //!   So a new process gets its floor at once and the rest of its fair share as the
-//!   others page out.
+//!   others page out. A member that already occupies its target is not growing, and gets
+//!   it at once.
 //! - **the floor**: the anonymous memory a member cannot page out (`fixed`: its
 //!   interpreter's heap, the engine's own metadata, memory not adopted yet; file-backed
 //!   pages are page cache, charged to no member) plus [`WORKING_MIN_BYTES`] of
@@ -277,6 +278,12 @@ impl Policy {
     /// still held). What members hold beyond their targets is withheld from the growing
     /// members (those whose target is above their share, or floor, now), in proportion to
     /// what each lacks, until it is paged out.
+    ///
+    /// A member that occupies its target or more is not growing: its target moves no
+    /// memory, and it gets it at once. Withheld from it, its own excess would keep it under
+    /// its target for as long as it held that excess, and a tree's only member short of the
+    /// whole budget holds it for good: its shim then charges its anonymous memory only,
+    /// and its usage, its VmRSS, stays above the target by its file pages.
     /// Returns the budget withheld.
     fn grant(&mut self, targets: &[u64]) -> u64 {
         let excess: u64 = self
@@ -289,7 +296,13 @@ impl Policy {
             .members
             .values()
             .zip(targets)
-            .map(|(member, &target)| member.share.max(floor_of(member)).min(target))
+            .map(|(member, &target)| {
+                if member.usage() >= target {
+                    target
+                } else {
+                    member.share.max(floor_of(member)).min(target)
+                }
+            })
             .collect();
         let lacking: u64 = targets.iter().zip(&bases).map(|(t, b)| t - b).sum();
         let withheld = excess.min(lacking);
@@ -383,6 +396,30 @@ mod tests {
         let (a, b) = (p.share(1).unwrap(), p.share(2).unwrap());
         assert!(a + b > 95 * MIB, "{a} {b}");
         assert!(b > 30 * MIB && a > 30 * MIB, "a fair share each: {a} {b}");
+    }
+
+    /// A lone Python under 64M ran at 75 MiB whenever unmanaged memory was counted at its
+    /// join: its share began below the budget, so its shim charged anonymous memory only,
+    /// its VmRSS (the broker's usage of a lone member) stayed over the budget by its file
+    /// pages, and that excess was withheld from the member itself, tick after tick.
+    #[test]
+    fn a_member_over_its_target_is_not_kept_under_it_by_its_own_excess() {
+        let mut p = Policy::new();
+        p.join(1);
+        p.rebalance(64 * MIB, 4 * MIB);
+        assert_eq!(p.share(1), Some(60 * MIB));
+        p.set_usage(1, 75 * MIB);
+        let outcome = p.rebalance(64 * MIB, 0);
+        p.check();
+        assert_eq!(p.share(1), Some(64 * MIB), "the whole budget");
+        assert_eq!(outcome.withheld, 0);
+        // A member growing beside one over its target still waits for it to page out.
+        p.observe(1, sample(60 * MIB, 0));
+        p.join(2);
+        p.rebalance(64 * MIB, 0);
+        p.check();
+        let (a, b) = (p.share(1).unwrap(), p.share(2).unwrap());
+        assert!(p.outcome().withheld > 0 && b < 64 * MIB - a, "{a} {b} {:?}", p.outcome());
     }
 
     /// A member whose memory is `footprint` bytes (besides 8 MiB fixed) under `share`:

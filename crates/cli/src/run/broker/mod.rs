@@ -106,6 +106,8 @@ struct Record {
     /// joined yet, its memory its copy of its parent's (looked up once, at its first scan
     /// and again at its grace scan).
     forked: Option<bool>,
+    /// What the last scan counted of it as unmanaged memory (0: nothing, a member).
+    unmanaged: u64,
 }
 
 /// The broker's state (module essay).
@@ -375,6 +377,11 @@ impl State {
         for old in gone {
             self.policy.leave(old);
         }
+        // A process scanned before its shim joined was counted as unmanaged memory; a
+        // member is not, and its first share must not be cut by its own memory (a tree's
+        // only member gets the whole budget, which its shim takes as being alone).
+        let counted = self.records.get_mut(&pid).map_or(0, |r| std::mem::take(&mut r.unmanaged));
+        self.unmanaged_now = self.unmanaged_now.saturating_sub(counted);
         self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         let share = self.policy.share(id).unwrap_or(0);
         self.conns[i].send(Message::Welcome { share, row: row as u32 });
@@ -421,13 +428,18 @@ impl State {
         }
     }
 
-    /// Sends each member its share if it changed enough to matter (`all`: any change).
+    /// Sends each member its share if it changed enough to matter (`all`: any change). A
+    /// share that becomes the whole budget is sent however little it moved: the shim of a
+    /// member with the whole budget counts its whole resident set (the preload crate's
+    /// `member::alone`), one a page short of it its anonymous memory only.
     fn send_shares(&mut self, all: bool) {
+        let whole = self.settings.budget_bytes;
         for conn in &mut self.conns {
             let Some(m) = conn.member.as_mut() else { continue };
             let Some(share) = self.policy.share(m.id) else { continue };
             let step = (m.sent / 256).max(64 << 10);
-            if share != m.sent && (all || share.abs_diff(m.sent) >= step) {
+            let matters = all || share.abs_diff(m.sent) >= step || share >= whole;
+            if share != m.sent && matters {
                 m.sent = share;
                 conn.send(Message::Share(share));
             }
@@ -564,6 +576,7 @@ impl State {
             record.ppid = p.ppid;
             record.rss = charged;
             record.peak = record.peak.max(charged);
+            record.unmanaged = 0;
             if member {
                 record.unmanaged_scans = 0;
                 for m in self.conns.iter().filter_map(|c| c.member.as_ref()) {
@@ -579,6 +592,7 @@ impl State {
             }
             let shim = &self.settings.shim;
             if !*record.forked.get_or_insert_with(|| procs::has_shim(p.pid, shim)) {
+                record.unmanaged = charged;
                 unmanaged += charged;
             }
             if record.unmanaged_scans == GRACE_SCANS && record.why.is_none() {
