@@ -12,6 +12,15 @@ use std::process::Command;
 mod common;
 use common::{workload_binary, BoundedOutput};
 
+/// Held by every test that sets up the kernel side: the harness takes zram0 and the swap
+/// table for its run (a lock file makes a second harness skip), and each test checks the
+/// machine restored after it, which a test beside it would not have done yet.
+static KERNEL_SIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kernel_side() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_SIDE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn is_root() -> bool {
     let output = Command::new("id").arg("-u").output();
     output.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
@@ -61,6 +70,7 @@ fn compare_quick_json_on_the_kernel_side() {
         eprintln!("skipped: uswap-workload not built (cargo build -p workload)");
         return;
     }
+    let _machine = kernel_side();
     let zswap_before = read("/sys/module/zswap/parameters/enabled");
     // The uswap side's pool beside the budget (the default), then as a share of it.
     // The second with `--repeat 2`: two rounds, each workload's median reported.
@@ -198,11 +208,11 @@ fn build_quick_json_checks_every_output() {
         eprintln!("skipped: {why}");
         return;
     }
+    let _machine = kernel_side();
     let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
         .args(["bench", "build", "--quick", "--json", "--configs", "zram-lz4"])
         .env("USWAP_PRELOAD", common::shim())
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(output.status.success(), "{output:?}");
     let json: Value = serde_json::from_slice(&output.stdout).unwrap();
     let build = &json["build"];
