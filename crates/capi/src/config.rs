@@ -1,8 +1,8 @@
 //! The C structs and their conversion to and from the Rust library's types.
 
 use engine::defaults::LIBRARY;
+use frontend::{Builder, Delivery, Uswap};
 use std::ffi::c_char;
-use uffd::{Builder, Delivery, Uswap};
 
 /// `struct uswap_config` (uswap.h): same layout, same meaning.
 #[repr(C)]
@@ -112,7 +112,7 @@ pub fn builder_of(config: &uswap_config, paths: Paths) -> Result<Builder, String
     }
     if let Some(name) = &paths.compressor {
         let kind = name
-            .parse::<uffd::CompressorKind>()
+            .parse::<frontend::CompressorKind>()
             .map_err(|e| format!("compressor \"{name}\": {e}"))?;
         builder = builder.compressor(kind);
     }
@@ -172,8 +172,8 @@ pub struct uswap_stats {
     pub forks: u64,
 }
 
-impl From<&uffd::Stats> for uswap_stats {
-    fn from(s: &uffd::Stats) -> uswap_stats {
+impl From<&frontend::Stats> for uswap_stats {
+    fn from(s: &frontend::Stats) -> uswap_stats {
         let (g, c) = (&s.engine.gauges, &s.engine.counters);
         uswap_stats {
             budget_bytes: g.budget_bytes,

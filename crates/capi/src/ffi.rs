@@ -12,9 +12,9 @@
 
 use crate::config::{builder_of, uswap_config, uswap_stats, Paths};
 use crate::status::{fail, fail_with, last_error, Status};
+use frontend::{Region, Uswap};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use uffd::{Region, Uswap};
 
 /// `uswap_t`: a swap, as C holds it.
 #[derive(Debug)]

@@ -26,16 +26,19 @@ pub enum Status {
 }
 
 /// The code for a library error.
-pub fn code_of(error: &uffd::Error) -> Status {
-    use uffd::Error as E;
+pub fn code_of(error: &frontend::Error) -> Status {
+    use frontend::Error as E;
+    use uffd::Error as K;
     match error {
-        E::Config { .. } | E::Misaligned { .. } | E::OutOfBounds { .. } => Status::Invalid,
+        E::Config { .. } | E::Kernel(K::Misaligned { .. } | K::OutOfBounds { .. }) => {
+            Status::Invalid
+        }
         E::Engine(engine::Error::OutsideRegions { .. } | engine::Error::Config(_)) => {
             Status::Invalid
         }
-        E::Blocked { .. } | E::NotBuilt | E::Denied { .. } => Status::Unavailable,
-        E::NoKernelFaultPermission { .. } => Status::Permission,
-        E::KernelTooOld { .. } => Status::Kernel,
+        E::Kernel(K::Blocked { .. } | K::NotBuilt | K::Denied { .. }) => Status::Unavailable,
+        E::Kernel(K::NoKernelFaultPermission { .. }) => Status::Permission,
+        E::Kernel(K::KernelTooOld { .. }) => Status::Kernel,
         E::SwapFile { .. } => Status::SwapFile,
         E::ForkedChild => Status::Child,
         _ => Status::System,
@@ -54,7 +57,7 @@ pub fn fail(status: Status, message: &str) -> Status {
 }
 
 /// Records a library error; returns its code.
-pub fn fail_with(error: &uffd::Error) -> Status {
+pub fn fail_with(error: &frontend::Error) -> Status {
     fail(code_of(error), &error.to_string())
 }
 
@@ -69,11 +72,11 @@ mod tests {
 
     #[test]
     fn errors_map_to_their_codes() {
-        let e = uffd::Error::Config { what: "x".into() };
+        let e = frontend::Error::Config { what: "x".into() };
         assert_eq!(code_of(&e), Status::Invalid);
-        assert_eq!(code_of(&uffd::Error::NotBuilt), Status::Unavailable);
-        assert_eq!(code_of(&uffd::Error::ForkedChild), Status::Child);
-        let e = uffd::Error::SwapFile { path: "/p".into(), why: "ro".into() };
+        assert_eq!(code_of(&uffd::Error::NotBuilt.into()), Status::Unavailable);
+        assert_eq!(code_of(&frontend::Error::ForkedChild), Status::Child);
+        let e = frontend::Error::SwapFile { path: "/p".into(), why: "ro".into() };
         assert_eq!(code_of(&e), Status::SwapFile);
         assert_eq!(fail_with(&e), Status::SwapFile);
         let text = LAST_ERROR.with(|last| last.borrow().clone());

@@ -162,7 +162,7 @@ fn device(node: &DeviceNode) -> Finding {
 fn features(probe: Option<&Probe>) -> Vec<Finding> {
     let Some(probe) = probe else { return Vec::new() };
     let mut out = Vec::new();
-    out.push(match probe.require(uffd::REQUIRED_FEATURES) {
+    out.push(match probe.require(frontend::REQUIRED_FEATURES) {
         Ok(()) => finding(
             Mark::Ok,
             "features",

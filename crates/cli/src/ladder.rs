@@ -164,9 +164,9 @@ pub fn check_userfaultfd(sigbus: bool) -> Result<()> {
         return Err(anyhow!("userfaultfd: {why}"));
     };
     let features = if sigbus {
-        uffd::REQUIRED_FEATURES | uffd::Features::SIGBUS
+        frontend::REQUIRED_FEATURES | uffd::Features::SIGBUS
     } else {
-        uffd::REQUIRED_FEATURES
+        frontend::REQUIRED_FEATURES
     };
     probe.require(features).map_err(|e| anyhow!("userfaultfd: {e}"))?;
     if !sigbus && ladder.rung == Rung::Neither {

@@ -643,7 +643,7 @@ impl Engine {
 
     /// The background reclaimer's thread id, once it runs (`None` before, or without one):
     /// the uffd handler keeps it off the CPU of the thread whose faults it serves
-    /// (`uffd::HandlerOptions::follow`).
+    /// (`frontend::HandlerOptions::follow`).
     pub fn reclaimer_tid(&self) -> Option<u32> {
         let tid = self.core.kswapd_tid.load(std::sync::atomic::Ordering::Acquire);
         u32::try_from(tid).ok().filter(|&tid| tid != 0)

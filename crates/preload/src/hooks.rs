@@ -35,14 +35,15 @@ use crate::SCAN_PERIOD;
 use engine::hooks::PageOutHook;
 use engine::region::MmId;
 use engine::{Engine, Tier};
+use frontend::handler::Control;
+use frontend::Noted;
 use runstat::trace::{Record, RecordKind, TraceWriter};
 use runstat::{AtomicHistogram, RunConfig, StatsFile};
 use std::io::BufWriter;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use uffd::handler::Control;
-use uffd::{Categories, Noted, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd, Wake};
+use uffd::{Categories, PageMap, PageRegion, Range, RegisterMode, ScanArgs, Uffd, Wake};
 
 /// The least time between two scans (a burst of mmaps asks for many).
 pub const SCAN_GAP: Duration = Duration::from_millis(2);
@@ -58,7 +59,7 @@ pub struct Started {
     /// The handler's control block (its counters).
     pub control: Arc<Control>,
     /// The page source (its counters).
-    pub source: Arc<uffd::UffdSource>,
+    pub source: Arc<frontend::UffdSource>,
     /// Never managed.
     pub exclusions: Exclusions,
     /// This process's pagemap.
@@ -182,7 +183,7 @@ pub struct ShimHooks {
     /// The live and final stats files.
     stats_files: StatsFiles,
     /// `uswap run`'s idle pollers' page (told of every fault), if they run.
-    idle: Option<uffd::idle::IdlePage>,
+    idle: Option<frontend::idle::IdlePage>,
 }
 
 const THREADS_MAX: usize = 4096;
@@ -199,7 +200,7 @@ impl ShimHooks {
         };
         let idle = (config.idle_page.as_deref())
             .map(|path| {
-                uffd::idle::IdlePage::open(std::path::Path::new(path))
+                frontend::idle::IdlePage::open(std::path::Path::new(path))
                     .map_err(|e| format!("cannot map the idle pollers' page {path}: {e}"))
             })
             .transpose()?;
@@ -547,7 +548,7 @@ impl ShimHooks {
     }
 }
 
-impl uffd::Hooks for ShimHooks {
+impl frontend::Hooks for ShimHooks {
     fn forked(&self, engine: &Engine, child: bool) {
         if child {
             // First, while the child's reclaim is still paused (the hook's contract): the

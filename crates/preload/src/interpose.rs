@@ -20,14 +20,14 @@
 //! constructor, from another library's): no allocation; nothing is waited for before the
 //! handler runs, on the handler thread, in a forked child (another pid: the parent's
 //! handler scans the parent), or while a fork holds the handler
-//! ([`uffd::handler::Control::wait_for`]), and never longer than [`ADOPT_WAIT_MAX`].
+//! ([`frontend::handler::Control::wait_for`]), and never longer than [`ADOPT_WAIT_MAX`].
 
 #![allow(unsafe_code)]
 
+use frontend::handler::Control;
 use libc::{c_int, c_void, off_t, size_t};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
-use uffd::handler::Control;
 
 /// A scan was asked for since the last one.
 pub static SCAN_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -74,7 +74,7 @@ pub fn install(control: std::sync::Arc<Control>, pid: i32) {
 }
 
 /// The handler's control block once [`install`]ed: in this process, and in a forked child
-/// (a copy, which forwards through it: `uffd::bring_in_child`).
+/// (a copy, which forwards through it: `frontend::bring_in_child`).
 pub fn control() -> Option<&'static Control> {
     // SAFETY: `CONTROL` is null or came from `Arc::into_raw` in `install`, never released.
     unsafe { CONTROL.load(SeqCst).as_ref() }
@@ -187,7 +187,7 @@ pub unsafe extern "C" fn mmap64(
 /// `mlockall(2)`. With `MCL_CURRENT` the engine stops reclaiming before the call, which
 /// faults in every page to lock it (reclaim would take out what the call brought in, and
 /// scan pages it cannot take). Once it locked, the engine's staging areas are unlocked
-/// again ([`uffd::UffdSource::unlock_lanes`]): pages move only between ranges locked
+/// again ([`frontend::UffdSource::unlock_lanes`]): pages move only between ranges locked
 /// alike, so the engine's takes from the program's now locked memory are refused, as under
 /// `mlock`, and what the program locked stays resident; the engine does not reclaim until
 /// `munlockall` (`Engine::set_all_locked`, docs/RUN.md, "mlock"). The shim's arena is

@@ -8,7 +8,7 @@
 //! system call's buffer) is not a signal: the call fails with EFAULT. Each wrapper calls
 //! libc's own function (found with `dlsym(RTLD_NEXT)`), and when that fails with EFAULT in
 //! SIGBUS mode, in the process that runs the engine, brings in the first managed pages of
-//! the buffer (at most 256 KiB: [`uffd::bring_in`]) and calls again: [`RETRIES`] times at
+//! the buffer (at most 256 KiB: [`frontend::bring_in`]) and calls again: [`RETRIES`] times at
 //! once, then after waits, for at most [`RETRY_FOR`] ([`Retry`]: reclaim may take a page
 //! back between the two, for as long as the process is far over its budget). The call then
 //! copies at least that prefix and returns a short count, from which the program goes on
@@ -158,8 +158,8 @@ pub(crate) fn bring_in_after_efault(buffers: Buffers<'_>, write: bool) -> bool {
         managed
     };
     let (mut managed, waited) = (bring_in(), std::time::Instant::now());
-    while !managed && waited.elapsed() < uffd::CATCH_UP_MAX {
-        if !crate::shim::catch_up(uffd::CATCH_UP_MAX) {
+    while !managed && waited.elapsed() < frontend::CATCH_UP_MAX {
+        if !crate::shim::catch_up(frontend::CATCH_UP_MAX) {
             break; // a forked child, say: no engine to catch up
         }
         managed = bring_in();

@@ -13,11 +13,12 @@
 
 use crate::hooks::{ShimHooks, Started};
 use crate::maps::{self, Exclusions};
+use frontend::{CompressorKind, Delivery, HandlerOptions, Uswap};
 use runstat::env::{self, RunConfig};
 use runstat::settings::{self, FileCache, ZeroPages};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
-use uffd::{CompressorKind, Delivery, HandlerOptions, PageMap, Uswap};
+use uffd::PageMap;
 
 /// The running shim of this process.
 #[derive(Debug)]
@@ -128,20 +129,22 @@ impl From<String> for Refusal {
     }
 }
 
-/// The errors of [`uffd::Builder::build`] that mean no usable userfaultfd for this user now.
-fn lost_userfaultfd(error: &uffd::Error) -> bool {
+/// The errors of [`frontend::Builder::build`] that mean no usable userfaultfd for this user now.
+fn lost_userfaultfd(error: &frontend::Error) -> bool {
     matches!(
         error,
-        uffd::Error::NoKernelFaultPermission { .. }
-            | uffd::Error::Denied { .. }
-            | uffd::Error::Blocked { .. }
+        frontend::Error::Kernel(
+            uffd::Error::NoKernelFaultPermission { .. }
+                | uffd::Error::Denied { .. }
+                | uffd::Error::Blocked { .. }
+        )
     )
 }
 
 /// Leaves an image that cannot have a userfaultfd unmanaged: the shim taken out of the
 /// environment (nothing below is managed either), a stats file that counts it, and the
 /// warning line.
-fn run_unmanaged(config: &RunConfig, pid: i32, error: &uffd::Error) -> Refusal {
+fn run_unmanaged(config: &RunConfig, pid: i32, error: &frontend::Error) -> Refusal {
     leave(config);
     let mut stats = runstat::StatsFile::default();
     stats.set("shim_unmanaged_images", 1);
@@ -231,7 +234,7 @@ pub extern "C" fn uswap_shim_managing() -> libc::c_int {
 }
 
 /// Brings in the first managed pages of a system call's buffer that failed with EFAULT
-/// under SIGBUS delivery, at most `*max_pages` ([`uffd::bring_in`]); false when no page of
+/// under SIGBUS delivery, at most `*max_pages` ([`frontend::bring_in`]); false when no page of
 /// it is managed.
 pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bool {
     // The control block the interposed calls hold, which a forked child reaches too
@@ -240,11 +243,11 @@ pub fn bring_in(addr: usize, len: usize, write: bool, max_pages: &mut u64) -> bo
     let (Ok(engine), Ok(control)) = (state.swap.engine(), state.swap.control()) else {
         return false;
     };
-    uffd::bring_in(&engine, &control, addr as u64, len as u64, write, max_pages)
+    frontend::bring_in(&engine, &control, addr as u64, len as u64, write, max_pages)
 }
 
 /// Lets the engine catch up with ranges registered but not yet regions (the handler's
-/// passes: [`uffd::handler::Control::wait_passes`]), at most `timeout`; at once outside the
+/// passes: [`frontend::handler::Control::wait_passes`]), at most `timeout`; at once outside the
 /// process that runs the engine.
 /// Returns false where there is nothing to wait for (outside that process, or no engine).
 pub fn catch_up(timeout: std::time::Duration) -> bool {
@@ -418,7 +421,7 @@ fn install_panic_hook() {
 /// Why [`build`] failed.
 enum Built {
     /// No usable userfaultfd ([`lost_userfaultfd`]).
-    Lost(uffd::Error),
+    Lost(frontend::Error),
     /// Anything else, said in one line.
     Failed(String),
 }
@@ -473,7 +476,7 @@ fn build(
     builder = match (&config.far, swap_file) {
         // Resolved here, on the program's thread before its main: the resolver may malloc.
         (Some(url), _) => {
-            let far = uffd::FarConfig::parse(url, config.far_replicas as usize)
+            let far = frontend::FarConfig::parse(url, config.far_replicas as usize)
                 .map_err(|e| format!("--far {e}"))?;
             builder.far(far)
         }

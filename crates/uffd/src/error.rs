@@ -1,4 +1,4 @@
-//! The crate's one error type.
+//! The crate's one error type: what the kernel interface can say went wrong.
 //!
 //! Two families. *Environment* errors come from start-up (the probe, creating a uffd): their
 //! message says what is wrong and what to do, because a user reads it once, at start, and
@@ -167,24 +167,11 @@ pub enum Error {
     /// A descriptor was closed or replaced by a direct system call behind uswap's back
     /// (crate `fds`): nothing was read or written through it.
     DescriptorLost { what: String },
-
-    // --- the library (Uswap, Builder, Region) ---
-    /// A value given to the builder or to `map` is unusable; the text names it.
-    Config { what: String },
-    /// The swap file cannot be created or sized.
-    SwapFile { path: std::path::PathBuf, why: String },
-    /// The engine refused an operation.
-    Engine(engine::Error),
-    /// A thread could not be started.
-    Thread { what: &'static str, error: std::io::Error },
-    /// The object belongs to the parent of this forked process: its engine and threads are
-    /// not here.
-    ForkedChild,
 }
 
 impl Error {
     /// Classifies the errno of a resolving ioctl that did `done_bytes` before it stopped.
-    pub(crate) fn resolve(op: Op, errno: Errno, done_bytes: usize) -> Error {
+    pub fn resolve(op: Op, errno: Errno, done_bytes: usize) -> Error {
         match errno.0 {
             libc::EAGAIN => Error::Again { op, done_bytes },
             libc::EEXIST => Error::Exists { op, done_bytes },
@@ -197,7 +184,7 @@ impl Error {
     }
 
     /// An operation's errno, with no partial progress to report.
-    pub(crate) fn os(op: Op, errno: Errno) -> Error {
+    pub fn os(op: Op, errno: Errno) -> Error {
         match errno.0 {
             libc::ESRCH => Error::ProcessGone { op, errno },
             libc::EINVAL => Error::Invalid { op },
@@ -322,16 +309,6 @@ impl core::fmt::Display for Error {
             Error::Register { range, errno } => write!(f, "UFFDIO_REGISTER {range:?}: {errno}"),
             Error::Proc { path, error } => write!(f, "reading {path}: {error}"),
             Error::DescriptorLost { what } => write!(f, "{what}"),
-            Error::Config { what } => write!(f, "bad configuration: {what}"),
-            Error::SwapFile { path, why } => {
-                write!(f, "swap file {}: {why}", path.display())
-            }
-            Error::Engine(error) => write!(f, "engine: {error}"),
-            Error::Thread { what, error } => write!(f, "cannot start {what}: {error}"),
-            Error::ForkedChild => write!(
-                f,
-                "this uswap object belongs to the parent process; a forked child cannot use it"
-            ),
         }
     }
 }

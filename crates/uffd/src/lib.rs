@@ -1,11 +1,12 @@
-//! The kernel-facing layer of uswap: userfaultfd, PAGEMAP_SCAN and the mm syscalls.
+//! uswap's kernel interface: userfaultfd, PAGEMAP_SCAN and the mm syscalls.
 //!
 //! This is the only crate of the project that makes memory-management system calls. The
-//! engine above decides *what* to evict and *where* a page's data lives; this crate moves
-//! pages in and out of a process through the kernel, and reports what happened:
+//! frontend above (crate `frontend`) decides, with the engine, *what* to evict and *where* a
+//! page's data lives; this crate moves pages in and out of a process through the kernel,
+//! and reports what happened:
 //!
 //! ```text
-//!   engine (page-out / page-in, swap cache, reclaim)
+//!   frontend (fault handler, page source, fork, SIGBUS delivery) -> engine
 //!     |  Uffd::read_events (faults + fork/remap/remove/unmap)
 //!     |  Uffd::copy / zeropage / poison / wake         page-in: populate a hole
 //!     |  Staging::move_out / move_in  (UFFDIO_MOVE)     page-out / page-in without copy
@@ -16,10 +17,31 @@
 //!   sys: ioctl(UFFDIO_*), userfaultfd(2), mmap, madvise, mremap, sigaction  (all unsafe here)
 //! ```
 //!
+//! What is here, each a safe wrapper of one kernel interface, usable alone (the tests under
+//! `tests/`, `uswap bench uffd`):
+//!
+//! ```text
+//!   Uffd / UffdBuilder (uffd)      one userfaultfd: register, resolve, read events
+//!   Event (event)                  a uffd message, typed
+//!   Staging (staging)              registered page slots, the far end of every UFFDIO_MOVE
+//!   PageMap (pagemap)              PAGEMAP_SCAN of an address space
+//!   Mapping, MemStatus (mm)        owned anonymous memory, madvise, /proc/self/status
+//!   SigbusResolver (sigbus)        the process-wide SIGBUS handler's armed ranges
+//!   probe (probe)                  what this kernel and process allow, and what to do
+//!   Error, Op (error)              the kernel's answers, typed
+//!   sys                            the raw calls: the only unsafe code of the crate
+//! ```
+//!
 //! Design rules:
+//! - No policy and no engine: this crate depends on no layer of uswap but the descriptor
+//!   registry (`fds`). What to do with a fault, when to evict, how a fork is carried over,
+//!   is the frontend's.
 //! - `unsafe` lives in the leaf module [`sys`] only; everything else is safe Rust with
 //!   `#![deny(unsafe_code)]`. The ABI is hand-written (the system headers are Linux 6.1 and
-//!   lack MOVE, POISON, WP_ASYNC and PAGEMAP_SCAN) and checked at compile time.
+//!   lack MOVE, POISON, WP_ASYNC and PAGEMAP_SCAN) and checked at compile time. A raw call
+//!   whose soundness rests on a caller's invariant (a MOVE out of memory the caller lends
+//!   out, a byte view of managed memory, a SIGBUS dispatcher's context) stays an
+//!   `unsafe fn` here, with its contract; the caller's `SAFETY` comment says why it holds.
 //! - Managed memory is never a Rust reference: the kernel changes it under us. It is
 //!   reached through [`mm::Mapping`]'s volatile and atomic methods, or by address.
 //! - Operations return the kernel's answer typed ([`Error`]): partial progress (EAGAIN with
@@ -31,57 +53,26 @@
 //!
 //! Facts verified on the development kernel (6.18) and the measured costs are in
 //! docs/UFFD.md; the tests under `tests/` are those facts, executable.
-//!
-//! The frontend, which makes the engine page real process memory, lives here too (it is the
-//! only layer that may make mm syscalls):
-//!
-//! ```text
-//!   Uswap / Builder / Region (api)     the library: map, pageout, stats; libuswap.so wraps it
-//!     Handler (handler)                one thread: reads every uffd (the process's and its
-//!                                      forked children's), events first, faults -> engine
-//!     SigbusMode (delivery)            or: the faulting thread resolves its own fault
-//!     UffdSource (source)              engine::PageSource: MOVE out via staging, COPY in
-//!     Trimmer (trim)                   gives freed heap back when it inflates the RSS
-//!   engine::Engine                     decisions and bookkeeping
-//! ```
 
 #![deny(unsafe_code)]
 
-mod api;
-mod counters;
-pub mod delivery;
 pub mod error;
 pub mod event;
-pub mod fence;
-mod follow;
-mod fork;
-pub mod handler;
-pub mod idle;
 pub mod mm;
 pub mod pagemap;
 pub mod probe;
 pub mod sigbus;
-pub mod source;
 pub mod staging;
 pub mod sys;
-pub mod trim;
 pub mod types;
 mod uffd;
 
-pub use api::{
-    Builder, CompressorKind, Incompressible, LargeFolios, Region, Stats, SwapTarget, Uswap,
-    REQUIRED_FEATURES,
-};
-pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::{Error, Op};
 pub use event::Event;
-pub use far::FarConfig;
-pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
 pub use probe::{probe, Probe};
 pub use sigbus::{SigbusFault, SigbusResolver};
-pub use source::{SourceStats, UffdSource};
 pub use staging::{SlotIndex, SlotRun, Staging, StagingStats};
 pub use sys::Errno;
 pub use types::{CopyMode, Features, Ioctls, KernelVersion, MoveMode, Range, RegisterMode, Wake};

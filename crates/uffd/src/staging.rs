@@ -47,7 +47,8 @@ pub struct SlotRun {
 }
 
 impl SlotRun {
-    pub(crate) fn slots(self) -> core::ops::Range<usize> {
+    /// The slot indices of the run.
+    pub fn slots(self) -> core::ops::Range<usize> {
         let first = self.first.0 as usize;
         first..first + self.pages as usize
     }

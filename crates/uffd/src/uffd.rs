@@ -163,7 +163,7 @@ impl UffdBuilder {
 
 /// `/dev/userfaultfd`, opened once and kept (close-on-exec): access is checked at open,
 /// so a forked child, which inherits the descriptor, gets its own uffd through it even if
-/// the device has since lost its permission or gone (crate::fork). An exec'd image opens
+/// the device has since lost its permission or gone (frontend::fork). An exec'd image opens
 /// it again, and is refused then.
 static DEVICE: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
 
@@ -414,8 +414,13 @@ impl Uffd {
 
     /// The raw descriptor number now (for the SIGBUS resolver's table, and a poll set:
     /// [`fds::generation`] says when a move made it stale).
-    pub(crate) fn raw_fd(&self) -> i32 {
+    pub fn raw_fd(&self) -> i32 {
         self.fd.number()
+    }
+
+    /// Whether this uffd is `fd` (the same descriptor number).
+    pub fn is_fd(&self, fd: i32) -> bool {
+        self.raw_fd() == fd
     }
 
     /// Runs `f` with the descriptor, in the registry's guard (module essay).

@@ -1,5 +1,5 @@
 //! `uswap bench fault`: what a fault on managed memory costs, end to end through the
-//! library (`uffd::Uswap`): the program's access, the delivery, the engine's swap-in, the
+//! library (`frontend::Uswap`): the program's access, the delivery, the engine's swap-in, the
 //! map. The default delivery mode is chosen from these rows (docs/UFFD.md, "Delivery: the
 //! decision").
 //!
@@ -27,9 +27,10 @@
 
 use crate::report::{format_figure, Report};
 use anyhow::Context;
+use frontend::{Delivery, Uswap};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
-use uffd::{Delivery, Mapping, Uswap, PAGE_SIZE};
+use uffd::{Mapping, PAGE_SIZE};
 
 /// Faults left out of each histogram while caches and threads warm up.
 const WARMUP_FAULTS: usize = 32;
@@ -193,7 +194,11 @@ fn measure(mode: Delivery, kind: Kind, order: u32, faults: usize) -> anyhow::Res
 
 /// Waits until the last written page is charged (a fault's map wakes the writer before the
 /// handler records the page), then pages everything out.
-fn settle_and_page_out(swap: &Uswap, region: &uffd::Region, pages: usize) -> anyhow::Result<u64> {
+fn settle_and_page_out(
+    swap: &Uswap,
+    region: &frontend::Region,
+    pages: usize,
+) -> anyhow::Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while swap.stats()?.engine.gauges.resident_pages < pages as u64 {
         anyhow::ensure!(Instant::now() < deadline, "pages never became resident");

@@ -38,7 +38,7 @@ enum Child {
 /// userfaultfd unavailable, a failed fork, or a child that read a wrong page.
 pub fn run(common: &CommonOpts) -> Result<Report> {
     let (region_mib, budget_mib, rounds) = if common.quick { (16, 8, 5) } else { (256, 64, 21) };
-    let swap = uffd::Uswap::builder()
+    let swap = frontend::Uswap::builder()
         .budget_bytes(budget_mib << 20)
         .swap_size_bytes((region_mib * 4) << 20)
         .build()

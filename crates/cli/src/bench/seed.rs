@@ -254,7 +254,8 @@ struct Step {
 /// One run of the zero-page program: `LEN` bytes written with `byte`, paged out, every
 /// byte read back. Returns the steps and the growth of VmRSS over the reads.
 fn zero_page_program(byte: u8) -> anyhow::Result<(Vec<Step>, u64)> {
-    use uffd::{MemStatus, Uswap, PAGE_SIZE};
+    use frontend::Uswap;
+    use uffd::{MemStatus, PAGE_SIZE};
     const LEN: usize = 20 << 20;
     let swap = Uswap::builder().budget_bytes(64 << 20).swap_size_bytes(64 << 20).build()?;
     let mut steps = vec![Step { name: "uswap started", status: MemStatus::read()? }];

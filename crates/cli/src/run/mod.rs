@@ -41,6 +41,7 @@ use checks::{
     swap_size,
 };
 use engine::LargeFolios;
+use frontend::idle::{IdlePage, IdlePolling};
 use runstat::env::RunConfig;
 use runstat::settings::{Delivery, FileCache, Switch};
 use runstat::{format_size, StatsFile};
@@ -48,7 +49,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 pub use sys::time_of_day;
-use uffd::idle::{IdlePage, IdlePolling};
 
 /// A line on stderr that a closed stderr does not turn into a panic: nothing `uswap run`
 /// says may change the exit status it passes on (`... 2>&1 | true` closes the pipe).

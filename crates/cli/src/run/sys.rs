@@ -9,12 +9,12 @@
 
 use super::{Plan, RunArgs};
 use anyhow::{bail, Context, Result};
+use frontend::idle::{IdlePage, IdleStats, Pollers};
 use runstat::env::RunConfig;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
-use uffd::idle::{IdlePage, IdleStats, Pollers};
 
 /// How the program ended.
 #[derive(Debug)]

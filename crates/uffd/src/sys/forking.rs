@@ -1,5 +1,5 @@
-//! The system calls of the fork protocol (crate `fork` module): the child's hold pipe, the
-//! forking thread's signal mask, and glibc's list of stdio streams.
+//! The system calls of the fork protocol (the frontend's `fork` module): the child's hold
+//! pipe, the forking thread's signal mask, and glibc's list of stdio streams.
 
 use super::{check, Errno};
 use std::os::fd::{FromRawFd, OwnedFd};

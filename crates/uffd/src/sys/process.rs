@@ -207,7 +207,7 @@ pub fn thread_cpu(tid: u32) -> Option<usize> {
 
 /// Field 39 (`processor`) of a `/proc/PID/stat` line. The second field, the command, is in
 /// parentheses and may hold spaces and parentheses: counting starts after the last `)`.
-pub(crate) fn stat_cpu(stat: &[u8]) -> Option<usize> {
+pub fn stat_cpu(stat: &[u8]) -> Option<usize> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     // After the command come fields 3, 4, ...: field 39 is the 37th.

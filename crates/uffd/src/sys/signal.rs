@@ -532,7 +532,7 @@ impl<'a> SigbusResolver<'a> {
     }
 
     /// The table slot this resolver holds.
-    pub(crate) fn slot_index(&self) -> usize {
+    pub fn slot_index(&self) -> usize {
         self.slot
     }
 

@@ -354,7 +354,7 @@ fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
 /// The uswap side's `--idle-poll`, checked here for the same reason.
 fn uswap_idle_poll(args: &CompareArgs) -> Result<Option<String>> {
     let Some(text) = &args.idle_poll else { return Ok(None) };
-    let polling: uffd::idle::IdlePolling =
+    let polling: frontend::idle::IdlePolling =
         text.parse().map_err(|e| anyhow::anyhow!("--idle-poll {e}"))?;
     Ok(Some(polling.to_string()))
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use uffd::{Error, Uswap, PAGE_SIZE};
+use frontend::{Error, Uswap, PAGE_SIZE};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -68,7 +68,11 @@ fn userfaultfd_blocked_by_seccomp_is_a_clear_error() {
             return 2;
         }
         match Uswap::builder().swap_in_memory().build() {
-            Err(e @ Error::Blocked { .. }) if e.to_string().contains("seccomp") => 0,
+            Err(e @ Error::Kernel(uffd::Error::Blocked { .. }))
+                if e.to_string().contains("seccomp") =>
+            {
+                0
+            }
             Err(e) => {
                 eprintln!("unexpected error: {e}");
                 1
@@ -99,7 +103,7 @@ fn no_permission_for_kernel_faults_is_a_clear_error_unless_waived() {
         }
         let builder = || Uswap::builder().budget_bytes(4 << 20).swap_in_memory();
         match builder().build() {
-            Err(e @ Error::NoKernelFaultPermission { .. })
+            Err(e @ Error::Kernel(uffd::Error::NoKernelFaultPermission { .. }))
                 if e.to_string().contains("CAP_SYS_PTRACE") => {}
             Err(e) => {
                 eprintln!("unexpected error: {e}");

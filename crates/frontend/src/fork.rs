@@ -52,10 +52,10 @@
 //! Context: the handlers run on the forking thread, prepare before glibc takes its malloc
 //! locks, parent and child after the fork.
 
-use crate::sys::forking::{self, SignalMask};
-use crate::sys::process;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, Weak};
+use uffd::sys::forking::{self, SignalMask};
+use uffd::sys::process;
 
 /// What a swap does at each step of a fork (the module essay's table).
 pub(crate) trait Forkable: Send + Sync {
@@ -94,8 +94,8 @@ pub(crate) fn register(swap: Weak<dyn Forkable>) -> Result<(), crate::Error> {
     match RESULT.load(std::sync::atomic::Ordering::SeqCst) {
         0 => {}
         errno => {
-            let errno = crate::sys::Errno(errno);
-            return Err(crate::Error::Os { op: crate::error::Op::Atfork, errno });
+            let errno = uffd::sys::Errno(errno);
+            return Err(uffd::Error::Os { op: uffd::Op::Atfork, errno }.into());
         }
     }
     let mut swaps = crate::source::lock(&SWAPS);
@@ -150,12 +150,12 @@ extern "C" fn child() {
 
 use crate::api::{Forking, Inner, Parts};
 use crate::delivery::{Delivery, SigbusMode};
-use crate::error::Error;
 use crate::handler::Control;
 use crate::source::lock;
-use crate::types::{Range, Wake};
-use crate::uffd::Uffd;
+use crate::Error;
 use engine::region::MmId;
+use uffd::types::{Range, Wake};
+use uffd::Uffd;
 
 /// The registry's names for a fork's hold pipe.
 static HOLD_READ: fds::Kind = fds::Kind {
@@ -304,7 +304,7 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
     drop(boot_dispatcher);
     if source.protects_zero_pages() {
         for (addr, pages) in engine.zero_mapped_ranges(MmId::DEFAULT) {
-            let range = Range::new(addr as usize, pages as usize * crate::PAGE_SIZE)?;
+            let range = Range::new(addr as usize, pages as usize * uffd::PAGE_SIZE)?;
             // A page written since the fork is protected too: its next write faults and
             // the engine makes it resident and charged, as for any zero page.
             let _ = uffd.writeprotect(range, true, Wake::DontWake);
@@ -368,18 +368,14 @@ fn intervals(maps: &str) -> Vec<(u64, u64)> {
 
 /// Registers every range with `uffd`, or none: a failure unregisters what was, so that the
 /// unmanaged fallback can write the child's memory directly.
-fn register_all(
-    uffd: &Uffd,
-    ranges: &[(u64, u64)],
-    mode: crate::RegisterMode,
-) -> Result<(), Error> {
+fn register_all(uffd: &Uffd, ranges: &[(u64, u64)], mode: uffd::RegisterMode) -> Result<(), Error> {
     let range = |&(start, end): &(u64, u64)| Range::new(start as usize, (end - start) as usize);
     for (done, piece) in ranges.iter().enumerate() {
         if let Err(error) = range(piece).and_then(|r| uffd.register(r, mode).map(drop)) {
             for piece in &ranges[..done] {
                 let _ = range(piece).and_then(|r| uffd.unregister(r));
             }
-            return Err(error);
+            return Err(error.into());
         }
     }
     Ok(())
@@ -401,7 +397,7 @@ fn run_unmanaged(old: &Arc<Parts>, error: &Error) {
     let mut lost = 0u64;
     for (addr, pages) in engine.swapped_ranges(MmId::DEFAULT) {
         for page in 0..pages {
-            let at = addr + page * crate::PAGE_SIZE as u64;
+            let at = addr + page * uffd::PAGE_SIZE as u64;
             if engine.handle_fault_in(MmId::DEFAULT, at, false).is_err() {
                 lost += 1;
             }
@@ -419,14 +415,6 @@ fn run_unmanaged(old: &Arc<Parts>, error: &Error) {
     );
     let len = cursor.position() as usize;
     process::write_stderr(&line[..len]);
-}
-
-impl Uffd {
-    /// Whether this uffd is `fd` (the same descriptor number).
-    #[allow(dead_code)]
-    pub(crate) fn is_fd(&self, fd: i32) -> bool {
-        self.raw_fd() == fd
-    }
 }
 
 #[cfg(test)]

@@ -47,14 +47,14 @@
 //! poller's check sees the new epoch, or the notifier sees it parked and wakes the futex, or
 //! the futex's own comparison fails.
 
-use crate::sys::mapping::Mapping;
-use crate::sys::process;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use uffd::sys::mapping::Mapping;
+use uffd::sys::process;
 
 /// The window of [`IdlePolling::auto`]: as long as the kernel's haltpoll polls by default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_micros(200);
@@ -183,7 +183,7 @@ impl IdlePage {
     pub fn create(path: &Path) -> std::io::Result<IdlePage> {
         let file =
             std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-        file.set_len(crate::PAGE_SIZE as u64)?;
+        file.set_len(uffd::PAGE_SIZE as u64)?;
         IdlePage::map(file)
     }
 
@@ -193,14 +193,14 @@ impl IdlePage {
     /// The file cannot be opened or mapped, or is not a page long.
     pub fn open(path: &Path) -> std::io::Result<IdlePage> {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-        if file.metadata()?.len() != crate::PAGE_SIZE as u64 {
+        if file.metadata()?.len() != uffd::PAGE_SIZE as u64 {
             return Err(std::io::Error::other(format!("{} is not one page", path.display())));
         }
         IdlePage::map(file)
     }
 
     fn map(file: File) -> std::io::Result<IdlePage> {
-        let map = Mapping::shared_file(file.as_fd(), crate::PAGE_SIZE)
+        let map = Mapping::shared_file(file.as_fd(), uffd::PAGE_SIZE)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         drop(file);
         Ok(IdlePage { map })

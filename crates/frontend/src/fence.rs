@@ -45,8 +45,8 @@
 //! at most [`ENTER_SPINS_MAX`] spins; writing is the handler thread's, waiting only for
 //! takes already inside, which wait for nothing.
 
-use crate::sys::process;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use uffd::sys::process;
 
 /// The fence is open: takes enter.
 const OPEN: u32 = 0;

@@ -28,10 +28,10 @@
 //! (`EngineConfig::reclaimer_cpus`), and under SIGBUS delivery, where the faulting thread
 //! serves its own fault.
 
-use crate::sys::process;
 use engine::Engine;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+use uffd::sys::process;
 
 /// How often the follower looks at the faults served since its last look.
 pub(crate) const PERIOD: Duration = Duration::from_millis(10);

@@ -12,7 +12,8 @@
 mod common;
 
 use common::swap_or_skip;
-use uffd::{Delivery, MemStatus, Uswap, PAGE_SIZE};
+use frontend::{Delivery, Uswap, PAGE_SIZE};
+use uffd::MemStatus;
 
 const LEN: usize = 20 << 20;
 

@@ -36,15 +36,15 @@
 
 #![allow(unsafe_code)]
 
-use crate::error::Error;
 use crate::handler::{Control, Hooks};
-use crate::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
 use crate::source::UffdSource;
-use crate::sys::process;
+use crate::Error;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use uffd::sigbus::{Dispatch, SigbusFault, SigbusResolver, BUS_ADRERR};
+use uffd::sys::process;
 
 /// How faults on managed pages are delivered (module essay).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl SigbusMode {
     /// be dropped (it would free the slot again): the child forgets the parent's parts.
     pub(crate) fn disarm_in_child(&self) {
         if let Some(resolver) = &self.resolver {
-            crate::sys::signal::free_in_child(resolver.slot_index());
+            uffd::sys::signal::free_in_child(resolver.slot_index());
         }
     }
 
@@ -120,7 +120,7 @@ impl SigbusMode {
     /// resolution's time as its wait).
     ///
     /// # Errors
-    /// sigaction's errno; [`Error::SigbusSlotsFull`].
+    /// sigaction's errno; [`uffd::Error::SigbusSlotsFull`] (as [`Error::Kernel`]).
     pub fn arm(
         engine: Arc<Engine>,
         source: Arc<UffdSource>,
@@ -183,7 +183,7 @@ pub fn bring_in(
     write: bool,
     max_pages: &mut u64,
 ) -> bool {
-    const PAGE: u64 = crate::PAGE_SIZE as u64;
+    const PAGE: u64 = uffd::PAGE_SIZE as u64;
     let (start, end) = (addr & !(PAGE - 1), addr.saturating_add(len));
     let mut ranges = engine.region_ranges(MmId::DEFAULT);
     ranges.sort_unstable();
@@ -227,7 +227,7 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
     if fault.code != BUS_ADRERR {
         return Dispatch::NotMine;
     }
-    let addr = fault.addr as u64 & !(crate::PAGE_SIZE as u64 - 1);
+    let addr = fault.addr as u64 & !(uffd::PAGE_SIZE as u64 - 1);
     // A write to a present page: a write-protect fault (a protected zero page's first write).
     let wp = fault.write && fault.present;
     // One look at the pid per fault (a system call), for the child test and the hooks.

@@ -15,17 +15,17 @@
 mod common;
 
 use common::{describe_page, fill_page, page_is, settle_resident, swap_or_skip};
+use frontend::{Delivery, Uswap, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uffd::{Delivery, Uswap, PAGE_SIZE};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn builder() -> uffd::Builder {
+fn builder() -> frontend::Builder {
     Uswap::builder().budget_bytes(16 << 20).swap_size_bytes(64 << 20)
 }
 
@@ -158,7 +158,7 @@ struct ForkHookSees {
     paused: AtomicU64,
 }
 
-impl uffd::Hooks for ForkHookSees {
+impl frontend::Hooks for ForkHookSees {
     fn forked(&self, engine: &engine::Engine, child: bool) {
         if child {
             self.paused.store(if engine.reclaim_paused() { 1 } else { 2 }, Ordering::SeqCst);
@@ -174,7 +174,7 @@ impl uffd::Hooks for ForkHookSees {
 fn the_childs_hook_runs_before_its_reclaim_resumes() {
     let _serial = serial();
     let hooks = Arc::new(ForkHookSees::default());
-    let options = uffd::HandlerOptions { hooks: Some(hooks.clone()), ..Default::default() };
+    let options = frontend::HandlerOptions { hooks: Some(hooks.clone()), ..Default::default() };
     let Some(swap) = swap_or_skip(builder().handler_options(options)) else { return };
     const PAGES: usize = 8;
     let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
@@ -566,8 +566,8 @@ fn refused_page_out(how: Refusal) {
 /// every page of the region (page `i` version 4 if `first_page(i)`, else 2); then lets the
 /// orphans be restored.
 fn fork_while_orphans_are_out(
-    swap: &uffd::Uswap,
-    region: &uffd::Region,
+    swap: &frontend::Uswap,
+    region: &frontend::Region,
     first_page: impl Fn(usize) -> bool,
 ) {
     let source = swap.source().unwrap().clone();

@@ -68,20 +68,20 @@
 //! program, so a few hundred cover any program), [`RETAIN_MAX`] retained faults,
 //! [`HOLDS_MAX`] children's hold pipes polled.
 
-use crate::error::Error;
-use crate::event::Event;
-use crate::pagemap::{Categories, PageMap, ScanArgs};
 use crate::source::{lock, UffdSource};
-use crate::sys::{call, process};
-use crate::types::Range;
-use crate::uffd::{Uffd, READ_BATCH};
-use crate::PAGE_SIZE;
+use crate::Error;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome, HoldId};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use uffd::event::Event;
+use uffd::pagemap::{Categories, PageMap, ScanArgs};
+use uffd::sys::{call, process};
+use uffd::types::Range;
+use uffd::PAGE_SIZE;
+use uffd::{Uffd, READ_BATCH};
 
 /// Messages buffered between reading and processing.
 pub const PENDING_MAX: usize = 4096;
@@ -273,7 +273,7 @@ impl Control {
     }
 
     fn new() -> Result<Control, Error> {
-        let wake = call::eventfd().map_err(|e| Error::os(crate::error::Op::Eventfd, e))?;
+        let wake = call::eventfd().map_err(|e| uffd::Error::os(uffd::Op::Eventfd, e))?;
         let wake = fds::Fd::place(wake, &WAKE);
         Ok(Control {
             wake,
@@ -424,7 +424,7 @@ impl Control {
     /// In a forked child: the wake eventfd is the parent's handler's copy, and its owner
     /// is forgotten with the parent's parts: closed by number.
     pub(crate) fn close_wake_in_child(&self) {
-        let _ = crate::sys::forking::close_raw(self.wake.number());
+        let _ = uffd::sys::forking::close_raw(self.wake.number());
     }
 
     /// Releases `holds` on the handler thread, at its next pass (before it starts, for a

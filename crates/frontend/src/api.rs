@@ -11,7 +11,7 @@
 //!
 //! What [`Builder::build`] sets up, in order, refusing bad input before anything is
 //! registered: the configuration is validated (budget, folio order, swap size); the kernel is
-//! probed ([`crate::probe()`]: userfaultfd blocked by seccomp, no permission to trap
+//! probed ([`uffd::probe()`]: userfaultfd blocked by seccomp, no permission to trap
 //! kernel-mode faults, a kernel without a needed feature, each with what to do); the swap file
 //! is created; then the event uffd, the page source ([`UffdSource`]), the engine (with its
 //! background reclaimer), the handler thread ([`crate::handler`]), the SIGBUS dispatcher in
@@ -37,15 +37,9 @@
 #![allow(unsafe_code)]
 
 use crate::delivery::{Delivery, SigbusMode, SigbusStats};
-use crate::error::Error;
 use crate::handler::{Control, Handler, HandlerOptions, HandlerStats};
-use crate::mm::{Advice, Mapping};
-use crate::probe::Probe;
 use crate::source::{SourceStats, UffdSource};
-use crate::sys::process;
-use crate::types::Features;
-use crate::uffd::Uffd;
-use crate::PAGE_SIZE;
+use crate::Error;
 use engine::config::ZswapSettings;
 use engine::defaults::LIBRARY;
 use engine::stats::StatsSnapshot;
@@ -54,6 +48,12 @@ use engine::{BackendConfig, Engine, EngineConfig, SwapConfig, MAX_ORDER};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
+use uffd::mm::{Advice, Mapping};
+use uffd::probe::Probe;
+use uffd::sys::process;
+use uffd::types::Features;
+use uffd::Uffd;
+use uffd::PAGE_SIZE;
 pub use zswap::{CompressorKind, Incompressible};
 
 /// The uffd features every managed process needs: eviction by MOVE, the events a process's
@@ -379,9 +379,10 @@ impl Builder {
     /// Validates, probes, and starts everything (module essay).
     ///
     /// # Errors
-    /// [`Error::Config`] for a bad value; the probe's environment errors
-    /// ([`Error::Blocked`], [`Error::NotBuilt`], [`Error::Denied`],
-    /// [`Error::NoKernelFaultPermission`], [`Error::KernelTooOld`]); [`Error::SwapFile`];
+    /// [`Error::Config`] for a bad value; the probe's environment errors, as [`Error::Kernel`]
+    /// ([`uffd::Error::Blocked`], [`uffd::Error::NotBuilt`], [`uffd::Error::Denied`],
+    /// [`uffd::Error::NoKernelFaultPermission`], [`uffd::Error::KernelTooOld`]);
+    /// [`Error::SwapFile`];
     /// set-up failures of the uffd, the engine or a thread. Nothing is left behind on error.
     ///
     /// Context: spawns three threads; may create a file.
@@ -389,7 +390,7 @@ impl Builder {
         self.engine_config(BackendConfig::Memory)
             .validate()
             .map_err(|e| Error::Config { what: engine_message(e) })?;
-        let probe = crate::probe()?;
+        let probe = uffd::probe()?;
         let kernel_faults = self.check_environment(&probe)?;
         let backend = self.make_backend()?;
         let config = self.engine_config(backend);
@@ -433,8 +434,8 @@ impl Builder {
     /// faults will be trapped.
     ///
     /// # Errors
-    /// [`Error::KernelTooOld`] naming the first missing feature;
-    /// [`Error::NoKernelFaultPermission`] when they are required and not allowed.
+    /// As [`Error::Kernel`]: [`uffd::Error::KernelTooOld`] naming the first missing feature;
+    /// [`uffd::Error::NoKernelFaultPermission`] when they are required and not allowed.
     pub fn check_environment(&self, probe: &Probe) -> Result<bool, Error> {
         probe.require(self.features())?;
         let required = self.require_kernel_faults.unwrap_or(self.delivery == Delivery::Handler);
@@ -497,7 +498,7 @@ impl Settings {
     /// a child's start-up).
     pub(crate) fn open_uffd(&self, sigbus: bool) -> Result<Uffd, Error> {
         let features = if sigbus { self.features | Features::SIGBUS } else { self.features };
-        Uffd::builder().user_mode_only(self.user_mode_only).require(features).open()
+        Ok(Uffd::builder().user_mode_only(self.user_mode_only).require(features).open()?)
     }
 
     /// A forked child's own swap device backend: a new private file beside the parent's
@@ -712,7 +713,7 @@ impl Uswap {
         parts.engine.add_region(start, len).map_err(Error::Engine)?;
         if let Err(error) = parts.uffd.register(range, parts.source.register_mode()) {
             parts.engine.unmap(start, len);
-            return Err(error);
+            return Err(error.into());
         }
         Ok(Region { inner: self.inner.clone(), map: Some(map), range })
     }
@@ -848,7 +849,7 @@ pub struct Region {
     inner: Arc<Inner>,
     /// `Some` until unmapped.
     map: Option<Mapping>,
-    range: crate::types::Range,
+    range: uffd::types::Range,
 }
 
 impl Region {
@@ -877,22 +878,24 @@ impl Region {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the region is managed by this engine (transparent), mapped until `self`
         // drops, never discarded by safe code, and `&self` excludes `as_mut_slice`.
-        unsafe { crate::sys::process::region_bytes(self.addr(), self.len()) }
+        unsafe { uffd::sys::process::region_bytes(self.addr(), self.len()) }
     }
 
     /// The region's bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as `as_slice`, and `&mut self` excludes every other borrow.
-        unsafe { crate::sys::process::region_bytes_mut(self.addr(), self.len()) }
+        unsafe { uffd::sys::process::region_bytes_mut(self.addr(), self.len()) }
     }
 
     /// Pages out `[offset, offset + len)` of the region now (see [`Uswap::pageout`]).
     ///
     /// # Errors
-    /// As [`Uswap::pageout`]; [`Error::OutOfBounds`] for a range outside the region.
+    /// As [`Uswap::pageout`]; [`uffd::Error::OutOfBounds`] (as [`Error::Kernel`]) for a range
+    /// outside the region.
     pub fn pageout(&self, offset: usize, len: usize) -> Result<u64, Error> {
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {
-            return Err(Error::OutOfBounds { offset, len_bytes: len, size_bytes: self.len() });
+            let size_bytes = self.len();
+            return Err(uffd::Error::OutOfBounds { offset, len_bytes: len, size_bytes }.into());
         }
         Uswap { inner: self.inner.clone() }.pageout(self.addr() + offset, len)
     }
@@ -922,7 +925,7 @@ impl Region {
         parts.source.forget_orphans(start, len);
         parts.engine.unmap(start, len);
         drop(map);
-        unregistered
+        Ok(unregistered?)
     }
 }
 
@@ -935,13 +938,13 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::Attempts;
-    use crate::types::KernelVersion;
-    use crate::uffd::Via;
+    use uffd::probe::Attempts;
+    use uffd::types::KernelVersion;
+    use uffd::Via;
 
     fn probe(features: u64, kernel_faults: bool) -> Probe {
-        let denied = (!kernel_faults).then_some(Error::NoKernelFaultPermission {
-            errno: crate::Errno(libc::EPERM),
+        let denied = (!kernel_faults).then_some(uffd::Error::NoKernelFaultPermission {
+            errno: uffd::Errno(libc::EPERM),
             user_mode_only_works: true,
         });
         Probe {
@@ -971,7 +974,7 @@ mod tests {
     fn kernel_faults_are_required_in_handler_mode_unless_waived() {
         let p = probe(0x1ffff, false);
         let e = Builder::default().check_environment(&p).unwrap_err();
-        assert!(matches!(e, Error::NoKernelFaultPermission { .. }), "{e}");
+        assert!(matches!(e, Error::Kernel(uffd::Error::NoKernelFaultPermission { .. })), "{e}");
         let waived = Builder::default().require_kernel_faults(false);
         assert!(!waived.check_environment(&p).unwrap());
         let sigbus = Builder::default().delivery(Delivery::Sigbus);

@@ -6,14 +6,12 @@ mod common;
 
 use engine::region::MmId;
 use engine::{Engine, EngineConfig};
+use frontend::handler::Handler;
+use frontend::{HandlerOptions, Hooks, Noted, UffdSource, REQUIRED_FEATURES};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use uffd::handler::Handler;
-use uffd::{
-    Advice, Features, HandlerOptions, Hooks, Mapping, Noted, RegisterMode, UffdSource, PAGE_SIZE,
-    REQUIRED_FEATURES,
-};
+use uffd::{Advice, Features, Mapping, RegisterMode, PAGE_SIZE};
 
 #[derive(Debug, Default)]
 struct Recorder {

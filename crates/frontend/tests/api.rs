@@ -5,9 +5,9 @@
 mod common;
 
 use common::{fill_page, page_is, swap_or_skip};
-use uffd::{Delivery, Error, Uswap, PAGE_SIZE};
+use frontend::{Delivery, Error, Uswap, PAGE_SIZE};
 
-fn builder() -> uffd::Builder {
+fn builder() -> frontend::Builder {
     Uswap::builder().budget_bytes(64 << 20).swap_size_bytes(64 << 20)
 }
 

@@ -24,9 +24,9 @@
 //! Context: called by the handler thread only, in normal mode (never while a fork holds
 //! the allocator's locks). Allocates a little (reading /proc/self/statm).
 
-use crate::sys::process;
 use engine::Engine;
 use std::time::{Duration, Instant};
+use uffd::sys::process;
 
 /// How often the excess is measured (a statm read and an engine gauge snapshot).
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(10);
@@ -94,5 +94,5 @@ fn anon_rss_bytes() -> Option<u64> {
     let mut fields = statm.split_whitespace().skip(1).map(|f| f.parse::<u64>().ok());
     let resident = fields.next()??;
     let shared = fields.next()??;
-    Some(resident.saturating_sub(shared) * crate::PAGE_SIZE as u64)
+    Some(resident.saturating_sub(shared) * uffd::PAGE_SIZE as u64)
 }

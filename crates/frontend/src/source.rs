@@ -74,19 +74,19 @@
 
 #![allow(unsafe_code)]
 
-use crate::error::Error;
 use crate::fence::Fence;
-use crate::mm::{Advice, Mapping};
-use crate::staging::{SlotIndex, SlotRun, Staging};
-use crate::types::{CopyMode, Features, MoveMode, Range, RegisterMode, Wake};
-use crate::uffd::Uffd;
-use crate::PAGE_SIZE;
 use engine::{Mapped, PageSource, SourceError, Taken};
 use std::collections::VecDeque;
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
 };
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use uffd::mm::{Advice, Mapping};
+use uffd::staging::{SlotIndex, SlotRun, Staging};
+use uffd::types::{CopyMode, Features, MoveMode, Range, RegisterMode, Wake};
+use uffd::Error;
+use uffd::Uffd;
+use uffd::PAGE_SIZE;
 
 const PAGE: usize = PAGE_SIZE;
 
@@ -346,7 +346,7 @@ impl UffdSource {
     /// uffd's descriptor, which nothing will use again, is closed.
     fn replace_inherited_home(&self, home: Home) {
         let old = self.home.swap(Arc::new(home));
-        let _ = crate::sys::forking::close_raw(old.lanes.quiet.raw_fd());
+        let _ = uffd::sys::forking::close_raw(old.lanes.quiet.raw_fd());
         std::mem::forget(old);
     }
 
@@ -692,7 +692,7 @@ impl UffdSource {
                     add(&self.counters.undo_pages, u64::from(done));
                     return;
                 }
-                Err(Error::Again { .. }) => crate::sys::process::sched_yield(),
+                Err(Error::Again { .. }) => uffd::sys::process::sched_yield(),
                 // Any other answer: the pages left in staging are orphans.
                 Err(_) => break,
             }
@@ -757,7 +757,7 @@ impl UffdSource {
         for lane in home.lanes.lanes.iter() {
             let mut lane = lock(lane);
             for range in [lane.staging.range(), lane.discard.range()] {
-                let _ = crate::sys::mem::munlock(range.start(), range.len_bytes());
+                let _ = uffd::sys::mem::munlock(range.start(), range.len_bytes());
             }
             let len = lane.discard.range().len_bytes();
             if lane.discard.advise(0, len, Advice::DontNeed).is_err() {
@@ -1016,7 +1016,7 @@ impl UffdSource {
 
     fn populate_write(&self, addr: u64, len: u64) {
         let Ok(range) = Range::new(addr as usize, len as usize) else { return };
-        if crate::mm::populate_write(range).is_ok() {
+        if uffd::mm::populate_write(range).is_ok() {
             add(&self.counters.cow_broken, range.page_count() as u64);
         }
     }
@@ -1193,7 +1193,7 @@ impl PageSource for UffdSource {
             // No uffd to poison through: the page is made inaccessible, so the access is
             // SIGSEGV rather than a read of zeros.
             return Range::new(addr as usize, len as usize)
-                .and_then(crate::mm::protect_none)
+                .and_then(uffd::mm::protect_none)
                 .map_err(|e| SourceError::Failed(e.to_string()));
         }
         self.fill(addr, len as usize, &self.counters.poisoned_pages, |at, _, len| {

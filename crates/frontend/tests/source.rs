@@ -6,8 +6,9 @@ mod common;
 
 use common::{pattern, uffd_or_skip};
 use engine::{Mapped, PageSource, SourceError, Taken};
+use frontend::UffdSource;
 use std::sync::Arc;
-use uffd::{Advice, CopyMode, Event, Features, Mapping, RegisterMode, UffdSource, PAGE_SIZE};
+use uffd::{Advice, CopyMode, Event, Features, Mapping, RegisterMode, PAGE_SIZE};
 
 const FOLIO: usize = 4;
 

@@ -22,10 +22,11 @@
 mod common;
 
 use common::{fill_page, swap_or_skip};
+use frontend::{Delivery, Uswap, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uffd::{Delivery, MemStatus, Uswap, PAGE_SIZE};
+use uffd::MemStatus;
 
 const WORKERS: usize = 4;
 const PAGERS: usize = 2;
