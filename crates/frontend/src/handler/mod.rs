@@ -24,34 +24,15 @@
 //! that event; spinning on it would wait for itself. Retained faults are retried after the
 //! next read, with a short poll timeout as the bound.
 //!
-//! **Fork mode.** A forked child carries on with a copy of this process's engine
-//! (crate::fork), so at the fork the engine must be at rest. The fork's prepare handler
-//! pauses the engine's reclaim and asks this thread into fork mode: it keeps reading (a
-//! thread whose fault is unread stays blocked, which is what is wanted) but processes
-//! nothing, with one exception: the forking thread's own faults (glibc's fork touches the
-//! malloc arenas and stdio streams, which may be paged out). Those it serves completely,
-//! waking the forking thread only once the engine has returned, so that thread never
-//! reaches the fork while the engine is mid-fault. Everything else read meanwhile waits in
-//! reserved buffers (no allocation: a library's engine may allocate from glibc's heap,
-//! whose locks the forking thread takes), and is processed when the mode ends.
+//! **Fork mode and children's references** (`children`): at a fork the thread serves
+//! only the forking thread's faults until the fork is done, and it keeps a forked child's
+//! references to swap slots until the child exits or execs.
 //!
-//! **Children's references.** A child reads the swap slots it inherited until it exits or
-//! execs; the parent keeps a reference on each in an address space of references only
-//! (`Engine::hold_for_child`), and this thread polls the read end of a pipe whose write end
-//! only the child's line of processes holds (close-on-exec): when it hangs up, no process
-//! that may read those slots is left, and the references go.
+//! **Stale resident pages** (`resync`): a spurious fault on a page the engine counts
+//! resident and the kernel has not is checked, and the stale entry dropped.
 //!
-//! **Stale resident pages.** A program that drops a page (`MADV_DONTNEED`) right as the
-//! engine learns of it (the zap follows the REMOVE's *reading*, not its processing; or a
-//! range adopted with `adopt_populated` while the program drops a listed page) leaves the
-//! engine counting a missing page as resident, and every fault on it is answered
-//! "spurious": the thread would fault forever. So a spurious fault is checked against the
-//! kernel (PAGEMAP_SCAN: neither present nor swapped) and against the orphans (a page in
-//! staging is missing on purpose); a page missing for good is dropped from the engine
-//! (it reads as zero, as the program's drop says) and the fault handled again, counted in
-//! `faults_resynced`. The check runs under the engine's page-table lock and only for a page
-//! the engine still holds resident (`Engine::drop_if_missing`): a page the reclaimer took
-//! out is missing too, and the reclaimer takes only under that lock.
+//! **The control block** (`control`): what the owner, the fork hooks and the SIGBUS
+//! dispatcher share with the thread, and the fork gate.
 //!
 //! **The event fence.** From before this thread reads the uffd until the events read are
 //! applied, no page is taken out of the address space ([`crate::fence`]): an UNMAP read
@@ -68,19 +49,23 @@
 //! program, so a few hundred cover any program), [`RETAIN_MAX`] retained faults,
 //! [`HOLDS_MAX`] children's hold pipes polled.
 
+mod children;
+mod control;
+mod resync;
+
+pub use control::{Control, Gate, GatePass};
+
 use crate::source::{lock, UffdSource};
 use crate::Error;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome, HoldId};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uffd::event::Event;
-use uffd::pagemap::{Categories, PageMap, ScanArgs};
+use uffd::pagemap::PageMap;
 use uffd::sys::{call, process};
 use uffd::types::Range;
-use uffd::PAGE_SIZE;
 use uffd::{Uffd, READ_BATCH};
 
 /// Messages buffered between reading and processing.
@@ -97,13 +82,6 @@ pub const HOLDS_MAX: usize = 1024;
 /// still out then are carried into the child by copy (crate::fork).
 const FORK_ORPHAN_ROUNDS: u32 = 16;
 /// Poll timeout with nothing to retry.
-/// The registry's name for the handler's eventfd.
-static WAKE: fds::Kind = fds::Kind {
-    what: "fault handler's eventfd",
-    if_lost: "the handler is woken by its poll timeout instead (at most 100 ms)",
-    keep: false,
-};
-
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// Poll timeout while faults wait for a retry or orphans wait for a restore.
 const RETRY_POLL: Duration = Duration::from_millis(1);
@@ -151,7 +129,7 @@ crate::counter_table! {
     /// Time spent trimming, in nanoseconds.
     trim_ns,
     /// Spurious faults on a page the engine counted resident but the kernel had not: the
-    /// page was dropped from the engine and the fault handled again (module essay).
+    /// page was dropped from the engine and the fault handled again (`resync` essay).
     faults_resynced,
     /// Times the handler moved to the CPU of the thread whose faults it serves, and the
     /// reclaimer off it ([`HandlerOptions::follow`]).
@@ -162,282 +140,6 @@ crate::counter_table! {
     follow_failed,
     /// Children whose references are held now (a gauge).
     children_held,
-}
-
-/// The fork gate: SIGBUS-mode resolution and `Region` unmapping run outside the handler
-/// thread, and would change the engine between the fork's prepare and the fork. They pass
-/// [`Gate::enter`], which waits while a fork is in progress, unless the caller is the
-/// forking thread itself (its own faults, in glibc's fork, are served).
-#[derive(Debug, Default)]
-pub struct Gate {
-    forking: AtomicU32,
-    /// The thread that closed the gate (0: none).
-    forker: AtomicU32,
-    inside: AtomicU32,
-}
-
-/// Inside the gate; leaving on drop.
-#[derive(Debug)]
-pub struct GatePass<'a>(&'a Gate);
-
-impl Gate {
-    /// Waits while a fork is in progress (unless this thread is forking), then enters.
-    /// Async-signal-safe (atomics and `sched_yield` only).
-    pub fn enter(&self) -> GatePass<'_> {
-        let me = process::gettid();
-        loop {
-            while self.forking.load(SeqCst) > 0 && self.forker.load(SeqCst) != me {
-                process::sched_yield();
-            }
-            self.inside.fetch_add(1, SeqCst);
-            if self.forking.load(SeqCst) == 0 || self.forker.load(SeqCst) == me {
-                return GatePass(self);
-            }
-            self.inside.fetch_sub(1, SeqCst);
-        }
-    }
-
-    /// Closes the gate for a fork on this thread and waits for those inside to leave.
-    pub(crate) fn close(&self) {
-        self.forker.store(process::gettid(), SeqCst);
-        self.forking.fetch_add(1, SeqCst);
-        while self.inside.load(SeqCst) > 0 {
-            process::sched_yield();
-        }
-    }
-
-    /// Opens it again.
-    pub(crate) fn open(&self) {
-        self.forker.store(0, SeqCst);
-        self.forking.fetch_sub(1, SeqCst);
-    }
-}
-
-impl Drop for GatePass<'_> {
-    fn drop(&mut self) {
-        self.0.inside.fetch_sub(1, SeqCst);
-    }
-}
-
-/// What the fork hooks and the owner see of the handler thread.
-#[derive(Debug, Default)]
-struct State {
-    /// The thread is in fork mode.
-    forking: bool,
-    /// Incremented after every normal-mode processing pass.
-    epoch: u64,
-    /// The thread has ended.
-    stopped: bool,
-}
-
-/// A forked child's references: held until its pipe hangs up.
-#[derive(Debug)]
-struct Hold {
-    hold: HoldId,
-    pipe: fds::Fd,
-}
-
-/// Shared between the handler thread, its owner and the fork hooks.
-#[derive(Debug)]
-pub struct Control {
-    wake: fds::Fd,
-    stop: AtomicBool,
-    fork_requests: AtomicU32,
-    /// The forking thread, whose faults fork mode serves.
-    fork_tid: AtomicU32,
-    state: Mutex<State>,
-    changed: Condvar,
-    /// The fork gate.
-    pub gate: Gate,
-    counters: Counters,
-    /// Children's references, added by the fork's parent handler and released by this
-    /// thread.
-    holds: Mutex<Vec<Hold>>,
-    holds_changed: AtomicBool,
-    /// Holds this thread releases at its next pass (a forked child's copies of its
-    /// parent's holds for its other children: [`Control::release_later`]).
-    releases: Mutex<Vec<HoldId>>,
-    /// The handler thread's id (0 until it runs).
-    tid: AtomicU32,
-    /// The process that made the handler.
-    pub pid: i32,
-}
-
-impl Control {
-    /// A control block for a handler about to start ([`Handler::spawn_on`]).
-    ///
-    /// # Errors
-    /// The eventfd's.
-    pub(crate) fn create() -> Result<Arc<Control>, Error> {
-        Ok(Arc::new(Control::new()?))
-    }
-
-    fn new() -> Result<Control, Error> {
-        let wake = call::eventfd().map_err(|e| uffd::Error::os(uffd::Op::Eventfd, e))?;
-        let wake = fds::Fd::place(wake, &WAKE);
-        Ok(Control {
-            wake,
-            stop: AtomicBool::new(false),
-            fork_requests: AtomicU32::new(0),
-            fork_tid: AtomicU32::new(0),
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-            gate: Gate::default(),
-            counters: Counters::default(),
-            holds: Mutex::new(Vec::with_capacity(HOLDS_MAX)),
-            holds_changed: AtomicBool::new(false),
-            releases: Mutex::new(Vec::new()),
-            tid: AtomicU32::new(0),
-            pid: process::getpid(),
-        })
-    }
-
-    /// Waits until the handler thread has made two full passes (read its messages, applied
-    /// their events to the engine, given the hooks their turn) after this call, waking it
-    /// at once. Under SIGBUS delivery a fault that finds no region may be in a range the
-    /// engine has not caught up with: one mremap'd, whose REMAP event the handler has read
-    /// (the mremap caller waits for that) but not yet applied, or one registered by an
-    /// adoption still in progress on the handler thread. After two passes both are done.
-    /// Returns at once on the handler thread itself or in another process: false then,
-    /// there being nothing to wait for; else true, once the passes are made, the thread
-    /// stopped, or `timeout` went by.
-    ///
-    /// Context: usable in a SIGBUS handler (a futex-based mutex and condvar, which the
-    /// interrupted program code never holds).
-    pub fn wait_passes(&self, timeout: Duration) -> bool {
-        if !self.in_owner() || self.tid.load(SeqCst) == process::gettid() {
-            return false;
-        }
-        let before = lock(&self.state).epoch;
-        self.wake_and_wait(timeout, |s| s.epoch < before + 2);
-        true
-    }
-
-    /// Wakes the handler thread and waits until `done()` holds at the end of one of its
-    /// passes (the embedder's [`Hooks::work`] makes it so), the thread stops, or `timeout`
-    /// goes by; returns whether `done()` held. Returns false at once where no pass can
-    /// come: on the handler thread itself, in another process, and while a fork holds it.
-    ///
-    /// Context: a program thread; usable in a SIGBUS handler, as [`Control::wait_passes`].
-    pub fn wait_for(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
-        if !self.in_owner()
-            || self.tid.load(SeqCst) == process::gettid()
-            || self.fork_requests.load(SeqCst) > 0
-        {
-            return false;
-        }
-        self.wake_and_wait(timeout, |_| !done());
-        done()
-    }
-
-    /// Wakes the handler thread, then waits while `waiting` holds after its passes, until
-    /// it stops or `timeout` goes by.
-    fn wake_and_wait(&self, timeout: Duration, waiting: impl Fn(&State) -> bool) {
-        self.signal();
-        let state = lock(&self.state);
-        let _state = self
-            .changed
-            .wait_timeout_while(state, timeout, |s| !s.stopped && waiting(s))
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-    }
-
-    fn signal(&self) {
-        // Checked: the write must never land in a file of the program's at this number.
-        let _ = self.wake.checked(call::eventfd_signal);
-    }
-
-    /// Wakes the handler thread (to give [`Hooks::work`] a turn). Async-signal-safe: one
-    /// eventfd write.
-    pub fn wake(&self) {
-        self.signal();
-    }
-
-    /// Whether this is the process that made the handler.
-    pub fn in_owner(&self) -> bool {
-        process::getpid() == self.pid
-    }
-
-    /// A snapshot of the counters.
-    pub fn stats(&self) -> HandlerStats {
-        self.counters.snapshot()
-    }
-
-    /// Fork prepare: puts the thread into fork mode serving the calling thread's faults,
-    /// and waits until it is there (module essay). The caller has closed the gate.
-    pub(crate) fn enter_fork_mode(&self) {
-        self.counters.forks.fetch_add(1, Relaxed);
-        let state = {
-            // Counted under the state lock: see `Reader::fork_mode`.
-            let state = lock(&self.state);
-            self.fork_tid.store(process::gettid(), SeqCst);
-            self.fork_requests.fetch_add(1, SeqCst);
-            state
-        };
-        self.signal();
-        let _ready = self
-            .changed
-            .wait_while(state, |s| !s.forking && !s.stopped)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-    }
-
-    /// Fork parent: out of fork mode, once the thread has left it (what it buffered is
-    /// processed from then on, and the next fork's mode is an episode of its own), the
-    /// gate open again.
-    pub(crate) fn leave_fork_mode(&self) {
-        let state = {
-            let state = lock(&self.state);
-            self.fork_requests.fetch_sub(1, SeqCst);
-            state
-        };
-        self.signal();
-        let _left = self
-            .changed
-            .wait_while(state, |s| s.forking && !s.stopped)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        drop(_left);
-        self.gate.open();
-    }
-
-    /// Keeps a child's references (`Engine::hold_for_child`) until `pipe`, the read end of
-    /// a pipe whose write end only the child's line holds, hangs up. Beyond [`HOLDS_MAX`]
-    /// the references stay for the process's life.
-    pub(crate) fn add_hold(&self, hold: HoldId, pipe: fds::Fd) {
-        let mut holds = lock(&self.holds);
-        if holds.len() >= HOLDS_MAX {
-            self.counters.holds_unpolled.fetch_add(1, Relaxed);
-            std::mem::forget(pipe);
-            return;
-        }
-        holds.push(Hold { hold, pipe });
-        self.counters.children_held.store(holds.len() as u64, Relaxed);
-        self.holds_changed.store(true, SeqCst);
-        drop(holds);
-        self.signal();
-    }
-
-    /// The fork's references could not be tied to a pipe (no descriptor left): they stay
-    /// until the process exits, counted.
-    pub(crate) fn keep_hold_for_life(&self) {
-        self.counters.holds_unpolled.fetch_add(1, Relaxed);
-    }
-
-    /// In a forked child: the wake eventfd is the parent's handler's copy, and its owner
-    /// is forgotten with the parent's parts: closed by number.
-    pub(crate) fn close_wake_in_child(&self) {
-        let _ = uffd::sys::forking::close_raw(self.wake.number());
-    }
-
-    /// Releases `holds` on the handler thread, at its next pass (before it starts, for a
-    /// control made beforehand).
-    pub(crate) fn release_later(&self, holds: Vec<HoldId>) {
-        lock(&self.releases).extend(holds);
-    }
-
-    /// In a forked child: the parent's hold pipes (read ends of its other children's) are
-    /// not this process's to poll: closed.
-    pub(crate) fn close_holds_in_child(&self) {
-        drop(std::mem::take(&mut *lock(&self.holds)));
-    }
 }
 
 /// An event as [`Hooks::event`] sees it, after the engine has.
@@ -514,7 +216,7 @@ pub struct HandlerOptions {
     /// Off where the engine does not allocate from glibc's heap (the LD_PRELOAD shim, whose
     /// heap is the program's: a trim there would walk managed memory from this thread).
     pub trim: bool,
-    /// Check spurious faults against the kernel and drop stale resident pages (module
+    /// Check spurious faults against the kernel and drop stale resident pages (`resync`
     /// essay). Default on.
     pub resync: bool,
     /// The embedding program's hooks.
@@ -734,85 +436,6 @@ impl Reader {
         self.control.changed.notify_all();
     }
 
-    /// Fork mode (module essay): orphans restored first where they can be (fewer for the
-    /// fork to carry over), then acknowledge, then only read, serving the forking thread's
-    /// faults, until released.
-    fn fork_mode(&mut self) {
-        for _ in 0..FORK_ORPHAN_ROUNDS {
-            if !self.source.has_orphans() {
-                break;
-            }
-            self.poll(RETRY_POLL);
-            self.read(true);
-            self.process();
-        }
-        if self.control.holds_changed.load(SeqCst) {
-            self.rebuild_pollfds();
-        }
-        {
-            let mut state = lock(&self.control.state);
-            state.forking = true;
-            self.control.changed.notify_all();
-        }
-        // From here to the release: no allocation (poll, read into reserved buffers, and the
-        // forking thread's faults, which allocate only as the engine does anywhere). The exit
-        // is decided under the state lock, under which `enter_fork_mode` counts its request:
-        // a request either keeps this loop going or finds `forking` false and waits for the
-        // next acknowledgement, never one about to be withdrawn.
-        loop {
-            {
-                let mut state = lock(&self.control.state);
-                let requests = self.control.fork_requests.load(SeqCst);
-                if requests == 0 || self.control.stop.load(SeqCst) {
-                    state.forking = false;
-                    self.control.changed.notify_all();
-                    return;
-                }
-            }
-            self.poll(Duration::from_millis(10));
-            self.read(false);
-            self.serve_forker(self.control.fork_tid.load(SeqCst));
-        }
-    }
-
-    /// Serves the buffered faults of thread `forker`, each wholly before its wake (module
-    /// essay); leaves the rest buffered, in order.
-    fn serve_forker(&mut self, forker: u32) {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.retain(|(event, _)| {
-            let Event::PageFault { addr, write, wp, thread_id, .. } = *event else { return true };
-            if thread_id != forker || forker == 0 {
-                return true;
-            }
-            self.source.defer_wakes(true);
-            let outcome = self.engine.handle_access_in(MmId::DEFAULT, addr as u64, write, wp);
-            self.source.defer_wakes(false);
-            self.control.counters.fork_faults.fetch_add(1, Relaxed);
-            if outcome.is_err() {
-                self.control.counters.fault_errors.fetch_add(1, Relaxed);
-            }
-            // Mapped, or not (retried, gone, failed): the forking thread faults again if the
-            // page is still missing.
-            self.wake(addr);
-            false
-        });
-        self.pending = pending;
-    }
-
-    fn rebuild_pollfds(&mut self) {
-        self.control.holds_changed.store(false, SeqCst);
-        self.pollfds.clear();
-        self.hold_ids.clear();
-        let fd = |raw| libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
-        self.pollfds_generation = fds::generation();
-        self.pollfds.push(fd(self.control.wake.number()));
-        self.pollfds.push(fd(self.uffd.raw_fd()));
-        for hold in lock(&self.control.holds).iter() {
-            self.pollfds.push(fd(hold.pipe.number()));
-            self.hold_ids.push(hold.hold);
-        }
-    }
-
     fn poll(&mut self, timeout: Duration) {
         // A descriptor moved out of a program's way has a new number (crate `fds`).
         let moved = self.pollfds_generation != fds::generation();
@@ -872,31 +495,6 @@ impl Reader {
         let now = Instant::now();
         for event in self.batch.drain(..) {
             self.pending.push((event, now));
-        }
-    }
-
-    /// Releases the references of every child whose hold pipe hung up, and those handed
-    /// over by [`Control::release_later`].
-    fn release_holds(&mut self) {
-        let later = std::mem::take(&mut *lock(&self.control.releases));
-        for hold in later {
-            self.engine.release_hold(hold);
-        }
-        let mut gone = false;
-        for (i, p) in self.pollfds.iter().enumerate().skip(2) {
-            if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) == 0 {
-                continue;
-            }
-            let hold = self.hold_ids[i - 2];
-            self.engine.release_hold(hold);
-            let mut holds = lock(&self.control.holds);
-            holds.retain(|h| h.hold != hold);
-            self.control.counters.children_held.store(holds.len() as u64, Relaxed);
-            self.control.counters.holds_released.fetch_add(1, Relaxed);
-            gone = true;
-        }
-        if gone {
-            self.rebuild_pollfds();
         }
     }
 
@@ -981,37 +579,6 @@ impl Reader {
                 Attempt::Done
             }
         }
-    }
-
-    /// After a spurious answer: if the engine still holds the page resident, the kernel has
-    /// it neither present nor swapped and it is no orphan, the engine's resident entry is
-    /// stale (module essay): drop it and say so. One PAGEMAP_SCAN of one page, under the
-    /// engine's page-table lock (`Engine::drop_if_missing`): the reclaimer takes a page out
-    /// only under that lock, and a page it took is missing too. Asked after the lock was
-    /// released, a page taken in between was dropped with its swap entry, and read back as
-    /// zeros (a take undone by the program's own touch, then retaken at once).
-    fn resync(&self, fault: Retained) -> bool {
-        let Some(pagemap) = &self.pagemap else { return false };
-        let page = fault.addr & !(PAGE_SIZE - 1);
-        let Ok(range) = Range::new(page, PAGE_SIZE) else { return false };
-        // Made before the lock is taken: one page is one region at most.
-        let mut found = Vec::with_capacity(1);
-        let missing = || {
-            if self.source.overlaps_orphan(page as u64, PAGE_SIZE as u64) {
-                return false;
-            }
-            let args = ScanArgs {
-                anyof: Categories::PRESENT | Categories::SWAPPED,
-                report: Categories::PRESENT | Categories::SWAPPED,
-                ..ScanArgs::default()
-            };
-            matches!(pagemap.scan(range, &args, &mut found), Ok(result) if result.regions == 0)
-        };
-        if !self.engine.drop_if_missing(MmId::DEFAULT, page as u64, missing) {
-            return false;
-        }
-        self.control.counters.faults_resynced.fetch_add(1, Relaxed);
-        true
     }
 
     fn event(&mut self, event: Event) {
