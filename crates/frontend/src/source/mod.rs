@@ -69,13 +69,22 @@
 //! uffd it serves. Lock order: a lane's lock, then the orphan list's; `cow_breaking`, then
 //! the COW queue's, a leaf.
 //!
-//! Unsafe code: one call, the MOVE out of a region, whose soundness rests on the engine's
-//! transparency (its `SAFETY` comment); this module is a named leaf allowed to make it.
+//! Unsafe code: the MOVE out of a region (here) and the direct first touch of a region no
+//! uffd serves (`page_source`), whose soundness rests on the engine's transparency (their
+//! `SAFETY` comments); this module and its children are a named leaf allowed to make them.
+//!
+//! Submodules: `orphans` (the undo of a refused take, and the pages it leaves in staging),
+//! `cow` (the copy-on-write break queue), `page_source` (the engine's `PageSource` trait).
 
 #![allow(unsafe_code)]
 
+mod cow;
+mod orphans;
+mod page_source;
+
 use crate::fence::Fence;
 use engine::{Mapped, PageSource, SourceError, Taken};
+use orphans::Orphan;
 use std::collections::VecDeque;
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
@@ -83,7 +92,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use uffd::mm::{Advice, Mapping};
 use uffd::staging::{SlotIndex, SlotRun, Staging};
-use uffd::types::{CopyMode, Features, MoveMode, Range, RegisterMode, Wake};
+use uffd::types::{Features, MoveMode, RegisterMode, Wake};
 use uffd::Error;
 use uffd::Uffd;
 use uffd::PAGE_SIZE;
@@ -120,14 +129,6 @@ struct Lane {
     discard: Mapping,
     /// Pages in free slots awaiting the lane's next drain.
     undrained: u32,
-}
-
-/// A page taken out of the region and not put back: it lives in staging until restored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Orphan {
-    lane: usize,
-    slot: SlotIndex,
-    addr: u64,
 }
 
 crate::counter_table! {
@@ -660,87 +661,6 @@ impl UffdSource {
         }
     }
 
-    /// Moves the first `done_pages` of a refused take back into the region; what cannot go
-    /// back now becomes orphans (module essay). Frees the rest of the run.
-    fn undo(
-        &self,
-        home: &Home,
-        lane_index: usize,
-        lane: &mut Lane,
-        run: SlotRun,
-        addr: u64,
-        done_pages: usize,
-    ) {
-        let done = done_pages as u32;
-        let rest = SlotRun { first: SlotIndex(run.first.0 + done), pages: run.pages - done };
-        if rest.pages > 0 {
-            lane.staging.free(rest);
-        }
-        if done == 0 {
-            return;
-        }
-        let moved = SlotRun { first: run.first, pages: done };
-        for _ in 0..UNDO_TRIES {
-            let injected =
-                self.inject_undo_again.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok();
-            if injected {
-                break;
-            }
-            match Self::move_back(&home.uffd, lane, moved, addr) {
-                Ok(()) => {
-                    lane.staging.free(moved);
-                    add(&self.counters.undo_pages, u64::from(done));
-                    return;
-                }
-                Err(Error::Again { .. }) => uffd::sys::process::sched_yield(),
-                // Any other answer: the pages left in staging are orphans.
-                Err(_) => break,
-            }
-        }
-        self.orphan(lane_index, lane, moved, addr);
-    }
-
-    /// Moves the pages of `run` still in staging back to `addr..` (holes stay holes), one
-    /// page per call so that partial progress is never ambiguous; `Again` only when an event
-    /// is unread.
-    fn move_back(uffd: &Uffd, lane: &mut Lane, run: SlotRun, addr: u64) -> Result<(), Error> {
-        for i in 0..run.pages {
-            let slot = SlotIndex(run.first.0 + i);
-            if !lane.staging.is_present(slot) {
-                continue; // moved back by an earlier, partial attempt
-            }
-            let one = SlotRun { first: slot, pages: 1 };
-            let at = addr as usize + i as usize * PAGE;
-            lane.staging.move_in(uffd, one, at, MoveMode::ALLOW_SRC_HOLES)?;
-        }
-        Ok(())
-    }
-
-    /// Records the pages of `moved` still present in staging as orphans of `addr..`; frees
-    /// the slots a partial undo did empty.
-    fn orphan(&self, lane_index: usize, lane: &mut Lane, moved: SlotRun, addr: u64) {
-        let mut orphans = lock(&self.orphans);
-        for i in 0..moved.pages {
-            let slot = SlotIndex(moved.first.0 + i);
-            if lane.staging.is_present(slot) {
-                let addr = addr + u64::from(i) * PAGE as u64;
-                orphans.push(Orphan { lane: lane_index, slot, addr });
-                add(&self.counters.orphaned_pages, 1);
-            } else {
-                lane.staging.free(SlotRun { first: slot, pages: 1 });
-            }
-        }
-        self.orphan_count.store(orphans.len(), Relaxed);
-    }
-
-    /// Whether any orphan lies in `[addr, addr + len)`.
-    pub(crate) fn overlaps_orphan(&self, addr: u64, len: u64) -> bool {
-        if self.orphan_count.load(Relaxed) == 0 {
-            return false;
-        }
-        lock(&self.orphans).iter().any(|o| o.addr >= addr && o.addr < addr + len)
-    }
-
     /// Unlocks the lanes' staging and discard areas (`munlock`), after the program locked
     /// every mapping (`mlockall(MCL_CURRENT)`): a page moves only between ranges of the
     /// same lock state, so with staging unlocked a take from memory the program locked is
@@ -771,253 +691,6 @@ impl UffdSource {
                 }
                 Err(_) => add(&self.counters.drain_failed, 1),
             }
-        }
-    }
-
-    /// Whether orphans wait to be restored.
-    pub fn has_orphans(&self) -> bool {
-        self.orphan_count.load(Relaxed) > 0
-    }
-
-    /// The orphan in `lane`'s `slot`, if it is still listed, at the address listed now.
-    /// Ask holding that lane's lock: only then does the answer hold until it is released.
-    fn listed_orphan(&self, lane: usize, slot: SlotIndex) -> Option<Orphan> {
-        lock(&self.orphans).iter().copied().find(|o| o.lane == lane && o.slot == slot)
-    }
-
-    /// Takes the orphan in `lane`'s `slot` off the list, if it is listed (and its address
-    /// lies in `within`, if given); whether it was. Call it holding that lane's lock.
-    fn unlist_orphan(&self, lane: usize, slot: SlotIndex, within: Option<(u64, u64)>) -> bool {
-        let mut orphans = lock(&self.orphans);
-        let before = orphans.len();
-        let inside = |addr: u64| within.is_none_or(|(start, end)| addr >= start && addr < end);
-        orphans.retain(|o| !(o.lane == lane && o.slot == slot && inside(o.addr)));
-        self.orphan_count.store(orphans.len(), Relaxed);
-        orphans.len() < before
-    }
-
-    /// Moves orphan pages back into the region (module essay); an orphan that still meets
-    /// EAGAIN stays for the next call. Returns pages restored. Any thread may call it, at
-    /// once with others and with [`UffdSource::forget_orphans`] (the event reader does after
-    /// applying what it read; under SIGBUS delivery, a faulting thread whose fault was
-    /// retried does too): an orphan is settled by whoever holds its lane's lock and finds it
-    /// still listed, so none is settled twice. A second restorer that acted on a stale copy
-    /// of the list moved a slot the first had freed: a panic, or, had another take's
-    /// refusal made that slot an orphan again meanwhile, that page moved to this orphan's
-    /// address and dropped there (`mmap_race` with forks under SIGBUS delivery, about 1 run
-    /// in 100 died so). Nothing is restored while an event is read and not yet applied
-    /// ([`crate::fence`]): an orphan's address may then be stale (a REMAP).
-    ///
-    /// Context: takes the fence, lane locks and the orphan list lock; one ioctl per page.
-    pub fn restore_orphans(&self) -> usize {
-        let home = self.home();
-        let lanes = &*home.lanes;
-        if !self.has_orphans() || self.inject_hold_orphans.load(Relaxed) {
-            return 0;
-        }
-        let Some(_pass) = self.fence.try_enter() else { return 0 };
-        let mut restored = 0;
-        let pending: Vec<Orphan> = lock(&self.orphans).clone();
-        for candidate in pending {
-            let mut lane = lock(&lanes.lanes[candidate.lane]);
-            let Some(orphan) = self.listed_orphan(candidate.lane, candidate.slot) else {
-                continue; // settled by another thread since the copy
-            };
-            let run = SlotRun { first: orphan.slot, pages: 1 };
-            let back = lane.staging.move_in(&home.uffd, run, orphan.addr as usize, MoveMode::NONE);
-            let settled = match back {
-                Ok(_) => {
-                    restored += 1;
-                    add(&self.counters.orphans_restored, 1);
-                    lane.staging.free(run);
-                    true
-                }
-                Err(Error::Again { .. }) => false,
-                // Present (EEXIST: the page was filled meanwhile, keep it) or gone: drop ours.
-                Err(_) => {
-                    add(&self.counters.orphans_dropped, 1);
-                    self.release(lanes, &mut lane, run);
-                    true
-                }
-            };
-            if settled {
-                self.unlist_orphan(orphan.lane, orphan.slot, None);
-            }
-        }
-        restored
-    }
-
-    /// The orphans' addresses and bytes, for a child forked while they were out of the
-    /// program (module essay: the child has them missing, and the engine counts them
-    /// resident here, so its copy of the page tables gives the child nothing for them).
-    /// Call while the fork's event is held, before the orphans can be restored.
-    ///
-    /// Context: takes lane locks and the orphan list lock.
-    pub fn orphan_pages(&self) -> Vec<(u64, Box<[u8]>)> {
-        let home = self.home();
-        let lanes = &*home.lanes;
-        if !self.has_orphans() {
-            return Vec::new();
-        }
-        let pending: Vec<Orphan> = lock(&self.orphans).clone();
-        let mut pages = Vec::with_capacity(pending.len());
-        for candidate in pending {
-            let lane = lock(&lanes.lanes[candidate.lane]);
-            let Some(orphan) = self.listed_orphan(candidate.lane, candidate.slot) else {
-                continue;
-            };
-            if lane.staging.is_present(orphan.slot) {
-                let mut bytes = vec![0u8; PAGE].into_boxed_slice();
-                lane.staging.load(orphan.slot, &mut bytes);
-                pages.push((orphan.addr, bytes));
-            }
-        }
-        add(&self.counters.orphans_to_children, pages.len() as u64);
-        pages
-    }
-
-    /// The program dropped or unmapped `[addr, addr + len)` (REMOVE, UNMAP): orphans there
-    /// must never come back. Call before telling the engine.
-    pub fn forget_orphans(&self, addr: u64, len: u64) {
-        let home = self.home();
-        let lanes = &*home.lanes;
-        if !self.overlaps_orphan(addr, len) {
-            return;
-        }
-        let gone: Vec<Orphan> = {
-            let orphans = lock(&self.orphans);
-            orphans.iter().copied().filter(|o| o.addr >= addr && o.addr < addr + len).collect()
-        };
-        for orphan in gone {
-            let mut lane = lock(&lanes.lanes[orphan.lane]);
-            // Settled meanwhile by a restorer: its slot is no longer ours (or holds an orphan
-            // of a take since, which is forgotten only if it lies in the range too).
-            if self.unlist_orphan(orphan.lane, orphan.slot, Some((addr, addr + len))) {
-                self.release(lanes, &mut lane, SlotRun { first: orphan.slot, pages: 1 });
-                add(&self.counters.orphans_dropped, 1);
-            }
-        }
-    }
-
-    /// The program moved `[from, from + len)` to `to` (REMAP): orphans move with it.
-    pub fn remap_orphans(&self, from: u64, to: u64, len: u64) {
-        if !self.overlaps_orphan(from, len) {
-            return;
-        }
-        let mut orphans = lock(&self.orphans);
-        for orphan in orphans.iter_mut().filter(|o| o.addr >= from && o.addr < from + len) {
-            orphan.addr = orphan.addr - from + to;
-        }
-    }
-
-    /// Queues a range MOVE refused with EBUSY for a copy-on-write break.
-    fn queue_cow(&self, addr: u64, len: u64) {
-        let mut queue = lock(&self.cow);
-        if queue.contains(&(addr, len)) {
-            return;
-        }
-        if queue.len() >= COW_QUEUE_MAX {
-            add(&self.counters.cow_queue_full, 1);
-            return;
-        }
-        queue.push_back((addr, len));
-        add(&self.counters.cow_queued, 1);
-        self.cow_ready.notify_one();
-    }
-
-    /// Breaks the copy-on-write sharing of every queued range starting in `[addr, addr +
-    /// len)` (all queued ranges for `None`), after any break the breaker thread has in
-    /// flight, with `MADV_POPULATE_WRITE`: it takes the write
-    /// fault without writing, so the data is unchanged, and on a page that went missing
-    /// meanwhile it faults through the uffd like an access (so the reader must be running);
-    /// on an unmapped range it fails quietly (ENOMEM) where a user-space write would be
-    /// SIGSEGV. Returns ranges broken.
-    ///
-    /// Context: the caller holds no engine lock and is not the uffd's reader (a fault here
-    /// waits for the reader). May block on such a fault.
-    pub fn break_cow_pending(&self, range: Option<(u64, u64)>) -> usize {
-        let _breaking = lock(&self.cow_breaking);
-        let ranges: Vec<(u64, u64)> = {
-            let mut queue = lock(&self.cow);
-            let (addr, len) = range.unwrap_or((0, u64::MAX));
-            let end = addr.saturating_add(len);
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                queue.drain(..).partition(|(a, _)| *a >= addr && *a < end);
-            queue.extend(rest);
-            mine
-        };
-        for &(addr, len) in &ranges {
-            self.populate_write(addr, len);
-        }
-        ranges.len()
-    }
-
-    /// Parks the breaker thread for a fork, once its break in flight is done (whose
-    /// faults are still served: call it before the handler's fork mode): a lock of the
-    /// source held by it at the fork would stay locked in the child.
-    /// [`UffdSource::resume_cow`] lets it run again.
-    pub fn pause_cow(&self) {
-        self.cow_paused.store(true, SeqCst);
-        self.wake_cow_breaker();
-        while !self.cow_parked.load(SeqCst) {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Lets the breaker run again after [`UffdSource::pause_cow`].
-    pub fn resume_cow(&self) {
-        self.cow_paused.store(false, SeqCst);
-        self.wake_cow_breaker();
-    }
-
-    /// Waits for a queued COW break or for `stop`, then does one break (the breaker
-    /// thread's loop body). Returns ranges broken. No timeout: whoever sets `stop` calls
-    /// [`UffdSource::wake_cow_breaker`], which notifies under the queue's lock, and `stop`
-    /// is read under it, so the wake-up cannot fall between the check and the wait.
-    pub fn break_cow_wait(&self, stop: &std::sync::atomic::AtomicBool) -> usize {
-        if self.cow_paused.load(SeqCst) {
-            self.cow_parked.store(true, SeqCst);
-            while self.cow_paused.load(SeqCst) && !stop.load(SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            self.cow_parked.store(false, SeqCst);
-            return 0;
-        }
-        {
-            let queue = lock(&self.cow);
-            let _ready = self
-                .cow_ready
-                .wait_while(queue, |q| {
-                    q.is_empty() && !stop.load(SeqCst) && !self.cow_paused.load(SeqCst)
-                })
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        if self.cow_paused.load(SeqCst) {
-            return 0;
-        }
-        // Held from the pop to the end of the break: a `break_cow_pending` caller that finds
-        // the queue empty knows no break of its range is still in flight.
-        let _breaking = lock(&self.cow_breaking);
-        let range = lock(&self.cow).pop_front();
-        match range {
-            Some((addr, len)) => {
-                self.populate_write(addr, len);
-                1
-            }
-            None => 0,
-        }
-    }
-
-    /// Wakes a thread in [`UffdSource::break_cow_wait`] (to stop it: set its flag first).
-    pub fn wake_cow_breaker(&self) {
-        let _queue = lock(&self.cow);
-        self.cow_ready.notify_all();
-    }
-
-    fn populate_write(&self, addr: u64, len: u64) {
-        let Ok(range) = Range::new(addr as usize, len as usize) else { return };
-        if uffd::mm::populate_write(range).is_ok() {
-            add(&self.counters.cow_broken, range.page_count() as u64);
         }
     }
 
@@ -1084,129 +757,6 @@ fn protect_error(error: Error) -> SourceError {
         Error::Again { .. } => SourceError::Retry,
         Error::NoEntry { .. } | Error::ProcessGone { .. } => SourceError::Gone,
         other => SourceError::Failed(other.to_string()),
-    }
-}
-
-impl PageSource for UffdSource {
-    fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
-        add(&self.counters.takes, 1);
-        let home = self.home();
-        if home.direct {
-            add(&self.counters.take_failed, 1);
-            return Err(SourceError::Failed("no uffd serves this address space".into()));
-        }
-        if self.overlaps_orphan(addr, (dst.len() * PAGE) as u64) {
-            add(&self.counters.take_retry, 1);
-            return Err(SourceError::Retry);
-        }
-        self.take_inner(&home, addr, dst)
-    }
-
-    fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
-        let home = self.home();
-        if home.direct {
-            // SAFETY: the engine maps only into its regions, where the page is missing
-            // (the module essay's contract: nobody holds a reference into it), and no
-            // uffd serves the range: the write is an ordinary first touch.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len());
-            }
-            add(&self.counters.map_pages, (data.len() / PAGE) as u64);
-            return Ok(Mapped::Done);
-        }
-        let mode = match self.wake_mode() {
-            Wake::Wake => CopyMode::NONE,
-            Wake::DontWake => CopyMode::DONTWAKE,
-        };
-        self.fill(addr, data.len(), &self.counters.map_pages, |at, offset, len| {
-            home.uffd.copy(at, &data[offset..offset + len], mode)
-        })
-    }
-
-    fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        let (home, wake) = (self.home(), self.wake_mode());
-        if home.direct {
-            return Ok(Mapped::Done); // a missing page outside every uffd reads as zeros
-        }
-        self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
-            let range = Range::new(at, len)?;
-            home.uffd.zeropage(range, wake)
-        })
-    }
-
-    fn protects_zero(&self) -> bool {
-        self.protect_zero && !self.home().direct
-    }
-
-    /// `UFFDIO_ZEROPAGE` without waking, `UFFDIO_WRITEPROTECT`, then the wake: the faulting
-    /// thread resumes on a protected page. Another thread's write in between allocates
-    /// unseen (the trait's note). If the protection fails the pages stay mapped and the
-    /// error goes back: the retried fault finds them present and the engine keeps them as
-    /// resident, charged.
-    fn map_zero_protected(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {
-        let (home, wake) = (self.home(), self.wake_mode());
-        let uffd = &home.uffd;
-        let mapped = self.fill(addr, len as usize, &self.counters.map_zero_pages, |at, _, len| {
-            let range = Range::new(at, len)?;
-            uffd.zeropage(range, Wake::DontWake)
-        });
-        let protected = match mapped {
-            Ok(Mapped::Done) => Range::new(addr as usize, len as usize)
-                .and_then(|range| uffd.writeprotect(range, true, wake)),
-            _ => Ok(()),
-        };
-        if wake == Wake::Wake {
-            self.wake(addr, len);
-        }
-        match protected {
-            Ok(()) => {
-                if mapped == Ok(Mapped::Done) {
-                    add(&self.counters.zero_protected_pages, len / PAGE as u64);
-                }
-                mapped
-            }
-            Err(error) => {
-                add(&self.counters.protect_failed, 1);
-                Err(protect_error(error))
-            }
-        }
-    }
-
-    fn unprotect(&self, addr: u64, len: u64) -> Result<(), SourceError> {
-        let result = Range::new(addr as usize, len as usize)
-            .and_then(|range| self.home().uffd.writeprotect(range, false, self.wake_mode()));
-        match result {
-            Ok(()) => {
-                add(&self.counters.unprotected_pages, len / PAGE as u64);
-                Ok(())
-            }
-            Err(error) => {
-                add(&self.counters.protect_failed, 1);
-                Err(protect_error(error))
-            }
-        }
-    }
-
-    fn poison(&self, addr: u64, len: u64) -> Result<(), SourceError> {
-        let (home, wake) = (self.home(), self.wake_mode());
-        if home.direct {
-            // No uffd to poison through: the page is made inaccessible, so the access is
-            // SIGSEGV rather than a read of zeros.
-            return Range::new(addr as usize, len as usize)
-                .and_then(uffd::mm::protect_none)
-                .map_err(|e| SourceError::Failed(e.to_string()));
-        }
-        self.fill(addr, len as usize, &self.counters.poisoned_pages, |at, _, len| {
-            let range = Range::new(at, len)?;
-            home.uffd.poison(range, wake)
-        })
-        .map(drop)
-    }
-
-    fn wake(&self, addr: u64, len: u64) {
-        if let Ok(range) = Range::new(addr as usize, len as usize) {
-            let _ = self.home().uffd.wake(range);
-        }
     }
 }
 
