@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Rungs 1 and 2 run the same code: a forked child serves its own faults through a
-//! userfaultfd of its own (crates/uffd/src/fork.rs), so `UFFD_FEATURE_EVENT_FORK`, the one
+//! userfaultfd of its own (crates/frontend/src/fork.rs), so `UFFD_FEATURE_EVENT_FORK`, the one
 //! feature that needs CAP_SYS_PTRACE whatever the descriptor's origin, is never asked for.
 //! `--delivery sigbus` needs no rung: with `UFFD_FEATURE_SIGBUS` a kernel-mode fault is
 //! EFAULT at every rung, so a user-mode-only userfaultfd does the same work there.

@@ -378,7 +378,7 @@ fn a_c_program_keeps_its_data_and_exit_code() {
 /// deliveries: every range reads back what was written. A new range often lies where
 /// another thread's was unmapped a moment before; a page-out from there between the
 /// handler's reading of the UNMAP and its applying it took the new range's page, which
-/// then read as zeros (1 run in 20 before the event fence, crates/uffd/src/fence.rs).
+/// then read as zeros (1 run in 20 before the event fence, crates/frontend/src/fence.rs).
 #[test]
 fn threads_mapping_where_others_unmapped_keep_their_data() {
     in_both_deliveries("mmap_race", "8M", "threads bad 0, children bad 0");

@@ -26,14 +26,17 @@
 //! ```
 //!
 //! Design rules:
-//! - Every system call goes through crate `uffd` (its `sys` module is the syscall
-//!   boundary); this crate makes none of its own.
-//! - `#![deny(unsafe_code)]`, allowed in three named leaf modules whose soundness rests on
-//!   this crate's own invariant, which the kernel interface cannot check: the engine keeps
-//!   a region's contents transparent (a page it takes out comes back with the same bytes on
-//!   the next access). `api` lends region bytes out as slices, [`source`] moves pages out
-//!   of regions and writes a first touch directly, and [`delivery`] arms the SIGBUS
-//!   dispatcher with a context it owns. Each unsafe call has its `SAFETY` comment.
+//! - Every raw system call (the ioctls, mm calls, poll, signals, fork hooks, CPU placement)
+//!   goes through crate `uffd`, whose `sys` module is the syscall boundary; this crate
+//!   only reads `/proc` files and opens the idle page through `std`.
+//! - `#![deny(unsafe_code)]`, allowed in three named leaf modules whose unsafe operations
+//!   (calls of `uffd::sys`'s `unsafe fn`s, one raw write) are sound by invariants of this
+//!   crate, which the kernel interface cannot check. `api` lends region bytes out as
+//!   slices and [`source`] moves pages out of regions and writes a first touch directly:
+//!   the engine keeps a region's contents transparent (a page it takes out comes back with
+//!   the same bytes on the next access). [`delivery`] arms the SIGBUS dispatcher with a
+//!   context it owns, and a dispatcher safe in signal context under its mode's contract.
+//!   Each unsafe call has its `SAFETY` comment.
 //! - One error type, [`Error`]: the kernel interface's errors forwarded whole
 //!   ([`Error::Kernel`]), and the library's own (configuration, swap file, engine, threads,
 //!   a forked child's inert copy).

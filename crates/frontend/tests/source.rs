@@ -1,6 +1,6 @@
 //! The page source's exact semantics on real memory, without the engine: what `take`,
 //! `map`, `map_zero` and `poison` do with present pages, holes and unread events
-//! (src/source.rs's table).
+//! (src/source/mod.rs's table).
 
 mod common;
 

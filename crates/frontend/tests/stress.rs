@@ -11,7 +11,7 @@
 //!   32 MiB the test binary's own few MiB would swamp a bound on the absolute figure.
 //! - The (`stress_long`, ignored by default): 1 GiB region, 256 MiB budget, 60 s,
 //!   bound on the *absolute* VmRSS. Run it with
-//!   `cargo test -p uffd --release --test stress -- --ignored --nocapture`; the knobs
+//!   `cargo test -p frontend --release --test stress -- --ignored --nocapture`; the knobs
 //!   `USWAP_STRESS_SECS`, `USWAP_STRESS_REGION_MIB`, `USWAP_STRESS_BUDGET_MIB`,
 //!   `USWAP_STRESS_ORDER` and `USWAP_STRESS_SIGBUS=1` change it (docs/TESTING.md).
 //!

@@ -45,9 +45,9 @@
 //! `mmap(MAP_FIXED)` over a managed range is an UNMAP then a new mapping, found by the
 //! next scan.
 //!
-//! **Processes.** fork: before `fork()` returns in the child, the uffd crate's fork handler
-//! gives the child a userfaultfd of its own and its copy of the engine (crates/uffd/src/
-//! fork.rs); [`shim::forked_child`] then points discovery, the interposers and the stats
+//! **Processes.** fork: before `fork()` returns in the child, the frontend's fork handler
+//! gives the child a userfaultfd of its own and its copy of the engine (crates/frontend/
+//! src/fork.rs); [`shim::forked_child`] then points discovery, the interposers and the stats
 //! file at the child's swap. The parent keeps the slots the child reads until the child
 //! exits or execs. exec: the image is gone with its engine; the new image runs the
 //! constructor again and starts a fresh engine if the process is still `uswap run`'s child

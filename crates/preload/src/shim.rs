@@ -169,7 +169,7 @@ extern "C" fn fini() {
 }
 
 /// In a forked child, on its only thread, once its swap runs on its own uffd and threads
-/// (the uffd crate's fork handler, through the hooks): discovery, the interposed calls and
+/// (the frontend's fork handler, through the hooks): discovery, the interposed calls and
 /// the stats file follow the child's own swap.
 pub fn forked_child() {
     let Some(state) = STATE.get() else { return };
@@ -432,7 +432,7 @@ impl From<String> for Built {
     }
 }
 
-/// Builds the swap for `config` under the share the broker gave (the uffd crate's library
+/// Builds the swap for `config` under the share the broker gave (the frontend's library
 /// API, as libuswap.so does), its swap file at `swap_file` or in the run directory, on
 /// the tree's swap space.
 fn build(

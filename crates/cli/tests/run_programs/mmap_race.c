@@ -1,6 +1,6 @@
 /* Four threads map, fill, check and unmap anonymous ranges of 64-512 KiB side by side, so
  * that one thread's new range often lies where another's was unmapped a moment before
- * (crates/uffd/src/fence.rs); some are mapped with MAP_FIXED over the thread's own older
+ * (crates/frontend/src/fence.rs); some are mapped with MAP_FIXED over the thread's own older
  * one (an UNMAP, then a new range at the same address); eight stay mapped per thread, so
  * that the small budget pages them out. Each mapping is adopted before mmap returns
  * (crates/preload/src/interpose.rs): the threads wait for the handler's scans side by

@@ -310,7 +310,7 @@ fn the_document_checks_catch_each_rule() {
 
     let root = repo_root();
     let docs = root.join("docs");
-    let good = "see [the design](ARCHITECTURE.md), crates/uffd/src/fence.rs and bench/probes/.";
+    let good = "see [the design](ARCHITECTURE.md), crates/frontend/src/fence.rs and bench/probes/.";
     assert!(missing_references(good, &docs, &root).is_empty());
     let link = "the [style](STYLE.md) and [x](https://example.invalid/STYLE)";
     assert_eq!(missing_references(link, &docs, &root), ["STYLE.md"]);

@@ -251,8 +251,8 @@ pub fn install_fork_hook() {
 /// error says why.
 ///
 /// Where it is called: the shim's fork hook (`ShimHooks::forked` in the child), which
-/// the uffd crate runs while the child's engine has its reclaim paused (crates/uffd's
-/// fork.rs), so nothing is written to the child's own swap file before it.
+/// the frontend crate runs while the child's engine has its reclaim paused (crates/
+/// frontend's fork.rs), so nothing is written to the child's own swap file before it.
 ///
 /// # Errors
 /// [`Outside`]: not joined (above).
