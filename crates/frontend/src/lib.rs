@@ -41,12 +41,11 @@
 //!   ([`Error::Kernel`]), and the library's own (configuration, swap file, engine, threads,
 //!   a forked child's inert copy).
 //! - Counters for every failure and fallback, each declared once in a table
-//!   ([`counter_table!`]).
+//!   (`counters::table!`).
 
 #![deny(unsafe_code)]
 
 mod api;
-mod counters;
 pub mod delivery;
 pub mod error;
 pub mod fence;

@@ -209,6 +209,8 @@ impl Control {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> HandlerStats {
-        self.counters.snapshot()
+        let mut stats = HandlerStats::default();
+        self.counters.snapshot_into(&mut stats);
+        stats
     }
 }

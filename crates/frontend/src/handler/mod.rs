@@ -86,60 +86,64 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 /// Poll timeout while faults wait for a retry or orphans wait for a restore.
 const RETRY_POLL: Duration = Duration::from_millis(1);
 
-crate::counter_table! {
+counters::table! {
     /// Counters of the handler thread.
-    Counters =>
+    pub(crate) struct Counters;
     /// A snapshot of the handler's counters.
-    HandlerStats;
-    /// Batches read.
-    reads,
-    /// Messages read.
-    messages,
-    /// Fault messages handled (each retry counts again).
-    faults,
-    /// Faults retained for a retry (`Retry`, or an address not yet in a region).
-    faults_retained,
-    /// Retained faults given up on (woken; they fault again if still missing).
-    faults_abandoned,
-    /// Faults the engine answered with an error (a poisoned page, a failing source).
-    fault_errors,
-    /// Forks of this process (each through fork mode).
-    forks,
-    /// Faults of the forking thread served in fork mode.
-    fork_faults,
-    /// Children's references released (the child's line exited or exec'd).
-    holds_released,
-    /// Forks whose references could not be polled for release ([`HOLDS_MAX`] children
-    /// live): they stay until the process exits.
-    holds_unpolled,
-    /// REMAP events.
-    remaps,
-    /// REMOVE events.
-    removes,
-    /// UNMAP events.
-    unmaps,
-    /// Messages of an unknown kind (a FORK, were the feature ever asked for).
-    unknown_events,
-    /// Events the engine refused (e.g. a REMAP across regions).
-    event_errors,
-    /// Times the buffer was full and reading paused.
-    pending_full,
-    /// Heap trims (free memory given back to the kernel).
-    trims,
-    /// Time spent trimming, in nanoseconds.
-    trim_ns,
-    /// Spurious faults on a page the engine counted resident but the kernel had not: the
-    /// page was dropped from the engine and the fault handled again (`resync` essay).
-    faults_resynced,
-    /// Times the handler moved to the CPU of the thread whose faults it serves, and the
-    /// reclaimer off it ([`HandlerOptions::follow`]).
-    follow_moves,
-    /// Times the two went back to every CPU the process may use (faults from many threads).
-    follow_releases,
-    /// Placements the kernel refused, or a followed thread whose CPU could not be read.
-    follow_failed,
-    /// Children whose references are held now (a gauge).
-    children_held,
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct HandlerStats {
+        counters {
+            /// Batches read.
+            reads,
+            /// Messages read.
+            messages,
+            /// Fault messages handled (each retry counts again).
+            faults,
+            /// Faults retained for a retry (`Retry`, or an address not yet in a region).
+            faults_retained,
+            /// Retained faults given up on (woken; they fault again if still missing).
+            faults_abandoned,
+            /// Faults the engine answered with an error (a poisoned page, a failing source).
+            fault_errors,
+            /// Forks of this process (each through fork mode).
+            forks,
+            /// Faults of the forking thread served in fork mode.
+            fork_faults,
+            /// Children's references released (the child's line exited or exec'd).
+            holds_released,
+            /// Forks whose references could not be polled for release ([`HOLDS_MAX`] children
+            /// live): they stay until the process exits.
+            holds_unpolled,
+            /// REMAP events.
+            remaps,
+            /// REMOVE events.
+            removes,
+            /// UNMAP events.
+            unmaps,
+            /// Messages of an unknown kind (a FORK, were the feature ever asked for).
+            unknown_events,
+            /// Events the engine refused (e.g. a REMAP across regions).
+            event_errors,
+            /// Times the buffer was full and reading paused.
+            pending_full,
+            /// Heap trims (free memory given back to the kernel).
+            trims,
+            /// Time spent trimming, in nanoseconds.
+            trim_ns,
+            /// Spurious faults on a page the engine counted resident but the kernel had not: the
+            /// page was dropped from the engine and the fault handled again (`resync` essay).
+            faults_resynced,
+            /// Times the handler moved to the CPU of the thread whose faults it serves, and the
+            /// reclaimer off it ([`HandlerOptions::follow`]).
+            follow_moves,
+            /// Times the two went back to every CPU the process may use (faults from many threads).
+            follow_releases,
+            /// Placements the kernel refused, or a followed thread whose CPU could not be read.
+            follow_failed,
+            /// Children whose references are held now (a gauge).
+            children_held,
+        }
+    }
 }
 
 /// An event as [`Hooks::event`] sees it, after the engine has.

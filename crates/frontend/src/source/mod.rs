@@ -131,76 +131,80 @@ struct Lane {
     undrained: u32,
 }
 
-crate::counter_table! {
+counters::table! {
     /// Counters (a counter per refusal and fallback).
-    Counters =>
+    pub(crate) struct Counters;
     /// A snapshot of a source's counters.
-    SourceStats;
-    /// `take` calls.
-    takes,
-    /// Pages taken out of the program (moved to staging and copied out).
-    take_pages,
-    /// Of those, holes (not present; read as zeros).
-    take_holes,
-    /// Takes refused because a page was shared after fork or pinned (EBUSY).
-    take_busy,
-    /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
-    take_retry,
-    /// Takes refused because events were read but not yet applied ([`crate::fence`]).
-    take_fenced,
-    /// Takes of a range that is no longer mapped or registered.
-    take_gone,
-    /// Takes that failed otherwise.
-    take_failed,
-    /// Pages a move took past the progress it reported (found in staging, counted as moved:
-    /// `Staging::sync_present`).
-    take_uncounted,
-    /// Pages moved back into the region after a refused take.
-    undo_pages,
-    /// Pages that could not be moved back at once (orphans, restored later).
-    orphaned_pages,
-    /// Orphan pages restored into the region.
-    orphans_restored,
-    /// Orphan pages dropped because the program removed or unmapped them meanwhile.
-    orphans_dropped,
-    /// Orphan pages read out for a child forked while they were out of the program
-    /// ([`UffdSource::orphan_pages`]).
-    orphans_to_children,
-    /// Maps refused with `Retry` because an event was read and not yet applied.
-    map_fenced,
-    /// `map`, `map_zero` and `poison` calls.
-    maps,
-    /// Pages installed with data (`UFFDIO_COPY`).
-    map_pages,
-    /// Pages installed as the zero page (`UFFDIO_ZEROPAGE`).
-    map_zero_pages,
-    /// Of those, pages write-protected after (`UFFDIO_WRITEPROTECT`): zero pages the
-    /// engine keeps uncharged until written.
-    zero_protected_pages,
-    /// Pages whose write protection was lifted (a write-protect fault served).
-    unprotected_pages,
-    /// Protections that could not be set or lifted (the map or the fault is retried).
-    protect_failed,
-    /// Pages a map found already present (EEXIST) and left alone.
-    map_present_pages,
-    /// Maps answered `Retry` (EAGAIN with nothing done: an event unread).
-    map_retry,
-    /// Of those, maps that had installed some pages first.
-    map_partial_retry,
-    /// Maps of a range no longer managed.
-    map_gone,
-    /// Pages poisoned (their data could not be read back).
-    poisoned_pages,
-    /// Ranges queued for a copy-on-write break.
-    cow_queued,
-    /// Refusals not queued because the queue was full.
-    cow_queue_full,
-    /// Copy-on-write breaks done.
-    cow_broken,
-    /// Staging runs that could not be emptied (the lane loses those slots).
-    drain_failed,
-    /// Staging runs emptied (a MOVE to the discard area and a drop each: module essay).
-    drains,
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct SourceStats {
+        counters {
+            /// `take` calls.
+            takes,
+            /// Pages taken out of the program (moved to staging and copied out).
+            take_pages,
+            /// Of those, holes (not present; read as zeros).
+            take_holes,
+            /// Takes refused because a page was shared after fork or pinned (EBUSY).
+            take_busy,
+            /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
+            take_retry,
+            /// Takes refused because events were read but not yet applied ([`crate::fence`]).
+            take_fenced,
+            /// Takes of a range that is no longer mapped or registered.
+            take_gone,
+            /// Takes that failed otherwise.
+            take_failed,
+            /// Pages a move took past the progress it reported (found in staging, counted as moved:
+            /// `Staging::sync_present`).
+            take_uncounted,
+            /// Pages moved back into the region after a refused take.
+            undo_pages,
+            /// Pages that could not be moved back at once (orphans, restored later).
+            orphaned_pages,
+            /// Orphan pages restored into the region.
+            orphans_restored,
+            /// Orphan pages dropped because the program removed or unmapped them meanwhile.
+            orphans_dropped,
+            /// Orphan pages read out for a child forked while they were out of the program
+            /// ([`UffdSource::orphan_pages`]).
+            orphans_to_children,
+            /// Maps refused with `Retry` because an event was read and not yet applied.
+            map_fenced,
+            /// `map`, `map_zero` and `poison` calls.
+            maps,
+            /// Pages installed with data (`UFFDIO_COPY`).
+            map_pages,
+            /// Pages installed as the zero page (`UFFDIO_ZEROPAGE`).
+            map_zero_pages,
+            /// Of those, pages write-protected after (`UFFDIO_WRITEPROTECT`): zero pages the
+            /// engine keeps uncharged until written.
+            zero_protected_pages,
+            /// Pages whose write protection was lifted (a write-protect fault served).
+            unprotected_pages,
+            /// Protections that could not be set or lifted (the map or the fault is retried).
+            protect_failed,
+            /// Pages a map found already present (EEXIST) and left alone.
+            map_present_pages,
+            /// Maps answered `Retry` (EAGAIN with nothing done: an event unread).
+            map_retry,
+            /// Of those, maps that had installed some pages first.
+            map_partial_retry,
+            /// Maps of a range no longer managed.
+            map_gone,
+            /// Pages poisoned (their data could not be read back).
+            poisoned_pages,
+            /// Ranges queued for a copy-on-write break.
+            cow_queued,
+            /// Refusals not queued because the queue was full.
+            cow_queue_full,
+            /// Copy-on-write breaks done.
+            cow_broken,
+            /// Staging runs that could not be emptied (the lane loses those slots).
+            drain_failed,
+            /// Staging runs emptied (a MOVE to the discard area and a drop each: module essay).
+            drains,
+        }
+    }
 }
 
 /// The staging lanes: registered with the event uffd (a MOVE's destination must be), and
@@ -469,7 +473,9 @@ impl UffdSource {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SourceStats {
-        self.counters.snapshot()
+        let mut stats = SourceStats::default();
+        self.counters.snapshot_into(&mut stats);
+        stats
     }
 
     /// Locks a lane: the first free one from a rotating start, else waits for that one.
