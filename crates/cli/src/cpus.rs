@@ -6,13 +6,13 @@
 //! "CPUs"); `uswap bench compare` pins itself, so both sides' programs run on the same
 //! CPUs, and hands the CPUs it left out to `uswap run --reclaim-cpus`.
 //!
-//! Why it exists: a userfaultfd fault is served by another thread, and the reclaimer moves
-//! pages out of the program's address space while it runs, which flushes the TLB of every
-//! CPU running the program. Across vCPUs of a virtual machine each wake-up and each flush
-//! is an inter-processor interrupt, a VM exit when the target vCPU is halted: 15-70 us on
-//! dev-vm (docs/UFFD.md). A single-threaded program and uswap's threads on one CPU pay none
-//! of it; measured there, the same uniform-random run took half the time (docs/RUN.md,
-//! docs/benchmarks.md). The kernel's own swap runs in the faulting thread and does not care.
+//! Why it exists: a userfaultfd fault is served by another thread, and the reclaimer moves pages
+//! out of the program's address space while it runs, which flushes the TLB of every CPU running the
+//! program. Across vCPUs of a virtual machine each wake-up and each flush is an inter-processor
+//! interrupt, a VM exit when the target vCPU is halted: tens of microseconds in a guest
+//! (docs/UFFD.md). A single-threaded program and uswap's threads on one CPU pay none of it
+//! (docs/RUN.md, docs/benchmarks.md). The kernel's own swap runs in the faulting thread and does
+//! not care.
 
 use anyhow::{bail, Context, Result};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};

@@ -6,9 +6,9 @@
 //! its direct map (1 GiB or 2 MiB entries), and `UFFDIO_COPY` does the same in the kernel;
 //! neither takes a TLB miss per page. A heap box per page did: 4 KiB boxes are neither
 //! page aligned (each frame straddled two pages) nor huge-mapped, so every cold copy paid a
-//! page walk, a two-dimensional one in a virtual machine. `bench/probes/copy.c` on dev-vm,
-//! over 128 MiB: a 4 KiB copy costs 410-430 ns between sequential frames and 840-920 ns
-//! between scattered ones. `uswap bench engine` measures the engine, so its simulated
+//! page walk, a two-dimensional one in a virtual machine (`bench/probes/copy.c` measures a
+//! 4 KiB copy between sequential and between scattered frames: the scattered one costs
+//! about twice as much). `uswap bench engine` measures the engine, so its simulated
 //! memory is laid out as a process's memory is seen by the kernel (docs/benchmarks.md has
 //! the probe's output, and the before and after).
 //!

@@ -641,7 +641,7 @@ impl Core {
     }
 
     /// A folio found all zero goes straight back as the zero page, write-protected, if the
-    /// page source can protect it (ARCHITECTURE.md departure 26): mapped, it costs nothing,
+    /// page source can protect it (ARCHITECTURE.md, "Zero pages"): mapped, it costs nothing,
     /// and a read no longer faults it in. Under the PTL, re-validated as a page-in is (the
     /// page table still holds the entry, the folio is still cached for it): a fault that
     /// raced in first, or a page the program dropped, leaves it as it is. Returns whether

@@ -19,7 +19,7 @@
 //! list, which scanning fills with pages whose access bits are set. The engine passes the
 //! whole LRU (active and inactive): a page source without access bits (userfaultfd) never
 //! activates a page by scanning, so the active list would stay empty and no refault would
-//! ever be activated (ARCHITECTURE.md departure 20).
+//! ever be activated.
 //!
 //! Shadow encoding (an XArray value entry, at most 63 bits):
 //!

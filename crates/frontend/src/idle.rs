@@ -12,8 +12,8 @@
 //! Why: a userfault is two cross-CPU wake-ups (the faulting thread wakes the handler, the
 //! handler wakes it back) whenever the scheduler puts the two on different CPUs. Waking an
 //! idle CPU costs what its idle state costs to leave. In a guest whose idle loop halts at
-//! once (`haltpoll.guest_halt_poll_ns=0`, as on dev-vm) that is a VM exit and the host's
-//! wake-up of the vCPU thread: 15-70 us, against a 2-3 us fault resolution. The kernel's
+//! once (`haltpoll.guest_halt_poll_ns=0`) that is a VM exit and the host's wake-up of the
+//! vCPU thread: tens of microseconds, against a 2-3 us fault resolution. The kernel's
 //! own answer is its idle loop's polling (cpuidle-haltpoll); this is the same done from
 //! user space, and only while faults arrive: one thread per CPU of the program's CPU set,
 //! pinned, at nice 19, spinning while a fault was resolved within the last `window`,
@@ -343,8 +343,8 @@ fn poll(page: &IdlePage, cpu: usize, window: Duration) {
         let mut accounted = last_fault;
         loop {
             // No `spin_loop` hint: a stream of PAUSEs can trip a hypervisor's pause-loop
-            // exiting, which deschedules the vCPU, the halt this avoids. On dev-vm the hint
-            // made no difference (docs/benchmarks.md, "Idle polling").
+            // exiting, which deschedules the vCPU, the halt this avoids; the hint buys nothing
+            // measurable here (docs/benchmarks.md, "Idle polling").
             let now_epoch = epoch.load(Relaxed);
             let now = Instant::now();
             if now_epoch != seen {
@@ -410,7 +410,7 @@ mod tests {
         // Parked before any fault: no episode, no spinning. Waited for: a poller at nice 19
         // on a busy machine may start long after its spawn, and one that first reads the
         // epoch after `note_faults` below waits for the next fault (harmless in a run, a
-        // burst missed; here it never had its episode, 2 runs in 10 beside three busy loops).
+        // burst missed; here the test would wait for an episode that never comes).
         let deadline = Instant::now() + Duration::from_secs(30);
         let all_parked = || u64::from(page.parked().load(SeqCst)) == page.stats().pollers;
         while !all_parked() && Instant::now() < deadline {

@@ -136,8 +136,8 @@ pub fn read(buf: &mut Vec<u8>) -> Result<(), fds::Error> {
 /// Whatever the size of the `---p` below: glibc maps a new stack inaccessible whole before
 /// it opens all but the guard, and mapped right below an older stack's guard it merges with
 /// it, so for that moment the older stack lies above megabytes of `---p`. A bound on the
-/// guard's size (1 MiB, tried 2026-11-23) let a scan in that moment adopt the older stack,
-/// and `idle_threads` died of a SIGBUS in 2 runs of 80. The cost of no bound: memory a
+/// guard's size would let a scan in that moment adopt the older stack, whose thread then
+/// dies of a SIGBUS (`idle_threads`). The cost of no bound: memory a
 /// program maps with `MAP_FIXED` right above a `PROT_NONE` reservation stays unmanaged
 /// under SIGBUS delivery (docs/RUN.md).
 pub fn candidates(text: &[u8], out: &mut Vec<Candidate>, skip_stacks: bool) {

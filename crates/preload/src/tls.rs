@@ -3,18 +3,16 @@
 //! the name to [`uswap_shim_thread_atexit`]; the program's own C++ runtime still finds
 //! glibc's).
 //!
-//! Why: a thread-local with a destructor (the pool's compression buffer, parking_lot's
-//! per-thread parking data, std's own) is registered at its first use on a thread, and both
-//! of std's ways to register reach glibc's `malloc`: glibc's function `calloc`s, and std's
-//! fallback list is a `Vec` on the `System` allocator. The program's heap is managed
-//! memory, so that `malloc` may fault. On the handler thread that is a fault on itself; under
-//! SIGBUS delivery, in a program thread's first registration, the fault's handler needed a
-//! thread-local of its own while std's list was borrowed, and std aborted the process ("the
-//! System allocator may not use TLS with destructors": the idle-threads test under `.ci/run`,
-//! then 3 of 30 runs alone, core dump showing a new thread's first `malloc` faulting in
-//! glibc's arena set-up). Here a registration takes a node from the shim's arena, never
-//! managed, and touches nothing else, so it neither faults nor calls `malloc`, in a
-//! signal handler as anywhere.
+//! Why: a thread-local with a destructor (the pool's compression buffer, parking_lot's per-thread
+//! parking data, std's own) is registered at its first use on a thread, and both of std's ways to
+//! register reach glibc's `malloc`: glibc's function `calloc`s, and std's fallback list is a `Vec`
+//! on the `System` allocator. The program's heap is managed memory, so that `malloc` may fault. On
+//! the handler thread that is a fault on itself; under SIGBUS delivery, in a program thread's first
+//! registration, the fault's handler needed a thread-local of its own while std's list was
+//! borrowed, and std aborted the process ("the System allocator may not use TLS with destructors":
+//! a new thread's first `malloc` faulting in glibc's arena set-up, as the idle-threads test shows).
+//! Here a registration takes a node from the shim's arena, never managed, and touches nothing else,
+//! so it neither faults nor calls `malloc`, in a signal handler as anywhere.
 //!
 //! The destructors run when the thread exits, last registered first (as glibc runs them),
 //! from one pthread key's destructor; a destructor that registers another has it run in the

@@ -22,7 +22,7 @@
 //! written with zeros, paged out (zero map: nothing stored) and read back (the shared zero
 //! page mapped: nothing copied): `zero_pageout_ns`, `zero_pagein_ns`.
 //!
-//! Targets (the issue's): order-0 page-in with compressor none at most 1.5 µs; order-4
+//! Targets: order-0 page-in with compressor none at most 1.5 µs; order-4
 //! page-in per page at most 40% of order 0's.
 
 use super::CommonOpts;

@@ -14,7 +14,7 @@
 //!    `bytes` stat (memcached's accounting of its items) over the bytes paged out.
 //!
 //! The configurations run in alternation, `ROUNDS` times; the figures are the medians of
-//! the rounds'. Targets (the issue's, on loopback): far page-in p50 at most 60 µs at order
+//! the rounds'. Targets (on loopback): far page-in p50 at most 60 µs at order
 //! 0, writeback at least 500 MB/s, at most 2.05 server bytes per swapped byte.
 
 use super::CommonOpts;

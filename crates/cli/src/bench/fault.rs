@@ -9,7 +9,7 @@
 //! ```text
 //!   zero   the page was all zero: a zero-map bit; a read maps the shared zero page (zero
 //!          pages charged, `protect_zero_pages(false)`: protected, a zero folio paged out
-//!          is mapped back at once and its reads never fault, ARCHITECTURE.md departure 26)
+//!          is mapped back at once and its reads never fault, ARCHITECTURE.md "Zero pages")
 //!   pool   compressible data (about 3:1) in the compressed pool, lz4
 //!   file   incompressible data in the swap file, no pool (read back from the page cache:
 //!          the file was just written, so this is the swap-in path without disk latency)

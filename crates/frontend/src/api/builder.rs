@@ -279,7 +279,7 @@ impl Builder {
     /// Whether a read of a zero page maps it write-protected and uncharged, the program's
     /// first write then faulting (write-protect) so the engine charges the page before it
     /// exists; else it is charged as resident when mapped, as a budget must never be
-    /// exceeded unseen (docs/ARCHITECTURE.md, departure 8). Default: on where the kernel
+    /// exceeded unseen (docs/ARCHITECTURE.md, "Zero pages"). Default: on where the kernel
     /// reports write-protect faults (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`). With
     /// [`Delivery::Sigbus`] the first write is a SIGBUS whose page-fault error code says
     /// "present": the dispatcher serves it as a write-protect fault.

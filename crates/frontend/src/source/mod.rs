@@ -25,9 +25,9 @@
 //! Why in batches: each of those two calls flushes the TLB of every CPU running the program
 //! (staging is in its address space), an inter-processor interrupt per call, and in a
 //! virtual machine a VM exit each. Draining every take paid two of them per folio, beside
-//! the MOVE out's own: on dev-vm `smp_call_function_many_cond` and the x2APIC MSR write
-//! were the top two symbols of a uniform-random `uswap run` (21% of all samples, most of
-//! the reclaimer's time). A batch pays two per [`DRAIN_BATCH`] pages.
+//! the MOVE out's own, and in a profile of a uniform-random `uswap run` the cross-CPU call
+//! and the interrupt write were then the reclaimer's top two symbols. A batch pays two per
+//! [`DRAIN_BATCH`] pages.
 //!
 //! **Take refused.** MOVE stops at a page shared with a forked child, or pinned (EBUSY).
 //! The page is queued for a copy-on-write break (`MADV_POPULATE_WRITE`, by a thread that
@@ -43,8 +43,8 @@
 //! page tables has nothing for them: the handler maps them into the child from staging
 //! before they are restored ([`UffdSource::orphan_pages`]). For that, every move and map
 //! into the program stays inside the event fence, a take's undo included: none runs between
-//! a FORK's read and its application (before the fix, the last child of
-//! `run_programs/fork_kill.c` read a page of zeros in about 1 run of 30 under load).
+//! a FORK's read and its application (else a child can read a page of zeros: the test
+//! program `run_programs/fork_kill.c`).
 //!
 //! **Map.** One resolving ioctl covers the whole folio. The kernel stops early in three
 //! ways, each continued so that, seen from the engine, a map either installs every missing

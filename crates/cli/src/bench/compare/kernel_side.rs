@@ -31,9 +31,8 @@
 //! The uswap side's equivalents are in its charge. Those caches are merged with others of
 //! the same object size (`/sys/kernel/slab/zs_handle-zram0 -> :0000008`), so what is
 //! counted is the growth of the merged caches' objects in use, times the object size:
-//! sampled with the rest, from right after the setup to the run's highest sample. At 1 GiB
-//! under 256 MiB on dev-vm the caches held 512 and 8,631 objects before a zram run and
-//! 198,496 and 29,991 at its end (about 2.8 MB); what other users allocate in the same
+//! sampled with the rest, from right after the setup to the run's highest sample. A zram
+//! run of 1 GiB under 256 MiB grows them by a few megabytes; what other users allocate in the same
 //! caches meanwhile is in the figure too, and is small on an idle machine. The swap cache
 //! of 6.18 (its cluster tables) is not counted. `None` where /sys/kernel/slab cannot be
 //! read.
