@@ -66,8 +66,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Write the --stats-every blocks to this new file instead of stderr, and the tree's
-    /// totals at exit (docs/RUN.md, "Stats and traces")
+    /// Write the --stats-every blocks, and the tree's totals at exit, to this new file
+    /// instead of stderr
     #[arg(long, value_name = "PATH", help_heading = "Output files")]
     pub stats_file: Option<PathBuf>,
     /// Write a trace of faults and evictions (the simulator's format) to this new file
@@ -90,7 +90,7 @@ pub struct RunArgs {
     /// The pool's share of the budget, in percent
     #[arg(long, value_name = "N", default_value_t = RUN.pool_percent, help_heading = KNOBS)]
     pub pool_percent: u32,
-    /// A pool of its own beside the budget, of at most SIZE, instead of a share of it
+    /// A pool beside the budget, of at most SIZE, instead of a share of it
     #[arg(long, value_name = "SIZE", conflicts_with = "pool_percent", help_heading = KNOBS)]
     pub pool_size: Option<String>,
     /// Keep the swap file's pages in the page cache, or drop them once on disk
@@ -122,13 +122,13 @@ pub struct RunArgs {
     /// Run the program on these CPUs only, as taskset does: 0, 0-1, 0,2-3
     #[arg(long, value_name = "LIST", help_heading = KNOBS)]
     pub cpus: Option<String>,
-    /// The reclaimer's CPUs [default: with --cpus, the others; without, the program's]
+    /// The reclaimer's CPUs [default: with --cpus, the rest; else the program's]
     #[arg(long, value_name = "LIST", help_heading = KNOBS)]
     pub reclaim_cpus: Option<String>,
-    /// Run the fault handler on the CPU of the thread it serves (follow), or anywhere
+    /// Run the fault handler on the CPU of the thread it serves (follow) or anywhere
     #[arg(long, value_name = "MODE", default_value_t = Placement::Follow, help_heading = KNOBS)]
     pub handler_placement: Placement,
-    /// Keep idle CPUs polling through bursts of faults: auto, on or off (:US, the window)
+    /// Keep idle CPUs polling through fault bursts: auto, on or off (:US, the window)
     #[arg(long, value_name = "MODE", default_value = "auto", help_heading = KNOBS)]
     pub idle_poll: String,
 
