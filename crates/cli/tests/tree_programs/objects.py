@@ -11,6 +11,14 @@ depth = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 mode = sys.argv[3] if len(sys.argv) > 3 else ""
 
 
+def say(*words):
+    """Prints one line with one write: members print at once into one pipe, and with
+    PYTHONUNBUFFERED set print() writes each word and separator on its own, so two
+    members' lines interleaved mid-line."""
+    sys.stdout.write(" ".join(str(w) for w in words) + "\n")
+    sys.stdout.flush()
+
+
 def build(seed):
     return [(str(i + seed) * 100).encode()[:1000] for i in range(n)]
 
@@ -30,7 +38,7 @@ if mode == "pool":
     import multiprocessing
     with multiprocessing.get_context("fork").Pool(2) as pool:
         for line in pool.map(worker, [1, 2]):
-            print("pool", line, flush=True)
+            say("pool", line)
     sys.exit(0)
 data = build(0)
 if mode == "die":
@@ -39,4 +47,4 @@ if mode == "die":
     os.kill(os.getpid(), signal.SIGKILL)
 if depth > 0:
     subprocess.run([sys.executable, sys.argv[0], str(n), str(depth - 1)], check=True)
-print(depth, digest(data), len(data), flush=True)
+say(depth, digest(data), len(data))
