@@ -18,6 +18,11 @@
 //! harness polls; it never exits past the guards). A teardown step that fails is
 //! reported on stderr and the remaining steps still run.
 //!
+//! A guard cannot run when the harness is killed (SIGKILL, or a test's time limit). So before
+//! it changes the machine the harness writes what it is about to set up to a journal
+//! ([`JOURNAL_PATH`]), removed once everything is undone; the next harness, holding the
+//! lock and so sure the journal's writer is gone, undoes what it lists ([`recover`]).
+//!
 //! Preflight refuses to touch a machine where swap is already active (someone else's
 //! swap would mix with ours, and `swapoff` of theirs is not ours to do) or where zram0 is
 //! already initialised (in use as swap or as a disk by someone else).
@@ -138,6 +143,68 @@ pub fn preflight(machine: &dyn Machine, roots: &Roots, config: KernelConfig) -> 
         bail!("zswap is already enabled by someone else");
     }
     Ok(())
+}
+
+/// What the harness is about to set up, written before it does and removed once it is
+/// undone (module documentation): `zram PREVIOUS_COMPRESSOR`, or `zswap SWAP_FILE
+/// PREVIOUS_ENABLED PREVIOUS_COMPRESSOR`.
+pub const JOURNAL_PATH: &str = "/tmp/uswap-bench-compare.setup";
+
+/// Removes the journal on drop: the last field of a [`KernelSwap`], so it goes after every
+/// guard has undone its step.
+pub struct Journal<'m> {
+    machine: &'m dyn Machine,
+}
+
+impl<'m> Journal<'m> {
+    fn write(machine: &'m dyn Machine, line: &str) -> Result<Self> {
+        machine.write(Path::new(JOURNAL_PATH), line)?;
+        Ok(Journal { machine })
+    }
+}
+
+impl Drop for Journal<'_> {
+    fn drop(&mut self) {
+        warn_on_error(
+            "remove the setup journal",
+            self.machine.remove_file(Path::new(JOURNAL_PATH)),
+        );
+    }
+}
+
+/// Undoes the setup a killed harness's journal lists, as its guards would have; a line
+/// saying what was undone, or `None` without a journal. Call it holding the lock.
+///
+/// # Errors
+/// A journal that is not one the harness writes (it is left in place).
+pub fn recover(machine: &dyn Machine, roots: &Roots) -> Result<Option<String>> {
+    let Ok(line) = machine.read(Path::new(JOURNAL_PATH)) else { return Ok(None) };
+    let swaps = machine.read(&roots.proc_file("swaps")).unwrap_or_default();
+    let swapped_on = |name: &str| swaps.lines().any(|l| l.split_whitespace().next() == Some(name));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let undone = match words[..] {
+        ["zram", previous] => {
+            drop(ZramSwap {
+                machine,
+                roots: roots.clone(),
+                swapped_on: swapped_on(ZRAM_DEVICE),
+                previous_compressor: Some(previous.to_string()),
+            });
+            format!("zram0's swap (its compressor back to {previous})")
+        }
+        ["zswap", file, enabled, compressor] => {
+            let saved = vec![
+                (roots.zswap("compressor"), compressor.to_string()),
+                (roots.zswap("enabled"), enabled.to_string()),
+            ];
+            drop(ZswapParams { machine, saved });
+            drop(SwapFile { machine, path: file.into(), swapped_on: swapped_on(file) });
+            format!("zswap (enabled {enabled}, compressor {compressor}) and the swap file {file}")
+        }
+        _ => bail!("{JOURNAL_PATH} holds {line:?}, not a setup of this harness: left as it is"),
+    };
+    drop(Journal { machine });
+    Ok(Some(undone))
 }
 
 /// zram0 set up as swap; reset (and its compressor restored) on drop.
@@ -297,11 +364,11 @@ impl Drop for ZswapParams<'_> {
 }
 
 /// The swap of one kernel configuration, torn down on drop (fields drop in order: zswap
-/// is switched off before its swap file goes away).
+/// is switched off before its swap file goes away, and the journal goes last).
 /// The guards are held only for their `Drop`.
 pub enum KernelSwap<'m> {
-    Zram { _zram: ZramSwap<'m> },
-    Zswap { _params: ZswapParams<'m>, _file: SwapFile<'m> },
+    Zram { _zram: ZramSwap<'m>, _journal: Journal<'m> },
+    Zswap { _params: ZswapParams<'m>, _file: SwapFile<'m>, _journal: Journal<'m> },
 }
 
 impl<'m> KernelSwap<'m> {
@@ -317,12 +384,20 @@ impl<'m> KernelSwap<'m> {
         swap_file: &Path,
     ) -> Result<Self> {
         if config.is_zram() {
+            let algorithms = machine.read(&roots.zram("comp_algorithm"))?;
+            let previous = selected_algorithm(&algorithms).unwrap_or_default();
+            let journal = Journal::write(machine, &format!("zram {previous}"))?;
             let zram = ZramSwap::enter(machine, roots, config.compressor(), swap_bytes)?;
-            return Ok(KernelSwap::Zram { _zram: zram });
+            return Ok(KernelSwap::Zram { _zram: zram, _journal: journal });
         }
+        let enabled = machine.read(&roots.zswap("enabled"))?;
+        let compressor = machine.read(&roots.zswap("compressor"))?;
+        let file_name = swap_file.to_str().context("swap file path is not UTF-8")?;
+        let line = format!("zswap {file_name} {enabled} {compressor}");
+        let journal = Journal::write(machine, &line)?;
         let file = SwapFile::enter(machine, swap_file, swap_bytes)?;
         let params = ZswapParams::enter(machine, roots, config.compressor())?;
-        Ok(KernelSwap::Zswap { _params: params, _file: file })
+        Ok(KernelSwap::Zswap { _params: params, _file: file, _journal: journal })
     }
 }
 
@@ -389,6 +464,7 @@ mod tests {
         assert_eq!(
             machine.steps(),
             [
+                "write /tmp/uswap-bench-compare.setup zram lzo-rle",
                 "write /sys/block/zram0/comp_algorithm lz4",
                 "write /sys/block/zram0/disksize 1073741824",
                 "run mkswap /dev/zram0",
@@ -396,6 +472,7 @@ mod tests {
                 "run swapoff /dev/zram0",
                 "write /sys/block/zram0/reset 1",
                 "write /sys/block/zram0/comp_algorithm lzo-rle",
+                "rm /tmp/uswap-bench-compare.setup",
             ]
         );
     }
@@ -419,14 +496,55 @@ mod tests {
         assert_eq!(machine.value("/sys/module/zswap/parameters/enabled").unwrap(), "N");
         assert_eq!(machine.value("/sys/module/zswap/parameters/compressor").unwrap(), "lzo");
         let steps = machine.steps();
-        assert_eq!(steps[0], "fallocate /var/tmp/x.swap 40960");
-        assert_eq!(steps[1], "run mkswap /var/tmp/x.swap");
-        assert_eq!(steps[2], "run swapon -p 100 /var/tmp/x.swap");
+        assert_eq!(steps[0], "write /tmp/uswap-bench-compare.setup zswap /var/tmp/x.swap N lzo");
+        assert_eq!(steps[1], "fallocate /var/tmp/x.swap 40960");
+        assert_eq!(steps[2], "run mkswap /var/tmp/x.swap");
+        assert_eq!(steps[3], "run swapon -p 100 /var/tmp/x.swap");
         // zswap off before the swap file goes.
         let off = steps.iter().position(|s| s.ends_with("enabled N")).unwrap();
         let swapoff = steps.iter().position(|s| s.starts_with("run swapoff")).unwrap();
         assert!(off < swapoff, "{steps:?}");
-        assert_eq!(steps.last().unwrap(), "rm /var/tmp/x.swap");
+        assert_eq!(steps[steps.len() - 2], "rm /var/tmp/x.swap");
+        assert_eq!(steps.last().unwrap(), "rm /tmp/uswap-bench-compare.setup");
+    }
+
+    /// A harness killed while zram0 was its swap (SIGKILL runs no guard) left zram0 on and
+    /// the next harness refusing to run ("swap is already active"). The journal it wrote
+    /// lets the next one undo it; a journal in no known shape is left alone.
+    #[test]
+    fn a_killed_harness_setup_is_undone_by_the_next() {
+        let machine = fresh_machine();
+        assert_eq!(recover(&machine, &roots()).unwrap(), None, "no journal: nothing to do");
+        let files = [
+            ("/tmp/uswap-bench-compare.setup", "zram lzo-rle"),
+            ("/proc/swaps", "Filename Type Size Used Priority\n/dev/zram0 partition 1 0 100"),
+        ];
+        for (path, value) in files {
+            machine.files.borrow_mut().insert(path.into(), value.into());
+        }
+        let undone = recover(&machine, &roots()).unwrap().unwrap();
+        assert!(undone.contains("zram0"), "{undone}");
+        assert_eq!(
+            machine.steps(),
+            [
+                "run swapoff /dev/zram0",
+                "write /sys/block/zram0/reset 1",
+                "write /sys/block/zram0/comp_algorithm lzo-rle",
+                "rm /tmp/uswap-bench-compare.setup",
+            ]
+        );
+        let machine = fresh_machine();
+        let journal = "zswap /var/tmp/z.swap N lzo";
+        machine.files.borrow_mut().insert("/tmp/uswap-bench-compare.setup".into(), journal.into());
+        recover(&machine, &roots()).unwrap().unwrap();
+        let steps = machine.steps();
+        assert_eq!(steps[0], "write /sys/module/zswap/parameters/enabled N", "{steps:?}");
+        assert!(!steps.iter().any(|s| s.starts_with("run swapoff")), "not swapped on: {steps:?}");
+        assert!(steps.contains(&"rm /var/tmp/z.swap".to_string()), "{steps:?}");
+        let machine = fresh_machine();
+        machine.files.borrow_mut().insert("/tmp/uswap-bench-compare.setup".into(), "x".into());
+        assert!(recover(&machine, &roots()).is_err());
+        assert!(machine.steps().is_empty());
     }
 
     #[test]
@@ -446,7 +564,9 @@ mod tests {
         assert!(error.to_string().contains("compressors: deflate, lzo, lzo-rle"), "{error}");
         // Restored, and the swap file is gone again.
         assert_eq!(machine.value("/sys/module/zswap/parameters/enabled").unwrap(), "N");
-        assert_eq!(machine.steps().last().unwrap(), "rm /var/tmp/y.swap");
+        let steps = machine.steps();
+        assert_eq!(steps[steps.len() - 2], "rm /var/tmp/y.swap");
+        assert_eq!(steps.last().unwrap(), "rm /tmp/uswap-bench-compare.setup");
     }
 
     const CRYPTO: &str =
@@ -518,8 +638,9 @@ mod tests {
         let steps = machine.steps();
         // Not swapped on, so no swapoff; but the device is reset and its compressor restored.
         assert!(!steps.iter().any(|s| s.contains("swapoff")), "{steps:?}");
-        assert_eq!(steps[steps.len() - 2], "write /sys/block/zram0/reset 1");
-        assert_eq!(steps.last().unwrap(), "write /sys/block/zram0/comp_algorithm lzo-rle");
+        assert_eq!(steps[steps.len() - 3], "write /sys/block/zram0/reset 1");
+        assert_eq!(steps[steps.len() - 2], "write /sys/block/zram0/comp_algorithm lzo-rle");
+        assert_eq!(steps.last().unwrap(), "rm /tmp/uswap-bench-compare.setup");
     }
 
     #[test]

@@ -82,6 +82,9 @@ impl KernelEnv {
         if !sys::try_lock_exclusive(&lock)? {
             bail!("another `uswap bench compare` holds {LOCK_PATH}");
         }
+        if let Some(undone) = super::kernel::recover(machine.as_ref(), &roots)? {
+            eprintln!("uswap: undid {undone}, left by a harness that was killed");
+        }
         Ok(KernelEnv { machine, roots, parent, _lock: lock })
     }
 }
