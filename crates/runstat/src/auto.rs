@@ -13,9 +13,7 @@
 //!                          budget = min(max(budget, used) + max(budget / 4, RAISE_MIN),
 //!                                       2 x used + RAISE_MIN)
 //!                          no lowering for SETTLE
-//!     else the footprint grew GROWTH_MIN over the last WINDOW (first touches):
-//!                          budget += the footprint's growth since the last tick
-//!     loss < target / 2  and settled (SETTLE since the last raise and the last growth):
+//!     loss < target / 2  and settled:
 //!                          budget = min(budget, used) x (1 - LOWER_PER_SECOND x tick)
 //!     clamp to [floor, ceiling]
 //! ```
@@ -33,13 +31,6 @@
 //!   the members' last reports, up to a second old, so the cap is twice it and not a
 //!   quarter above it: a quarter above a use a second old would hold the second raise of a
 //!   phase that needs its memory back.
-//! - **Growth** is followed, not fought: while the tree's footprint (what it would hold
-//!   unmanaged: resident, swapped out and unmanaged memory) grows, the program is building
-//!   its data, and its first touches cost no loss, so a controller that lowered then took
-//!   the budget to its floor during the build, paging out the part that would be hot with
-//!   the rest, to fault it back for most of the service that followed. The budget grows
-//!   with the footprint instead, and lowering starts [`SETTLE_NS`] after the growth stops,
-//!   when what stays cold can show itself.
 //! - **The floor** is what the broker's policy needs to keep every member making progress
 //!   (the members' floors: their memory that cannot be paged out plus 2 MiB each, at least
 //!   4 MiB each) plus the tree's unmanaged memory, and at least [`FLOOR_MIN`]. The
@@ -63,9 +54,6 @@ pub const RAISE_GAP_NS: u64 = 200_000_000;
 pub const SETTLE_NS: u64 = 2_000_000_000;
 /// The lowest budget the controller sets.
 pub const FLOOR_MIN: u64 = 8 << 20;
-/// The least growth of the footprint over a [`WINDOW_NS`] that counts as the program
-/// building its data (module essay); an allocator's churn stays under it.
-pub const GROWTH_MIN: u64 = 8 << 20;
 
 /// What `--budget auto[:TARGET][,max=SIZE]` asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,8 +119,6 @@ pub enum Reason {
     Lowered,
     /// Raised: the loss was over the target.
     Raised,
-    /// Grown with the program's footprint: it is building its data.
-    Growing,
     /// Held: the loss was between half the target and the target, or it is settling.
     Held,
     /// At the floor: it cannot go lower.
@@ -152,7 +138,6 @@ impl Reason {
                 "held: the loss is near the target, a raise is settling, or pages are coming \
                  back into room the budget already has"
             }
-            Reason::Growing => "grown with the program, which is building its data",
             Reason::Floor => "at the floor: what the processes cannot page out, and 2 MiB each",
             Reason::Ceiling => "at the ceiling",
         }
@@ -172,9 +157,6 @@ pub struct Tick {
     pub used: u64,
     /// The least budget the policy can divide (module essay).
     pub floor: u64,
-    /// What the tree would hold unmanaged: its members' resident and swapped-out memory
-    /// and its unmanaged memory.
-    pub footprint: u64,
 }
 
 /// The controller (module essay).
@@ -184,11 +166,8 @@ pub struct Controller {
     ceiling: u64,
     budget: u64,
     window: VecDeque<(u64, u64, u32)>,
-    /// The footprint at each of the window's ticks.
-    footprints: VecDeque<u64>,
     last_ns: Option<u64>,
     last_raise_ns: Option<u64>,
-    last_growth_ns: Option<u64>,
     reason: Reason,
     /// Figures for the summary.
     pub figures: Figures,
@@ -219,10 +198,8 @@ impl Controller {
             ceiling,
             budget: ceiling,
             window: VecDeque::new(),
-            footprints: VecDeque::new(),
             last_ns: None,
             last_raise_ns: None,
-            last_growth_ns: None,
             reason: Reason::Starting,
             figures: Figures { min_bytes: ceiling, max_bytes: ceiling, ..Figures::default() },
         }
@@ -265,18 +242,9 @@ impl Controller {
     pub fn tick(&mut self, tick: Tick) -> u64 {
         let dt = self.last_ns.map_or(0, |last| tick.now_ns.saturating_sub(last));
         self.last_ns = Some(tick.now_ns);
-        let grown_since_tick =
-            self.footprints.back().map_or(0, |&last| tick.footprint.saturating_sub(last));
         self.window.push_back((tick.now_ns, tick.stall_ns, tick.members));
-        self.footprints.push_back(tick.footprint);
         while self.window.len() > 2 && tick.now_ns.saturating_sub(self.window[1].0) >= WINDOW_NS {
             self.window.pop_front();
-            self.footprints.pop_front();
-        }
-        let grown =
-            self.footprints.front().map_or(0, |&first| tick.footprint.saturating_sub(first));
-        if grown >= GROWTH_MIN {
-            self.last_growth_ns = Some(tick.now_ns);
         }
         let spanned =
             self.window.front().is_some_and(|&(t, _, _)| tick.now_ns - t >= WINDOW_NS / 2);
@@ -300,13 +268,7 @@ impl Controller {
                 budget = wanted;
                 Reason::Raised
             }
-        } else if grown >= GROWTH_MIN {
-            budget = budget.max(tick.used).saturating_add(grown_since_tick);
-            Reason::Growing
-        } else if loss < self.target / 2.0
-            && since_raise.is_none_or(|s| s >= SETTLE_NS)
-            && self.last_growth_ns.is_none_or(|t| tick.now_ns.saturating_sub(t) >= SETTLE_NS)
-        {
+        } else if loss < self.target / 2.0 && since_raise.is_none_or(|s| s >= SETTLE_NS) {
             let base = budget.min(tick.used.max(floor)) as f64;
             budget = (base * (1.0 - LOWER_PER_SECOND * dt as f64 / 1e9)) as u64;
             self.figures.lowers += 1;
@@ -357,8 +319,7 @@ mod tests {
             *now += TICK_NS;
             let used = used.min(c.budget());
             let stall_ns = (stall * TICK_NS as f64) as u64;
-            let footprint = used;
-            c.tick(Tick { now_ns: *now, stall_ns, members: 1, used, floor: 12 * MIB, footprint });
+            c.tick(Tick { now_ns: *now, stall_ns, members: 1, used, floor: 12 * MIB });
         }
         c.budget()
     }
@@ -448,62 +409,11 @@ mod tests {
             now += TICK_NS;
             let used = low + 8 * MIB;
             let stall_ns = TICK_NS / 2;
-            let footprint = used;
-            c.tick(Tick { now_ns: now, stall_ns, members: 1, used, floor: 12 * MIB, footprint });
+            c.tick(Tick { now_ns: now, stall_ns, members: 1, used, floor: 12 * MIB });
         }
         let cap = 2 * (low + 8 * MIB) + RAISE_MIN;
         assert!(c.budget() <= cap && c.budget() > cap - 8192, "{low} -> {}", c.budget());
         assert_eq!(c.reason(), Reason::Held);
-    }
-
-    /// A service builds 800 MiB of data in 8 s, then serves: its first touches cost no
-    /// loss, and a controller that lowered meanwhile took the budget to its floor during
-    /// the build, paging out what the service then needed. The budget follows the growth,
-    /// and lowering starts once the build has been over for [`SETTLE_NS`].
-    #[test]
-    fn a_program_building_its_data_keeps_its_budget_until_it_stops() {
-        let mut c = Controller::new(spec(1.0), 2 << 30);
-        let mut now = 0;
-        run(&mut c, &mut now, 40, 0.0, 50 * MIB);
-        let start = c.budget();
-        assert!(start <= 50 * MIB, "lowered to what it uses at first: {start}");
-        let mut footprint = 50 * MIB;
-        for i in 0..160 {
-            now += TICK_NS;
-            footprint += 5 * MIB;
-            // Never more than the budget is used: the rest is paged out.
-            let used = footprint.min(c.budget());
-            c.tick(Tick { now_ns: now, stall_ns: 0, members: 1, used, floor: 12 * MIB, footprint });
-            // Growth shows from the second tick (GROWTH_MIN over the window).
-            assert!(i < 2 || c.budget() >= used, "tick {i}: {} under {used}", c.budget());
-        }
-        assert_eq!(c.reason(), Reason::Growing);
-        let built = c.budget();
-        assert!(built >= 800 * MIB, "the budget followed the build: {built}");
-        // The build is over: the budget holds while it settles, then comes down.
-        let settling = run_footprint(&mut c, &mut now, 30, footprint);
-        assert!(settling >= built, "{built} -> {settling}");
-        let later = run_footprint(&mut c, &mut now, 200, footprint);
-        assert!(later < built * 9 / 10, "{built} -> {later}");
-        assert_eq!(c.reason(), Reason::Lowered);
-    }
-
-    /// [`run`] with no stall, a program whose footprint is `footprint`, using what the
-    /// budget lets it.
-    fn run_footprint(c: &mut Controller, now: &mut u64, ticks: u32, footprint: u64) -> u64 {
-        for _ in 0..ticks {
-            *now += TICK_NS;
-            let used = footprint.min(c.budget());
-            c.tick(Tick {
-                now_ns: *now,
-                stall_ns: 0,
-                members: 1,
-                used,
-                floor: 12 * MIB,
-                footprint,
-            });
-        }
-        c.budget()
     }
 
     #[test]
@@ -526,7 +436,6 @@ mod tests {
                 members: 4,
                 used: 100 * MIB,
                 floor: 0,
-                footprint: 100 * MIB,
             };
             c.tick(tick);
         }

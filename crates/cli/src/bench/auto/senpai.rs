@@ -82,8 +82,7 @@ impl MemoryProbe for SenpaiProbe<'_> {
         let (orig, compr, used) = (fields.next(), fields.next(), fields.next());
         let text = machine.read(&self.pressure).unwrap_or_default();
         let total_us = psi_some_total_us(&text);
-        // What the program would hold unmanaged: in memory, and swapped out to zram.
-        self.steer(usage, usage + orig.unwrap_or(0), total_us);
+        self.steer(usage, total_us);
         Sample {
             charged_bytes: usage,
             outside_bytes: used.unwrap_or(0),
@@ -95,7 +94,7 @@ impl MemoryProbe for SenpaiProbe<'_> {
 }
 
 impl SenpaiProbe<'_> {
-    fn steer(&self, usage: u64, footprint: u64, total_us: Option<u64>) {
+    fn steer(&self, usage: u64, total_us: Option<u64>) {
         let mut state = self.state.borrow_mut();
         let stall_us = match (state.last_total_us, total_us) {
             (Some(last), Some(now)) => now.saturating_sub(last),
@@ -108,7 +107,6 @@ impl SenpaiProbe<'_> {
             members: 1,
             used: usage,
             floor: 0,
-            footprint,
         };
         let budget = state.controller.tick(tick);
         state.steering.raises = state.controller.figures.raises;

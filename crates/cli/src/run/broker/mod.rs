@@ -124,9 +124,6 @@ struct State {
     records: BTreeMap<u32, Record>,
     figures: BTreeMap<&'static str, u64>,
     unmanaged_now: u64,
-    /// What the tree would hold unmanaged (its members' resident and swapped-out memory,
-    /// and its unmanaged memory), at the last sample: `--budget auto` follows its growth.
-    footprint_now: u64,
     ticks: u64,
     /// A process joined since the tree file was last written.
     view_due: bool,
@@ -166,7 +163,6 @@ impl Broker {
             records: BTreeMap::new(),
             figures: BTreeMap::new(),
             unmanaged_now: 0,
-            footprint_now: 0,
             ticks: 0,
             view_due: true,
             auto: None,
@@ -486,7 +482,6 @@ impl State {
             members: reports().count() as u32,
             used: charged + self.unmanaged_now,
             floor: floors + self.unmanaged_now,
-            footprint: self.footprint_now,
         };
         let before = self.settings.budget_bytes;
         let budget = auto.tick(tick);
@@ -622,7 +617,6 @@ impl State {
         self.figures.insert("now_bytes", total);
         self.peak("peak_bytes", total);
         self.peak("footprint_peak_bytes", footprint);
-        self.footprint_now = footprint;
         self.peak("members_peak", members.len() as u64);
     }
 
