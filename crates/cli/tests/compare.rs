@@ -241,3 +241,50 @@ fn build_quick_json_checks_every_output() {
     assert!(!read("/proc/swaps").contains("zram0"), "{}", read("/proc/swaps"));
     assert_eq!(read("/sys/block/zram0/initstate"), "0");
 }
+
+/// `--far`: the uswap side again with its swap device in three memcached servers the
+/// harness starts on loopback and kills after the run, reported beside the local one. Its
+/// pages went to the servers and came back (the far counters), none lost and none wrong.
+/// Needs userfaultfd's kernel-mode faults (root), memcached (.ci/setup installs it) and the
+/// workload binary; skips, saying which, without them. There is no flag to leave the kernel
+/// side out, so it holds the kernel side's lock (the kernel side skips where it cannot run).
+#[test]
+fn compare_far_runs_the_uswap_side_on_memcached() {
+    let kernel_faults = uffd::probe().is_ok_and(|p| p.require_kernel_faults().is_ok());
+    let skip = [
+        (!kernel_faults, "userfaultfd without kernel-mode faults here"),
+        (!far::testing::Memcached::available(), "memcached is not installed (.ci/setup)"),
+        (workload_binary().is_none(), "uswap-workload not built (cargo build -p workload)"),
+    ];
+    if let Some((_, why)) = skip.iter().find(|(skip, _)| *skip) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _machine = kernel_side();
+    let output = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["bench", "compare", "--quick", "--json", "--far", "--workloads", "uniform"])
+        .args(["--configs", "zram-lz4"])
+        .env("USWAP_PRELOAD", common::shim())
+        .bounded_output();
+    assert!(output.status.success(), "{output:?}");
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["uswap_far"], true, "{json}");
+    let row = &json["workloads"][0];
+    assert_eq!(row["name"], "uniform");
+    assert!(row["uswap_far_skipped"].is_null(), "the far configuration did not run: {row}");
+    assert!(row["uswap_far_s"].as_f64().unwrap() > 0.0, "{row}");
+    assert_eq!(row["uswap_far_verify_errors"], 0, "{row}");
+    assert!(row["uswap_far_peak_bytes"].as_u64().unwrap() > 0, "{row}");
+    // 64 MiB under a 16 MiB budget, no pool, uniform reads: pages go to the servers and
+    // faults bring them back.
+    assert!(row["uswap_far_pages_written"].as_u64().unwrap() > 0, "{row}");
+    assert!(row["uswap_far_pages_read"].as_u64().unwrap() > 0, "{row}");
+    assert_eq!(row["uswap_far_lost_pages"], 0, "{row}");
+    // The local side ran beside it, as before.
+    assert!(row["uswap_skipped"].is_null(), "{row}");
+    assert_eq!(row["uswap_verify_errors"], 0, "{row}");
+    assert!(row["uswap_far_ratio_vs_local"].as_f64().unwrap() > 0.0, "{row}");
+    if row["kernel_zram_lz4_skipped"].is_null() {
+        assert_eq!(row["kernel_zram_lz4_verify_errors"], 0, "{row}");
+    }
+}

@@ -146,6 +146,7 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
         uswap_swap_file_cache: Some(args.swap_file_cache.clone()),
         uswap_reclaim_cpus: None,
         uswap_budget: Some(format!("auto:{}", args.target)),
+        uswap_far: None,
         serve_s,
         build,
     };

@@ -146,9 +146,7 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow], reference: Option<&Refere
     if let Some(reference) = reference {
         table.row(cells("unmanaged", &reference.outcome, true));
     }
-    let sides = std::iter::once(("uswap", &row.uswap))
-        .chain(row.kernel.iter().map(|(config, side)| (config.label(), side)));
-    for (label, side) in sides {
+    for (label, side) in row.sides() {
         match side {
             Side::Ran(outcome) => table.row(cells(label, outcome, false)),
             Side::Skipped(_) => table.row([label, "skipped"]),
@@ -212,6 +210,7 @@ mod tests {
         let row = WorkloadRow {
             name: "build".into(),
             uswap: Side::Ran(Box::new(uswap)),
+            far: None,
             kernel: vec![
                 (KernelConfig::ZramLz4, Side::Ran(Box::new(kernel))),
                 (KernelConfig::ZswapLz4, Side::Skipped("no lz4".into())),

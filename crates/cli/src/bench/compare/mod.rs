@@ -7,6 +7,8 @@
 //!                        build's budget, its outputs what every build is checked against
 //!   for each workload (seq, uniform, zipf, zero, pydict, redis, build):
 //!       uswap side       uswap_side::run   (`uswap run --budget B -- CMD`; skipped if absent)
+//!       uswap far        with --far: far_side::run (the same, `--far` to memcached servers
+//!                        started for the run; skipped without memcached)
 //!       kernel side      for zram lzo-rle, zram lz4, zswap lz4, zswap lzo-rle:
 //!                            set up swap + cgroup(limit = budget), run, sample, tear down
 //!   report: per-side table, uswap-vs-kernel table, JSON `workloads`, --plot SVGs
@@ -15,7 +17,8 @@
 //! Modules: `workloads` (what runs and how it is read; `redis` and `build` the real
 //! programs), `counters` (swap counters alike on both sides), `runner` (spawn, sample, reap),
 //! `kernel` + `cgroup` + `machine` (setup/teardown guards), `kernel_side` (one kernel
-//! run), `uswap_side` (the workload under `uswap run`), `summary` (tables, JSON),
+//! run), `uswap_side` (the workload under `uswap run`), `far_side` (the same with the swap
+//! device in a far tier), `summary` (tables, JSON),
 //! `plot` (charts, drawn by `crate::svg`), `sys` (the few raw system calls).
 //!
 //! Safety of the machine: zram0 and swap are global. Every change is made by a guard
@@ -27,6 +30,7 @@ pub(super) mod build;
 mod build_report;
 pub(super) mod cgroup;
 mod counters;
+mod far_side;
 pub(super) mod kernel;
 pub(super) mod kernel_side;
 pub(super) mod machine;
@@ -142,6 +146,17 @@ pub struct CompareArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=50))]
     pub repeat: u32,
+    /// Also run the uswap side with its swap device in a far tier, reported beside the
+    /// local one (`uswap far`; JSON `uswap_far_*`): for each workload, three `memcached -M`
+    /// servers on loopback, each sized to hold a copy of the whole swap device, started for
+    /// the run and killed after it; `uswap run --far` with two copies of each page,
+    /// `--encrypt on` (the far tier refuses to run without it) and no pool (`--zswap off`):
+    /// a pool beside the budget would hold every page and the servers see none, a share of
+    /// it would hide part of the traffic, so without one every page past the budget goes to
+    /// the servers and the row measures the far tier itself. Skipped with a note where
+    /// memcached is not installed.
+    #[arg(long)]
+    pub far: bool,
 }
 
 /// `uswap bench build`: the comparison of the build workload alone, against zram lz4 and
@@ -235,6 +250,7 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
             .then(|| kernel_side::swap_bytes(size_bytes)),
         uswap_reclaim_cpus,
         uswap_budget: None,
+        uswap_far: None,
         serve_s: 0.0,
         build: build::BuildSetup::new(args.build_src.clone(), &scratch.0, quick),
     };
@@ -246,14 +262,15 @@ pub fn run(args: &CompareArgs, common: &CommonOpts) -> Result<Report> {
         bail!("interrupted during the unmanaged build: nothing of the machine was changed");
     }
     let repeat = args.repeat as usize;
-    let progress = progress_bar(common.json, repeat * specs.len() * (configs.len() + 1));
+    let sides = configs.len() + 1 + usize::from(args.far);
+    let progress = progress_bar(common.json, repeat * specs.len() * sides);
     let mut rounds = Vec::with_capacity(repeat);
     for _ in 0..repeat {
-        rounds.push(run_all(&specs, &configs, &ctx, &env, &reference, &progress)?);
+        rounds.push(run_all(&specs, &configs, &ctx, &env, &reference, &progress, args.far)?);
     }
     progress.finish_and_clear();
     let mut report = Report::new("compare");
-    describe(&mut report, &ctx, &configs, &env);
+    describe(&mut report, &ctx, &configs, &env, args.far);
     build_report::describe(&mut report, &ctx, reference.as_ref());
     report.field("repeat", args.repeat);
     // Data safety is every round's, not only the reported one's.
@@ -360,14 +377,11 @@ fn uswap_idle_poll(args: &CompareArgs) -> Result<Option<String>> {
 }
 
 fn verify_errors(row: &WorkloadRow) -> u64 {
-    let kernel = row.kernel.iter().filter_map(|(_, side)| side.outcome());
-    row.uswap.outcome().into_iter().chain(kernel).map(|o| o.measured.verify_errors).sum()
+    row.sides().filter_map(|(_, side)| side.outcome()).map(|o| o.measured.verify_errors).sum()
 }
 
 fn plot_results(row: &WorkloadRow) -> plot::WorkloadResults<'_> {
-    let mut sides = vec![("uswap", &row.uswap)];
-    sides.extend(row.kernel.iter().map(|(config, side)| (config.label(), side)));
-    plot::WorkloadResults { name: &row.name, sides }
+    plot::WorkloadResults { name: &row.name, sides: row.sides().collect() }
 }
 
 fn progress_bar(json: bool, runs: usize) -> ProgressBar {
@@ -394,6 +408,7 @@ fn run_all(
     env: &Result<KernelEnv>,
     reference: &Option<Result<build::Reference>>,
     progress: &ProgressBar,
+    far: bool,
 ) -> Result<Vec<WorkloadRow>> {
     let mut rows = Vec::new();
     let mut run_index = 0;
@@ -404,10 +419,11 @@ fn run_all(
                 let kernel = configs.iter().map(|&c| (c, Side::Failed(why.clone()))).collect();
                 rows.push(WorkloadRow {
                     name: spec.name.clone(),
-                    uswap: Side::Failed(why),
+                    uswap: Side::Failed(why.clone()),
+                    far: far.then_some(Side::Failed(why)),
                     kernel,
                 });
-                progress.inc(configs.len() as u64 + 1);
+                progress.inc(configs.len() as u64 + 1 + u64::from(far));
                 continue;
             }
         };
@@ -418,6 +434,16 @@ fn run_all(
             None => uswap_side::run(spec, ctx, env.as_ref().ok(), run_index),
         };
         progress.inc(1);
+        let far = far.then(|| {
+            progress.set_message(format!("{} / uswap far", spec.name));
+            run_index += 1;
+            let side = match spec.missing(ctx) {
+                Some(why) => Side::Skipped(why),
+                None => far_side::run(spec, ctx, env.as_ref().ok(), run_index),
+            };
+            progress.inc(1);
+            side
+        });
         let mut kernel = Vec::new();
         for &config in configs {
             progress.set_message(format!("{} / {}", spec.name, config.label()));
@@ -441,7 +467,7 @@ fn run_all(
             kernel.push((config, side));
             progress.inc(1);
         }
-        rows.push(WorkloadRow { name: spec.name.clone(), uswap, kernel });
+        rows.push(WorkloadRow { name: spec.name.clone(), uswap, far, kernel });
     }
     Ok(rows)
 }
@@ -452,8 +478,10 @@ fn describe(
     ctx: &RunContext,
     configs: &[KernelConfig],
     env: &Result<KernelEnv>,
+    far: bool,
 ) {
     report.field("size_bytes", ctx.size_bytes);
+    report.field("uswap_far", far);
     report.field("budget_bytes", ctx.budget_bytes);
     report.field("seed", ctx.seed);
     let cpus = crate::cpus::current();
@@ -487,6 +515,9 @@ fn describe(
         |bytes| format!("beside the budget, at most {}", format_size(bytes)),
     );
     table.row(["uswap pool".to_string(), pool]);
+    if far {
+        table.row(["uswap far tier".to_string(), far_side::describe_line(ctx)]);
+    }
     if let Some((order, policy)) = &ctx.uswap_folios {
         report.field("uswap_folio_order", *order);
         report.field("uswap_large_folios", policy.clone());
@@ -521,6 +552,9 @@ fn describe(
          cgroup without a limit that it runs in (the same instrument; where none can be made, \
          its process tree's VmRSS + VmPTE, sampled, plus its swap file's page cache)",
     );
+    if far {
+        report.note(far_side::NOTE);
+    }
     report.note("this machine is shared with other builds: timings are noisy, compare ratios");
 }
 

@@ -25,9 +25,12 @@
 //! `swpout_fallback` by folio size: counters.rs); the kernel side `_kswapd_s`, the uswap
 //! side `uswap_tree_peak_bytes`, `uswap_fault_stall_s` and `uswap_engine_cpu_s` from its
 //! tree's totals, and `uswap_summary`, the lines `uswap run` printed. A figure that was not
-//! measured is null, never zero. With `--repeat N` each workload's object is its median
-//! round's (by the ratio against zram lz4), and `rounds` lists every round's ratio and both
-//! peaks per workload with the median's index.
+//! measured is null, never zero. With `--far`, the far configuration's figures follow
+//! under `uswap_far_*` (far_side.rs: `_s`, `_ratio_vs_local`, `_peak_bytes`,
+//! `_verify_errors`, the far counters `_pages_written`, `_pages_read`, `_lost_pages`,
+//! `_failovers`, ...; absent without `--far`). With `--repeat N` each workload's object is
+//! its median round's (by the ratio against zram lz4), and `rounds` lists every round's
+//! ratio and both peaks per workload with the median's index.
 
 use super::kernel::KernelConfig;
 use super::outcome::{RunOutcome, Side};
@@ -38,10 +41,20 @@ use serde_json::{json, Map, Value};
 pub struct WorkloadRow {
     pub name: String,
     pub uswap: Side,
+    /// The uswap side with its swap device in a far tier (`--far`: far_side.rs); `None`
+    /// when not asked for.
+    pub far: Option<Side>,
     pub kernel: Vec<(KernelConfig, Side)>,
 }
 
 impl WorkloadRow {
+    /// Every side that was asked for, with its label: uswap, uswap far, then the kernel's.
+    pub fn sides(&self) -> impl Iterator<Item = (&'static str, &Side)> {
+        std::iter::once(("uswap", &self.uswap))
+            .chain(self.far.iter().map(|side| ("uswap far", side)))
+            .chain(self.kernel.iter().map(|(c, s)| (c.label(), s)))
+    }
+
     fn kernel(&self, config: KernelConfig) -> Option<&RunOutcome> {
         self.kernel.iter().find(|(c, _)| *c == config).and_then(|(_, side)| side.outcome())
     }
@@ -96,9 +109,7 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
                  and slab objects; charged: each side's memory cgroup)";
     let table = report.table(title, &header);
     for row in rows {
-        let sides = std::iter::once(("uswap", &row.uswap))
-            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
-        for (label, side) in sides {
+        for (label, side) in row.sides() {
             let name = format!("{} / {label}", row.name);
             match side {
                 Side::Ran(outcome) => {
@@ -110,6 +121,7 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
         }
     }
     details(report, rows);
+    super::far_side::fill(report, rows);
     let header = [
         "workload",
         "uswap s",
@@ -147,9 +159,7 @@ pub fn fill(report: &mut Report, rows: &[WorkloadRow]) {
 fn skip_notes(rows: &[WorkloadRow]) -> Vec<String> {
     let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
     for row in rows {
-        let sides = std::iter::once(("uswap", &row.uswap))
-            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
-        for (label, side) in sides {
+        for (label, side) in row.sides() {
             let Some(reason) = skip_reason(side) else { continue };
             let run = format!("{} / {label}", row.name);
             match reasons.iter_mut().find(|(r, _)| *r == reason) {
@@ -185,9 +195,7 @@ fn details(report: &mut Report, rows: &[WorkloadRow]) {
                  at the end)";
     let table = report.table(title, &header);
     for row in rows {
-        let sides = std::iter::once(("uswap", &row.uswap))
-            .chain(row.kernel.iter().map(|(c, s)| (c.label(), s)));
-        for (label, side) in sides {
+        for (label, side) in row.sides() {
             let Some(o) = side.outcome() else { continue };
             let m = &o.measured;
             table.row([
@@ -312,6 +320,7 @@ pub fn workload_json(row: &WorkloadRow) -> Value {
     for (name, value) in uswap_figures {
         object.insert(name.into(), value);
     }
+    super::far_side::insert_json(row, &mut object);
     for (config, side) in &row.kernel {
         let key = |figure: &str| format!("kernel_{}_{figure}", config.key());
         let o = side.outcome();
@@ -348,7 +357,7 @@ fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-fn skip_reason(side: &Side) -> Option<String> {
+pub fn skip_reason(side: &Side) -> Option<String> {
     match side {
         Side::Ran(_) => None,
         Side::Skipped(why) => Some(why.clone()),
@@ -374,6 +383,7 @@ mod tests {
         let row = WorkloadRow {
             name: "uniform".into(),
             uswap: Side::Skipped("not yet".into()),
+            far: None,
             kernel: vec![
                 (KernelConfig::ZramLz4, ran(2.0, 5000)),
                 (KernelConfig::ZswapLz4, Side::Failed("boom".into())),
@@ -403,8 +413,12 @@ mod tests {
             ..RunOutcome::default()
         };
         outcome.measured.wall_s = 1.0;
-        let row =
-            WorkloadRow { name: "seq".into(), uswap: Side::Ran(Box::new(outcome)), kernel: vec![] };
+        let row = WorkloadRow {
+            name: "seq".into(),
+            uswap: Side::Ran(Box::new(outcome)),
+            far: None,
+            kernel: vec![],
+        };
         let json = workload_json(&row);
         assert_eq!(json["uswap_peak_rss_bytes"], 100 << 20);
         assert_eq!(json["uswap_file_cache_peak_bytes"], 40 << 20);
@@ -432,6 +446,7 @@ mod tests {
         let row = WorkloadRow {
             name: "zipf".into(),
             uswap: Side::Ran(Box::new(uswap)),
+            far: None,
             kernel: vec![(KernelConfig::ZramLz4, Side::Ran(Box::new(kernel)))],
         };
         let json = workload_json(&row);
@@ -452,6 +467,7 @@ mod tests {
         let row = WorkloadRow {
             name: "seq".into(),
             uswap: ran(1.0, 1),
+            far: None,
             kernel: vec![(KernelConfig::ZramLz4, ran(4.0, 1))],
         };
         assert_eq!(workload_json(&row)["ratio_vs_zram_lz4"], 0.25);
@@ -470,6 +486,7 @@ mod tests {
         let row = |name: &str, uswap_s: f64, kernel: Option<f64>| WorkloadRow {
             name: name.into(),
             uswap: ran(uswap_s, 1),
+            far: None,
             kernel: vec![(
                 KernelConfig::ZramLz4,
                 kernel.map_or(Side::Skipped("no zram".into()), |k| ran(k, 1)),

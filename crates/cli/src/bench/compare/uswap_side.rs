@@ -8,6 +8,8 @@
 //!                            [--zero-pages M] [--delivery M] [--pool-size B]
 //!                            [--reclaim-cpus LIST] --stats-file <scratch file>
 //!                            -- <program> <args>
+//!                        (the far configuration: --zswap off --far URL --encrypt on in
+//!                        place of --zswap lz4, --swap-file and --pool-size: far_side.rs)
 //!                        (before its stdio is set: the harness sets it on the wrapper)
 //!   probe, every 50 ms   the usage of the run's memory cgroup, if it has one (the charge
 //!                        of the memory chart), and
@@ -114,8 +116,19 @@ fn uswap_run_available(exe: &Path) -> bool {
 fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     let budget = ctx.uswap_budget.clone().unwrap_or_else(|| ctx.budget_bytes.to_string());
     let mut flags: Vec<String> = vec!["--budget".into(), budget];
-    flags.extend(["--zswap".into(), "lz4".into()]);
-    flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
+    match &ctx.uswap_far {
+        // No pool: every page past the budget goes to the servers; encryption asked for,
+        // as the far tier needs it (far_side.rs). The swap file's name still names the
+        // stats file.
+        Some(url) => {
+            flags.extend(["--zswap".into(), "off".into(), "--far".into(), url.clone()]);
+            flags.extend(["--encrypt".into(), "on".into()]);
+        }
+        None => {
+            flags.extend(["--zswap".into(), "lz4".into()]);
+            flags.extend(["--swap-file".into(), swap_file.display().to_string()]);
+        }
+    }
     flags.extend(["--stats-file".into(), stats_file_of(swap_file).display().to_string()]);
     // As large as the kernel side's zram device or swap file (the default, 8 GiB, need not
     // fit on the disk).
@@ -137,7 +150,7 @@ fn run_flags(ctx: &RunContext, swap_file: &Path) -> Vec<String> {
     if let Some(mode) = &ctx.uswap_delivery {
         flags.extend(["--delivery".into(), mode.clone()]);
     }
-    if let Some(bytes) = ctx.uswap_pool_bytes {
+    if let (Some(bytes), None) = (ctx.uswap_pool_bytes, &ctx.uswap_far) {
         flags.extend(["--pool-size".into(), bytes.to_string()]);
     }
     if let Some(cpus) = &ctx.uswap_reclaim_cpus {
@@ -527,6 +540,13 @@ mod tests {
             "1073741824",
         ];
         assert_eq!(flags[10..], tail, "{flags:?}");
+        // The far configuration: the servers instead of the file, and no pool.
+        ctx.uswap_far = Some("memcached://127.0.0.1:1".into());
+        let flags = run_flags(&ctx, Path::new("/s"));
+        let far = ["--zswap", "off", "--far", "memcached://127.0.0.1:1", "--encrypt", "on"];
+        assert_eq!(flags[2..8], far, "{flags:?}");
+        assert!(!flags.iter().any(|f| f == "--swap-file" || f == "--pool-size"), "{flags:?}");
+        assert_eq!(flags[8..10], ["--stats-file", "/s.stats"]);
     }
 
     #[test]

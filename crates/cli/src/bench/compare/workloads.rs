@@ -119,6 +119,9 @@ pub struct RunContext {
     pub uswap_reclaim_cpus: Option<String>,
     /// The uswap side's `--budget` when it is not `budget_bytes` (`auto`).
     pub uswap_budget: Option<String>,
+    /// The far configuration's `--far` URL (far_side.rs): set only for that run, whose
+    /// swap device is then the memcached servers the harness started, without a pool.
+    pub uswap_far: Option<String>,
     /// How long the service workloads serve, seconds.
     pub serve_s: f64,
     /// The build workload's source, tree and reference.
@@ -158,6 +161,7 @@ impl RunContext {
             uswap_pool_bytes: None,
             uswap_reclaim_cpus: None,
             uswap_budget: None,
+            uswap_far: None,
             serve_s: 1.0,
             build: BuildSetup::new("/no/build/source".into(), &std::env::temp_dir(), true),
         }
