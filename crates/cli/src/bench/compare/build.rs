@@ -273,17 +273,10 @@ pub fn run(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         None => (0, format!("{} objects and programs (the reference)", outputs.0.len())),
     };
     Ok(Measured {
-        wall_s: finished.wall_s,
-        major_faults: finished.exit.major_faults,
-        minor_faults: finished.exit.minor_faults,
-        max_rss_bytes: finished.exit.max_rss_bytes,
-        user_s: finished.exit.user_us as f64 / 1e6,
-        sys_s: finished.exit.sys_us as f64 / 1e6,
         verify_errors,
-        samples: finished.samples,
         detail,
         outputs: Some(Arc::new(outputs)),
-        ..Measured::default()
+        ..Measured::of_tree(finished.wall_s, &finished.exit, finished.samples)
     })
 }
 

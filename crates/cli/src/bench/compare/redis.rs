@@ -179,20 +179,13 @@ fn serve(
         )
     });
     Ok(Measured {
-        wall_s,
-        major_faults: exit.major_faults,
-        minor_faults: exit.minor_faults,
-        max_rss_bytes: exit.max_rss_bytes,
-        user_s: exit.user_us as f64 / 1e6,
-        sys_s: exit.sys_us as f64 / 1e6,
         verify_errors: result.verify_errors,
-        samples,
         detail: format!(
             "{} keys x {VALUE_BYTES} B: load {:.1} s, verified read-back {:.1} s{served}",
             result.keys, result.load_s, result.read_s
         ),
         service: result.service,
-        ..Measured::default()
+        ..Measured::of_tree(wall_s, &exit, samples)
     })
 }
 

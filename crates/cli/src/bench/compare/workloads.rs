@@ -201,6 +201,23 @@ pub struct Measured {
     pub outputs: Option<Arc<Outputs>>,
 }
 
+impl Measured {
+    /// The figures every run has of its reaped process tree: wall time, faults, resident
+    /// peak, CPU time, and the samples taken while it ran; the workload adds its own.
+    pub fn of_tree(wall_s: f64, exit: &super::sys::Exit, samples: Vec<Sample>) -> Measured {
+        Measured {
+            wall_s,
+            major_faults: exit.major_faults,
+            minor_faults: exit.minor_faults,
+            max_rss_bytes: exit.max_rss_bytes,
+            user_s: exit.user_us as f64 / 1e6,
+            sys_s: exit.sys_us as f64 / 1e6,
+            samples,
+            ..Measured::default()
+        }
+    }
+}
+
 /// What a service workload served in its fixed time.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Service {
@@ -374,18 +391,11 @@ fn run_synthetic(
     let report: workload::Report = serde_json::from_str(last_line(&finished.stdout))
         .with_context(|| format!("uswap-workload printed {:?}", finished.stdout))?;
     Ok(Measured {
-        wall_s: finished.wall_s,
-        major_faults: finished.exit.major_faults,
-        minor_faults: finished.exit.minor_faults,
-        max_rss_bytes: finished.exit.max_rss_bytes,
-        user_s: finished.exit.user_us as f64 / 1e6,
-        sys_s: finished.exit.sys_us as f64 / 1e6,
         fault_p50_ns: report.fault_p50_ns,
         fault_p99_ns: report.fault_p99_ns,
         slow_accesses: Some(report.slow_accesses),
         latency_cdf: report.latency_cdf,
         verify_errors: report.verify_errors,
-        samples: finished.samples,
         detail: format!(
             "{} accesses: p50 {} ns, {} slow (> {} ns), {} major faults; phases: fill {:.2} s, \
              accesses {:.2} s, verify {:.2} s",
@@ -398,8 +408,7 @@ fn run_synthetic(
             report.run_s,
             report.verify_s
         ),
-        service: None,
-        outputs: None,
+        ..Measured::of_tree(finished.wall_s, &finished.exit, finished.samples)
     })
 }
 
@@ -410,16 +419,9 @@ fn run_pydict(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured> {
         .with_context(|| format!("pydict.py printed {:?}", finished.stdout))?;
     let number = |key: &str| report.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
     Ok(Measured {
-        wall_s: finished.wall_s,
-        major_faults: finished.exit.major_faults,
-        minor_faults: finished.exit.minor_faults,
-        max_rss_bytes: finished.exit.max_rss_bytes,
-        user_s: finished.exit.user_us as f64 / 1e6,
-        sys_s: finished.exit.sys_us as f64 / 1e6,
         verify_errors: number("verify_errors"),
-        samples: finished.samples,
         detail: format!("{} entries, checksum {}", number("entries"), number("checksum")),
-        ..Measured::default()
+        ..Measured::of_tree(finished.wall_s, &finished.exit, finished.samples)
     })
 }
 
@@ -438,12 +440,7 @@ fn run_pyservice(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured
         p99_ns: number("request_p99_ns"),
     };
     Ok(Measured {
-        wall_s: finished.wall_s,
-        major_faults: finished.exit.major_faults,
-        minor_faults: finished.exit.minor_faults,
-        max_rss_bytes: finished.exit.max_rss_bytes,
         verify_errors: number("verify_errors"),
-        samples: finished.samples,
         detail: format!(
             "{} entries built in {:.1} s; {} requests in {:.1} s, p50 {:.0} us",
             number("entries"),
@@ -453,7 +450,7 @@ fn run_pyservice(ctx: &RunContext, placement: &Placement<'_>) -> Result<Measured
             service.p50_ns as f64 / 1e3
         ),
         service: Some(service),
-        ..Measured::default()
+        ..Measured::of_tree(finished.wall_s, &finished.exit, finished.samples)
     })
 }
 
