@@ -4,7 +4,7 @@
 //! restarts servers while the program runs. Skips, saying so, without userfaultfd's
 //! kernel-mode faults (root) or without memcached (.ci/setup installs it).
 
-use far::testing::Memcached;
+use far::testing::{url, Memcached};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -35,11 +35,6 @@ fn servers(n: usize) -> Vec<Memcached> {
 
 fn servers_of(n: usize, memory_mb: u32) -> Vec<Memcached> {
     (0..n).map(|_| Memcached::start(memory_mb).expect("memcached starts")).collect()
-}
-
-fn url(servers: &[Memcached]) -> String {
-    let list: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
-    format!("memcached://{}", list.join(","))
 }
 
 fn compile_with(name: &str, extra: &[&str]) -> common::Program {

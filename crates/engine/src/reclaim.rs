@@ -101,10 +101,17 @@ impl Core {
     /// watermark; below min, reclaim here until the fault fits (the kernel's allocstall).
     pub(crate) fn make_room(&self, need: u64) {
         let pressure = self.budget.pressure(self.pool_charge(), need);
-        if pressure >= Pressure::BelowLow && self.can_relieve() {
+        let relieve = self.can_relieve();
+        if pressure >= Pressure::BelowLow && relieve {
             self.wake_kswapd();
         }
-        if pressure == Pressure::BelowMin {
+        if pressure == Pressure::BelowMin && !relieve {
+            // At the working floor with no pool inside the budget: nothing a pass, a
+            // writeback or a compaction could give back, so the fault maps over the budget
+            // without paying for them.
+            Stats::add(&self.stats.counters.reclaim_fail, 1);
+            Stats::add(&self.stats.counters.reclaim_floor, 1);
+        } else if pressure == Pressure::BelowMin {
             // Paused for a fork: the charge goes over the budget for as long as it lasts.
             let Some(_busy) = self.fork_pause.enter() else {
                 Stats::add(&self.stats.counters.reclaim_paused, 1);

@@ -146,6 +146,12 @@ impl Memcached {
     }
 }
 
+/// The `--far` URL of `servers`: `memcached://HOST:PORT,HOST:PORT,...`.
+pub fn url(servers: &[Memcached]) -> String {
+    let list: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
+    format!("memcached://{}", list.join(","))
+}
+
 impl Drop for Memcached {
     fn drop(&mut self) {
         self.kill();

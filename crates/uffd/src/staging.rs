@@ -443,26 +443,24 @@ impl Staging {
     /// the caller drains them ([`Staging::alloc_undrained`]) before any take.
     ///
     /// # Errors
-    /// mincore's errno (a bug: the range is ours); the bits are then unchanged.
+    /// mincore's errno (a bug: the range is ours); the slots adopted before it stay so
+    /// (each does hold a page).
     pub fn adopt_kernel_pages(&mut self) -> Result<usize, Error> {
         const CHUNK: usize = 512;
         let mut resident = [0u8; CHUNK];
-        let mut adopted = Vec::new();
+        let mut adopted = 0;
         for start in (0..self.slots).step_by(CHUNK) {
             let n = CHUNK.min(self.slots - start);
             crate::sys::mem::mincore(self.map.page_addr(start), &mut resident[..n])
                 .map_err(|e| Error::os(crate::error::Op::Mincore, e))?;
-            let filled = |(i, &r): (usize, &u8)| (r & 1 != 0).then_some(start + i);
-            adopted.extend(
-                resident[..n]
-                    .iter()
-                    .enumerate()
-                    .filter_map(filled)
-                    .filter(|&s| !bit(&self.allocated, s) && !bit(&self.present, s)),
-            );
+            for (slot, &r) in (start..).zip(&resident[..n]) {
+                if r & 1 != 0 && !bit(&self.allocated, slot) && !bit(&self.present, slot) {
+                    set_bit(&mut self.present, slot, true);
+                    adopted += 1;
+                }
+            }
         }
-        adopted.iter().for_each(|&s| set_bit(&mut self.present, s, true));
-        Ok(adopted.len())
+        Ok(adopted)
     }
 
     /// Releases the pages held by free slots (MADV_DONTNEED); returns how many.

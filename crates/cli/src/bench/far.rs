@@ -23,7 +23,7 @@ use anyhow::Context;
 use backend::Backend;
 use engine::mem_source::MemorySource;
 use engine::{BackendConfig, Engine, EngineConfig, PageSource, SwapConfig};
-use far::testing::Memcached;
+use far::testing::{url, Memcached};
 use far::{FarBackend, FarConfig};
 use hdrhistogram::Histogram;
 use std::sync::Arc;
@@ -138,11 +138,6 @@ fn round(corpus: &Corpus, pages: u64, order: u32, device: &Device) -> anyhow::Re
         writeback_mb_s,
         server_bytes_per_byte,
     })
-}
-
-fn url(servers: &[Memcached]) -> String {
-    let list: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
-    format!("memcached://{}", list.join(","))
 }
 
 /// Runs the benchmark.

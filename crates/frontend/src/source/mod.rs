@@ -100,7 +100,7 @@ use uffd::PAGE_SIZE;
 const PAGE: usize = PAGE_SIZE;
 
 /// Staging lanes: concurrent takes (background reclaim, a faulting thread's direct reclaim,
-/// `pageout` callers) each hold one. Four cover this machine's two vCPUs with room.
+/// `pageout` callers) each hold one. Four cover a two-CPU machine with room.
 const LANES: usize = 4;
 
 /// Pages a lane holds after their take before it drains them all at once (module essay):

@@ -1,7 +1,7 @@
 //! Shared helpers of the frontend's tests: skip-or-require, a swap to test, page patterns.
 //!
 //! Skipping: a test that needs userfaultfd skips (with the probe's reason printed) only when
-//! the process is not root and `USWAP_REQUIRE_UFFD` is unset. As root (this machine, CI) an
+//! the process is not root and `USWAP_REQUIRE_UFFD` is unset. As root (as in CI) an
 //! unusable userfaultfd is a failure, so these tests cannot silently stop running.
 
 #![allow(dead_code)] // Each test binary uses a different subset.

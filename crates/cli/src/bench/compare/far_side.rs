@@ -31,7 +31,7 @@ use super::summary::WorkloadRow;
 use super::uswap_side;
 use super::workloads::{RunContext, WorkloadSpec};
 use crate::report::{format_figure, Report};
-use far::testing::Memcached;
+use far::testing::{url, Memcached};
 use serde_json::{json, Map, Value};
 
 /// memcached servers per run: enough for `uswap run`'s default of two copies of each page
@@ -84,11 +84,6 @@ pub fn run(
     let side = uswap_side::run(spec, &far_ctx, meter, run_index);
     drop(servers);
     side
-}
-
-fn url(servers: &[Memcached]) -> String {
-    let list: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
-    format!("memcached://{}", list.join(","))
 }
 
 /// The run table's line for the far configuration.
