@@ -114,7 +114,8 @@ pub struct SimArgs {
     faults: Option<String>,
     /// Activate one fault site at a rate, SITE=PPM (repeatable; replaces the seed's
     /// sites). Sites: read_fail, read_corrupt, write_fail, write_torn, write_lost,
-    /// discard_fail, take_retry, map_retry, incompressible, compress_fail, pool_alloc_fail.
+    /// discard_fail, take_retry, map_retry, incompressible, compress_fail, pool_alloc_fail,
+    /// protect_lost, take_staged.
     #[arg(long, value_name = "SITE=PPM")]
     fault: Vec<String>,
     /// Start from a preset, then apply the other flags: `race` (the hotspot world that

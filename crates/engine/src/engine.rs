@@ -82,6 +82,8 @@ pub(crate) struct Core {
     pub(crate) nr_swapcached: AtomicU64,
     /// Pages of [`Pte::ZeroMapped`] entries (the `zero_mapped_pages` gauge).
     pub(crate) zero_mapped_pages: AtomicU64,
+    /// Pages out of the program, held by the page source, and where (`staged.rs`).
+    pub(crate) staged: crate::staged::StagedPages,
     /// Wakes the background reclaimer ([`crate::quiesce::Doorbell`]).
     pub(crate) kswapd_bell: crate::quiesce::Doorbell,
     /// Held by the background reclaimer for each pass, and by `check_invariants` so it
@@ -272,6 +274,7 @@ impl Engine {
             storage: Storage { device: Arc::new(device), zeromap, zswap },
             nr_swapcached: AtomicU64::new(0),
             zero_mapped_pages: AtomicU64::new(0),
+            staged: crate::staged::StagedPages::default(),
             kswapd_bell: crate::quiesce::Doorbell::default(),
             kswapd_running: Mutex::new(()),
             kswapd_tid: std::sync::atomic::AtomicI32::new(0),
@@ -624,6 +627,40 @@ impl Engine {
     pub fn holds(&self) -> Vec<HoldId> {
         let holds = self.core.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         holds.by_id.keys().map(|&id| HoldId(id)).collect()
+    }
+
+    /// Puts back into the program every staged page its page source can put back now
+    /// (the page source's rule 5; `staged.rs`): the event reader calls it once it has
+    /// applied the events it read. Returns pages put back.
+    ///
+    /// Context: takes page-table locks one page at a time; one source call a page.
+    pub fn unstage_all(&self) -> u64 {
+        self.core.unstage_all()
+    }
+
+    /// Whether any page is staged (out of the program, held by its page source).
+    pub fn has_staged(&self) -> bool {
+        self.core.staged.count() > 0
+    }
+
+    /// The data of the engine's own staged pages, for a child forked without the engine's
+    /// knowledge ([`Engine::restore_staged_in_child`] takes it there).
+    ///
+    /// Context: the engine paused for the fork ([`Engine::pause_for_fork`]).
+    pub fn staged_for_child(&self) -> crate::staged::StagedCopy {
+        self.core.staged_for_child()
+    }
+
+    /// In such a child, once its regions are registered with its own page source: the
+    /// staged pages it inherited become resident, `copy`'s data mapped in first.
+    pub fn restore_staged_in_child(&self, copy: &crate::staged::StagedCopy) {
+        self.core.restore_staged_in_child(copy);
+    }
+
+    /// Fault injection for tests: while `hold` is set, [`Engine::unstage_all`] puts nothing
+    /// back (a fault on a staged page still does).
+    pub fn hold_staged(&self, hold: bool) {
+        self.core.staged.set_hold(hold);
     }
 
     /// An address space is gone (the process exited or exec'd): drop its regions and the
@@ -1175,6 +1212,7 @@ impl Core {
             swap_inuse_pages: self.storage.device.inuse_pages(),
             zeromap_pages: self.storage.zeromap.count(),
             zero_mapped_pages: self.zero_mapped_pages.load(Ordering::Relaxed),
+            staged_pages: self.staged.count(),
             budget_bytes: self.budget.budget_bytes(),
             used_bytes: self.charged_bytes(),
             used_bytes_peak: self.budget.peak_bytes(),
@@ -1204,8 +1242,8 @@ impl Core {
             );
         }
         let regions = self.regions.read();
-        let (mut resident, mut zero_mapped, mut references) =
-            (0u64, 0u64, std::collections::HashMap::new());
+        let (mut resident, mut zero_mapped, mut staged, mut references) =
+            (0u64, 0u64, 0u64, std::collections::HashMap::new());
         for region in regions.mms.values().flat_map(|mm| mm.by_start.values()) {
             let pt = region.lock();
             pt.check_invariants();
@@ -1230,15 +1268,27 @@ impl Core {
                         assert!(region.managed(), "a zero-page entry in a forked child's table");
                         zero_mapped += pages;
                     }
+                    Pte::Staged(id) => {
+                        let (owner, list) =
+                            self.lru.get(id).expect("staged entry with a dead LRU id");
+                        assert_eq!(
+                            (owner.region, owner.index, owner.order, list),
+                            (region.id(), found.first, 0, crate::lru::ListKind::Isolated)
+                        );
+                        assert!(self.staged.contains(id), "staged entry with no place");
+                        staged += 1;
+                    }
                 }
             }
         }
         let gauge = self.zero_mapped_pages.load(Ordering::Relaxed);
         assert_eq!(zero_mapped, gauge, "zero-page entries vs their gauge");
+        assert_eq!(staged, self.staged.count(), "staged entries vs their places");
         let counts = self.lru.counts();
-        assert_eq!(counts.isolated_pages, 0, "folios left isolated");
+        assert_eq!(counts.isolated_pages, staged, "folios left isolated but the staged");
         assert_eq!(resident, counts.active_pages + counts.inactive_pages, "page tables vs LRU");
-        assert_eq!(resident * PAGE_SIZE as u64, self.budget.resident_bytes(), "resident charge");
+        let charged = (resident + staged) * PAGE_SIZE as u64;
+        assert_eq!(charged, self.budget.resident_bytes(), "resident charge");
         let holds = self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for &(entry, nr) in holds.by_id.values().flatten() {
             for page in 0..u64::from(nr) {

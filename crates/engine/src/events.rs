@@ -125,6 +125,12 @@ impl Core {
                 Pte::ZeroMapped => {
                     self.zero_mapped_pages.fetch_sub(nr, Ordering::Relaxed);
                 }
+                Pte::Staged(id) => {
+                    self.drop_staged(pt, id);
+                    if self.lru.remove(id).is_some() {
+                        self.budget.uncharge_resident(nr * PAGE);
+                    }
+                }
             }
         }
         (freed, pages)
@@ -151,6 +157,7 @@ impl Core {
             Pte::ZeroMapped => {
                 pt.split(found.first, 0, |_, _| Pte::ZeroMapped);
             }
+            Pte::Staged(_) => {} // always order 0 (`staged.rs`)
             Pte::Resident(id) => {
                 // A stale id cannot happen: reclaim removes the record only after changing
                 // the entry, under this same lock, and finds a folio a remap moved where
@@ -210,13 +217,17 @@ impl Core {
         let mut child_pt = child.lock();
         let mut pages = 0;
         for found in pt.entries(0, parent.nr_pages() - 1) {
-            if let Pte::Swap(entry) = found.pte {
-                let nr = 1u32 << found.order;
-                if let Err(error) = self.storage.device.dup(entry, nr) {
-                    panic!("page table held {entry:?} but the device refused a dup: {error}");
+            match found.pte {
+                Pte::Swap(entry) => {
+                    let nr = 1u32 << found.order;
+                    if let Err(error) = self.storage.device.dup(entry, nr) {
+                        panic!("page table held {entry:?} but the device refused a dup: {error}");
+                    }
+                    child_pt.set(found.first, found.order, found.pte);
+                    pages += u64::from(nr);
                 }
-                child_pt.set(found.first, found.order, found.pte);
-                pages += u64::from(nr);
+                Pte::Staged(id) => self.fork_staged(parent, child, found.first, id),
+                Pte::Resident(_) | Pte::ZeroMapped => {}
             }
         }
         Stats::add(&self.stats.counters.fork_dup, pages);
@@ -326,7 +337,7 @@ impl Core {
         }
         for found in moved {
             let at = found.first - first + shift;
-            if let Pte::Resident(id) = found.pte {
+            if let Pte::Resident(id) | Pte::Staged(id) = found.pte {
                 let owner = FolioOwner { region: dst_id, index: at, order: found.order };
                 assert!(self.lru.set_owner(id, owner), "a resident entry has a live record");
             }

@@ -145,6 +145,13 @@ impl Core {
             let found = region.lock_span(index).lookup(index);
             let step = match found {
                 None => self.first_touch(&region, index, write)?,
+                Some(Found { pte: Pte::Staged(_), .. }) => {
+                    match self.unstage(&region, index, None, true) {
+                        Ok(true) => Step::Done(FaultOutcome::Mapped),
+                        Ok(false) => Step::Again,
+                        Err(error) => self.source_failed(error)?,
+                    }
+                }
                 Some(found) if found.pte.is_mapped() => {
                     Stats::add(&self.stats.counters.pgfault_spurious, 1);
                     region.source().wake(region.addr_of(index), PAGE);
@@ -282,7 +289,7 @@ impl Core {
     /// Turns a page-source failure into the fault's outcome.
     fn source_failed(&self, error: SourceError) -> Result<Step, Error> {
         match error {
-            SourceError::Retry => Ok(Step::Done(FaultOutcome::Retry)),
+            SourceError::Retry | SourceError::Staged { .. } => Ok(Step::Done(FaultOutcome::Retry)),
             SourceError::Gone => Ok(Step::Done(FaultOutcome::Gone)),
             SourceError::Failed(why) => {
                 Stats::add(&self.stats.counters.map_error, 1);

@@ -24,6 +24,7 @@ mod quiesce;
 pub mod ranges;
 mod reclaim;
 pub mod region;
+mod staged;
 pub mod stats;
 mod storage;
 pub mod swap_cache;
@@ -35,7 +36,8 @@ pub mod zeromap;
 pub use config::{BackendConfig, EngineConfig, LargeFolios, SwapConfig};
 pub use engine::{AddrRanges, AllLocked, Engine, FaultOutcome, HoldId};
 pub use error::Error;
-pub use page_source::{Mapped, PageSource, SourceError, Taken};
+pub use page_source::{Mapped, PageSource, SourceError, StageLoc, Taken};
+pub use staged::StagedCopy;
 pub use storage::Tier;
 
 /// Bytes in a base page (x86-64).

@@ -17,7 +17,7 @@
 
 use crate::engine::{Engine, FaultOutcome};
 use crate::frames::{Frames, Locked, Span};
-use crate::page_source::{Mapped, PageSource, SourceError, Taken};
+use crate::page_source::{Mapped, PageSource, SourceError, StageLoc, Taken};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::{Error, PAGE_SIZE};
 
@@ -36,6 +36,9 @@ enum State {
     /// An access fails (SIGBUS).
     Poisoned,
 }
+
+/// A page held after an injected staged take: its state, and its data if it had any.
+type HeldPage = (State, Box<[u8]>);
 
 /// A locked page of simulated memory: its state (through `Deref`) and its frame
 /// ([`crate::frames`]: contiguous memory, so taking and mapping a page costs a copy and no
@@ -73,6 +76,16 @@ pub struct MemorySource {
     data_pages: AtomicU64,
     /// `take` calls that should fail with `Retry` (fault injection: fork in progress).
     inject_retry: AtomicU64,
+    /// `take` calls that should stop part way and keep their first pages (fault injection:
+    /// a refused take whose undo met an unread event, the page source's rule 5).
+    inject_staged: AtomicU64,
+    /// `unstage` calls that should say `Retry` (fault injection: an event unread).
+    inject_unstage_retry: AtomicU64,
+    /// Pages held for the engine after an injected staged take, by place; a place with no
+    /// page was a hole.
+    held: crate::sync::Mutex<std::collections::BTreeMap<u64, HeldPage>>,
+    /// The next take's first place.
+    next_place: AtomicU64,
     /// What reclaim sees of accesses to resident pages.
     access_bits: AccessBits,
     /// Maps the zero page write-protected ([`PageSource::protects_zero`]).
@@ -121,6 +134,10 @@ impl MemorySource {
             referenced: (0..nr_pages).map(|_| AtomicBool::new(false)).collect(),
             data_pages: AtomicU64::new(0),
             inject_retry: AtomicU64::new(0),
+            inject_staged: AtomicU64::new(0),
+            inject_unstage_retry: AtomicU64::new(0),
+            held: crate::sync::Mutex::new(std::collections::BTreeMap::new()),
+            next_place: AtomicU64::new(0),
             access_bits: AccessBits::All,
             protect_zero: false,
             boundaries: crate::sync::Mutex::new(Vec::new()),
@@ -214,6 +231,53 @@ impl MemorySource {
     /// Makes the next `n` takes fail with [`SourceError::Retry`].
     pub fn inject_take_retries(&self, n: u64) {
         self.inject_retry.store(n, Ordering::Relaxed);
+    }
+
+    /// Makes the next `n` takes stop after their first half (at least one page), keeping
+    /// those pages held and saying [`SourceError::Staged`].
+    pub fn inject_take_staged(&self, n: u64) {
+        self.inject_staged.store(n, Ordering::Relaxed);
+    }
+
+    /// Makes the next `n` [`PageSource::unstage`] calls say [`SourceError::Retry`].
+    pub fn inject_unstage_retries(&self, n: u64) {
+        self.inject_unstage_retry.store(n, Ordering::Relaxed);
+    }
+
+    /// Pages held for the engine now (staged, not settled).
+    pub fn held_pages(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    /// Takes one from an injection counter; whether it was set.
+    fn injected(counter: &AtomicU64) -> bool {
+        let pending = counter.load(Ordering::Relaxed);
+        if pending == 0 {
+            return false;
+        }
+        counter.store(pending - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// An injected staged take: the first half of the pages at `addr` leave and are held.
+    fn take_staged(&self, addr: u64, nr: usize) -> SourceError {
+        let kept = nr.div_ceil(2);
+        let first = self.next_place.fetch_add(nr as u64, Ordering::Relaxed);
+        let mut pages = self.lock_range(addr, kept * PAGE_SIZE);
+        let mut held = self.held.lock();
+        for (i, (state, frame)) in pages.pages().enumerate() {
+            match std::mem::replace(state, State::Missing) {
+                State::Data => {
+                    self.data_pages.fetch_sub(1, Ordering::Relaxed);
+                    held.insert(first + i as u64, (State::Data, frame.to_vec().into()));
+                }
+                State::Zero | State::ZeroProtected => {
+                    held.insert(first + i as u64, (State::Zero, Box::default()));
+                }
+                State::Missing | State::Poisoned => {}
+            }
+        }
+        SourceError::Staged { at: StageLoc(first), pages: kept as u32 }
     }
 
     fn page_index(&self, addr: u64) -> usize {
@@ -410,6 +474,9 @@ impl PageSource for MemorySource {
         if self.across(addr, (dst.len() * PAGE_SIZE) as u64) {
             return Err(SourceError::Failed("a move across two mappings (EINVAL)".into()));
         }
+        if Self::injected(&self.inject_staged) {
+            return Err(self.take_staged(addr, dst.len()));
+        }
         let mut holes = 0;
         let mut pages = self.lock_range(addr, dst.len() * PAGE_SIZE);
         for ((state, frame), out) in pages.pages().zip(dst.iter_mut()) {
@@ -430,6 +497,31 @@ impl PageSource for MemorySource {
 
     fn map(&self, addr: u64, data: &[u8]) -> Result<Mapped, SourceError> {
         self.install(addr, data.len(), Some(data))
+    }
+
+    fn unstage(&self, at: StageLoc, addr: u64) -> Result<(), SourceError> {
+        if Self::injected(&self.inject_unstage_retry) {
+            return Err(SourceError::Retry);
+        }
+        let Some((state, data)) = self.held.lock().remove(&at.0) else { return Ok(()) };
+        // A page present there is the newer: ours goes.
+        match state {
+            State::Data => self.install(addr, PAGE_SIZE, Some(&data)).map(drop),
+            _ => self.install(addr, PAGE_SIZE, None).map(drop),
+        }
+    }
+
+    fn drop_staged(&self, at: StageLoc) {
+        self.held.lock().remove(&at.0);
+    }
+
+    fn read_staged(&self, at: StageLoc, out: &mut [u8]) -> bool {
+        match self.held.lock().get(&at.0) {
+            Some((State::Data, data)) => out.copy_from_slice(data),
+            Some(_) => out.fill(0),
+            None => return false,
+        }
+        true
     }
 
     fn map_zero(&self, addr: u64, len: u64) -> Result<Mapped, SourceError> {

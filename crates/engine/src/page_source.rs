@@ -23,6 +23,13 @@
 //!    the engine could not read back: an error must never map wrong data.
 //! 4. Calls on different pages may run concurrently; calls on the same page are serialised
 //!    by the engine (under the region's page-table lock).
+//! 5. A take refused part way may leave pages out of the program, held by the source
+//!    ([`SourceError::Staged`]): the source could neither finish the take nor put them back
+//!    (userfaultfd refuses both while an event is unread). The engine then owns them as
+//!    *staged* pages ([`crate::region::Pte::Staged`]) and settles each exactly once, under
+//!    its page-table lock: [`PageSource::unstage`] puts it back, [`PageSource::drop_staged`]
+//!    discards it (the program dropped or unmapped it), [`PageSource::read_staged`] copies
+//!    it for a forked child. A source keeps each staged page's place until it is settled.
 
 /// What a [`PageSource::take`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +53,35 @@ pub enum Mapped {
     AlreadyPresent,
 }
 
+/// Where a page source holds a staged page ([`SourceError::Staged`]): opaque to the engine,
+/// except that page `i` of a take staged at `at` is at `StageLoc(at.0 + i)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StageLoc(pub u64);
+
+impl StageLoc {
+    /// The place of page `i` of the take staged here.
+    pub fn page(self, i: u64) -> StageLoc {
+        StageLoc(self.0 + i)
+    }
+}
+
 /// Why a page-source operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceError {
     /// The address space is changing (fork, mremap in progress: the kernel's EAGAIN).
     /// Nothing was done; try again later.
     Retry,
+    /// A take refused part way (as [`SourceError::Retry`]), after its first `pages` pages had
+    /// left the program, and the source could not put them back: each of them may be held
+    /// at `at.page(i)` (one that went back, or was a hole, is held as an empty place). The
+    /// engine owns them from here (the module documentation, rule 5); the others were
+    /// never taken.
+    Staged {
+        /// Where page 0 of the take is held.
+        at: StageLoc,
+        /// How many of the take's first pages are held.
+        pages: u32,
+    },
     /// The range is no longer managed (unmapped, or the process is gone).
     Gone,
     /// Anything else, with the reason (an errno's text).
@@ -62,6 +92,9 @@ impl std::fmt::Display for SourceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceError::Retry => write!(f, "address space changing, retry"),
+            SourceError::Staged { pages, .. } => {
+                write!(f, "address space changing, {pages} pages held by the source")
+            }
             SourceError::Gone => write!(f, "range no longer managed"),
             SourceError::Failed(why) => write!(f, "{why}"),
         }
@@ -181,6 +214,32 @@ pub trait PageSource: Send + Sync {
 
     /// Wakes threads faulting on `len` bytes at `addr` whose pages are already present.
     fn wake(&self, addr: u64, len: u64);
+
+    /// Puts the staged page held at `at` back at `addr` (its address now: the program may
+    /// have moved it since) and wakes threads faulting there; the place is then free. A
+    /// place found empty (the page went back before it was staged, or was a hole) is freed
+    /// with nothing moved; a page found present at `addr` wins over the held one, which is
+    /// discarded. Called under the page-table lock, once per staged page that succeeds.
+    ///
+    /// # Errors
+    /// [`SourceError::Retry`] while the address space is changing (the page stays held);
+    /// [`SourceError::Gone`] if `addr` is not managed any more; [`SourceError::Failed`].
+    fn unstage(&self, at: StageLoc, addr: u64) -> Result<(), SourceError> {
+        let _ = (at, addr);
+        Err(SourceError::Failed("this page source stages nothing".into()))
+    }
+
+    /// Discards the staged page held at `at` and frees its place.
+    fn drop_staged(&self, at: StageLoc) {
+        let _ = at;
+    }
+
+    /// Copies the staged page held at `at` into `out` (4 KiB); false if the place is empty
+    /// (the page is in the program, or was a hole). The page stays held.
+    fn read_staged(&self, at: StageLoc, out: &mut [u8]) -> bool {
+        let _ = (at, out);
+        false
+    }
 
     /// Were the pages accessed since the last call? `None` when the source cannot tell
     /// (userfaultfd has no access bits): reclaim then relies on fault history alone.

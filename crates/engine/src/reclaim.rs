@@ -67,9 +67,23 @@ enum RunRefused {
     /// A victim is no longer where it was located (dropped, moved, split): nothing was
     /// done; each is paged out alone, which sorts it out.
     Changed,
-    /// The page source refused the take: everything was undone, the victims are back on
-    /// a list.
+    /// The page source refused the take: everything was undone, the victims are to go
+    /// back on a list.
     Source,
+    /// The page source refused the take holding the first victims' pages (`staged.rs`):
+    /// those are staged, the others are to go back on a list.
+    Staged(u32),
+}
+
+/// Why one folio's take did not happen ([`Core::take_pages`]).
+enum TakeRefused {
+    /// The page table no longer holds the folio where it was located (dropped or moved).
+    Moved,
+    /// The page source refused; the folio is where it was.
+    Source,
+    /// The page source refused holding some of its pages: the folio was split and those
+    /// pages staged, the rest put back on the lists (`staged.rs`).
+    Staged,
 }
 
 impl Core {
@@ -389,12 +403,18 @@ impl Core {
         self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         match self.take_pages(region, id, owner, entry, &folio) {
             Ok(()) => self.store_taken(region, id, owner, entry, &folio),
-            Err(moved) => {
+            Err(refused) => {
                 folio.unlock(Unlock::Abandoned);
                 self.delete_folio(&folio, None);
                 // Still resident where it was (the source refused), or moved by a remap
                 // since it was located: back on a list. Dropped or split: the id is stale
                 // and nothing happens. Never leave it isolated: nobody else puts it back.
+                // Staged: its pieces are settled already.
+                let moved = match refused {
+                    TakeRefused::Staged => return 0,
+                    TakeRefused::Moved => true,
+                    TakeRefused::Source => false,
+                };
                 if self.lru.putback(id, false) && moved {
                     Stats::add(&self.stats.counters.pageout_moved, 1);
                 }
@@ -513,6 +533,12 @@ impl Core {
                         }
                         0
                     }
+                    RunRefused::Staged(staged) => {
+                        for (_, id, _) in &run[staged as usize..] {
+                            self.lru.putback(*id, false);
+                        }
+                        0
+                    }
                 }
             }
         }
@@ -551,12 +577,18 @@ impl Core {
         let Err(error) = region.source().take_each(region.addr_of(first), &mut pages) else {
             return Ok(());
         };
-        // The pages never left: undo, under the same lock hold.
+        // The pages never left (or are held by the source): undo, under the same lock hold.
         for (victim, (entry, _)) in run.iter().zip(folios) {
             pt.set(victim.2.index, 0, Pte::Resident(victim.1));
             self.device_op(self.storage.device.put(*entry, 1), "undo put", *entry);
         }
         self.count_take_error(&error);
+        if let SourceError::Staged { at, pages } = error {
+            let pages = pages.min(run.len() as u32);
+            let ids: SmallVec<[LruId; RUN_PAGES_MAX]> = run.iter().map(|v| v.1).collect();
+            self.stage(&mut pt, first, &ids[..pages as usize], at, pages);
+            return Err(RunRefused::Staged(pages));
+        }
         Err(RunRefused::Source)
     }
 
@@ -565,14 +597,15 @@ impl Core {
     fn count_take_error(&self, error: &SourceError) {
         let c = &self.stats.counters;
         match error {
-            SourceError::Retry | SourceError::Gone => Stats::add(&c.pageout_retry, 1),
+            SourceError::Retry | SourceError::Staged { .. } | SourceError::Gone => {
+                Stats::add(&c.pageout_retry, 1)
+            }
             SourceError::Failed(_) => Stats::add(&c.map_error, 1),
         }
     }
 
-    /// Step 4, under the PTL. `Err(moved)` if the pages were not taken: `moved` says the
-    /// page table no longer holds the folio at `owner` (its pages were dropped or moved);
-    /// else the page source refused and the folio is where it was.
+    /// Step 4, under the PTL. An error if the pages were not taken: why, and so what is
+    /// left to do with the folio's record.
     fn take_pages(
         &self,
         region: &Region,
@@ -580,12 +613,12 @@ impl Core {
         owner: FolioOwner,
         entry: SwapEntry,
         folio: &Folio,
-    ) -> Result<(), bool> {
+    ) -> Result<(), TakeRefused> {
         let (order, nr) = (owner.order, 1u32 << owner.order);
         let mut pt = region.lock_span(owner.index);
         let resident = Found { first: owner.index, order, pte: Pte::Resident(id) };
         if pt.lookup(owner.index) != Some(resident) {
-            return Err(true);
+            return Err(TakeRefused::Moved);
         }
         pt.set(owner.index, order, Pte::Swap(entry));
         if let Err(error) = self.storage.device.dup(entry, nr) {
@@ -594,11 +627,22 @@ impl Core {
         let addr = region.addr_of(owner.index);
         let taken = folio.with_data_mut(|data| region.source().take(addr, data));
         let Err(error) = taken else { return Ok(()) };
-        // The pages never left: undo, under the same lock hold.
+        // The pages never left (or are held by the source): undo, under the same lock hold.
         pt.set(owner.index, order, Pte::Resident(id));
         self.device_op(self.storage.device.put(entry, nr), "undo put", entry);
         self.count_take_error(&error);
-        Err(false)
+        let SourceError::Staged { at, pages } = error else { return Err(TakeRefused::Source) };
+        // Staged pages are settled one by one: the folio goes to order 0, its pieces
+        // isolated as it is.
+        let ids = if order == 0 {
+            vec![id]
+        } else {
+            let ids = self.lru.split(id, 0, true).expect("a resident entry has a live record");
+            pt.split(owner.index, 0, |first, _| Pte::Resident(ids[(first - owner.index) as usize]));
+            ids
+        };
+        self.stage(&mut pt, owner.index, &ids, at, pages);
+        Err(TakeRefused::Staged)
     }
 
     /// Steps 5-7: store the taken data and leave a shadow; if no tier takes it, put the

@@ -12,6 +12,8 @@
 //!   +----------------------------------------------------------+---+
 //!   |  1 (bit 62, past every swap type) | 0: the zero page      | 0 |
 //!   +----------------------------------------------------------+---+
+//!   |  1 (bit 62) | 1 (bit 61) | LruId (60 bits): staged         | 0 |
+//!   +----------------------------------------------------------+---+
 //!   no entry: never touched, or dropped by the program: reads as zeros
 //! ```
 //!
@@ -19,6 +21,11 @@
 //! holds no memory, so it is charged nothing and is on no LRU; the program's first write
 //! to it faults into the engine ([`crate::Engine::handle_wp_fault_in`]), which makes it a
 //! resident folio before letting the write through.
+//!
+//! A staged entry ([`Pte::Staged`]) is an order-0 page a refused take left out of the
+//! program, held by the page source (the page source's rule 5): still charged and
+//! recorded, off the LRU lists, never taken again; a fault on it, or the event reader after
+//! the events it read, puts it back (`staged.rs`).
 //!
 //! A swapped folio of order `o` is one entry of order `o` whose value names the swap entry
 //! of its *first* page; page `i` of it lives at `offset + (i - first)`. Splitting such an
@@ -59,11 +66,22 @@ pub enum Pte {
     /// Mapped to the shared zero page, write-protected (module documentation): no memory,
     /// no charge, no LRU record.
     ZeroMapped,
+    /// One page out of the program, held by the page source after a refused take (module
+    /// documentation); its record, charged and isolated, and where the source holds it
+    /// (the engine's staged list).
+    Staged(LruId),
 }
 
 /// [`Pte::ZeroMapped`]'s value: bit 62, above a swapped entry's highest bit (5 bits of
 /// swap type over 56 of offset, shifted by the tag), with the swapped tag.
 const ZERO_MAPPED_VALUE: u64 = 1 << 62;
+
+/// [`Pte::Staged`]'s marker over the zero-page bit: the record's id below it, shifted by the
+/// tag.
+const STAGED_BIT: u64 = 1 << 61;
+
+/// The 60 bits of an [`LruId`].
+const LRU_ID_MASK: u64 = (1 << 60) - 1;
 
 // Every swap type and offset encodes below the zero-page value.
 const _: () = assert!(
@@ -91,6 +109,7 @@ impl Pte {
                 ((ty << OFFSET_BITS) | entry.offset()) << 1
             }
             Pte::ZeroMapped => ZERO_MAPPED_VALUE,
+            Pte::Staged(id) => ZERO_MAPPED_VALUE | STAGED_BIT | ((id.to_raw() & LRU_ID_MASK) << 1),
         }
     }
 
@@ -100,6 +119,8 @@ impl Pte {
             Pte::Resident(LruId::from_raw(value >> 1))
         } else if value == ZERO_MAPPED_VALUE {
             Pte::ZeroMapped
+        } else if value & ZERO_MAPPED_VALUE != 0 {
+            Pte::Staged(LruId::from_raw((value >> 1) & LRU_ID_MASK))
         } else {
             let payload = value >> 1;
             let ty = SwapType::new((payload >> OFFSET_BITS) as u8).expect("swap type in range");
@@ -124,7 +145,7 @@ impl Found {
     pub fn swap_entry_of(&self, index: u64) -> Option<SwapEntry> {
         match self.pte {
             Pte::Swap(entry) => Some(entry.add(index - self.first)),
-            Pte::Resident(_) | Pte::ZeroMapped => None,
+            Pte::Resident(_) | Pte::ZeroMapped | Pte::Staged(_) => None,
         }
     }
 }
@@ -639,6 +660,8 @@ mod tests {
             Pte::Resident(LruId::from_raw(0)),
             Pte::Resident(LruId::from_raw((1 << 60) - 1)),
             Pte::ZeroMapped,
+            Pte::Staged(LruId::from_raw(0)),
+            Pte::Staged(LruId::from_raw((1 << 60) - 1)),
         ] {
             let value = pte.to_value();
             assert!(value <= xarray::MAX_VALUE, "{pte:?} does not fit a value entry");

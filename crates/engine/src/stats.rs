@@ -132,6 +132,22 @@ counters::table! {
             remap_dest_released,
             /// Swap entries duplicated for a forked child.
             fork_dup,
+            /// Pages a refused take left out of the program, held by the page source (the
+            /// page source's rule 5): staged.
+            pages_staged,
+            /// Staged pages put back into the program (by a fault on one, or after events).
+            pages_unstaged,
+            /// Staged pages discarded: the program dropped or unmapped them while they were
+            /// out.
+            staged_dropped,
+            /// Staged pages copied into a forked child.
+            staged_to_children,
+            /// Of those, pages the child's source refused: poisoned there (SIGBUS on access,
+            /// never zeros).
+            staged_child_poisoned,
+            /// Attempts to put a staged page back that failed for a reason other than a
+            /// changing address space (the page stays staged).
+            unstage_failed,
             /// Times the budget was changed while the engine ran (`Engine::set_budget`).
             budget_changes,
             /// Direct reclaims skipped because the engine was paused for a fork (the fault charged
@@ -229,6 +245,8 @@ pub struct Gauges {
     pub zeromap_pages: u64,
     /// Pages mapped to the shared zero page, write-protected and uncharged (no memory).
     pub zero_mapped_pages: u64,
+    /// Pages out of the program, held by the page source ([`crate::region::Pte::Staged`]).
+    pub staged_pages: u64,
     /// The budget in bytes.
     pub budget_bytes: u64,
     /// Charged bytes: resident + swap cache + pool.
@@ -371,6 +389,7 @@ impl Gauges {
             ("swap_inuse_pages", self.swap_inuse_pages),
             ("zeromap_pages", self.zeromap_pages),
             ("zero_mapped_pages", self.zero_mapped_pages),
+            ("staged_pages", self.staged_pages),
             ("budget_bytes", self.budget_bytes),
             ("used_bytes", self.used_bytes),
             ("used_bytes_peak", self.used_bytes_peak),

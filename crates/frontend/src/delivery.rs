@@ -37,7 +37,6 @@
 #![allow(unsafe_code)]
 
 use crate::handler::{Control, Hooks};
-use crate::source::UffdSource;
 use crate::Error;
 use engine::region::MmId;
 use engine::{Engine, FaultOutcome};
@@ -78,7 +77,6 @@ pub const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(2
 #[derive(Debug)]
 pub struct SigbusContext {
     engine: Arc<Engine>,
-    source: Arc<UffdSource>,
     control: Arc<Control>,
     /// Told of every fault resolved (as the handler tells them), from the signal handler.
     hooks: Option<Arc<dyn Hooks>>,
@@ -123,13 +121,11 @@ impl SigbusMode {
     /// sigaction's errno; [`uffd::Error::SigbusSlotsFull`] (as [`Error::Kernel`]).
     pub fn arm(
         engine: Arc<Engine>,
-        source: Arc<UffdSource>,
         control: Arc<Control>,
         hooks: Option<Arc<dyn Hooks>>,
     ) -> Result<SigbusMode, Error> {
         let context = Box::new(SigbusContext {
             engine,
-            source,
             control,
             hooks,
             resolved: AtomicU64::new(0),
@@ -269,9 +265,9 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
         }
         Ok(Ok(FaultOutcome::Spurious | FaultOutcome::Retry)) => {
             // Mapped by a racer, or an event is unread (the reader will read it), or an
-            // orphan waits to be restored: let the access run again.
+            // staged page could not go back yet: let the access run again.
             context.retried.fetch_add(1, Relaxed);
-            context.source.restore_orphans();
+            context.engine.unstage_all();
             process::sched_yield();
             Dispatch::Resolved
         }

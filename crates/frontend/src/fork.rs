@@ -14,10 +14,10 @@
 //!       thread's faults only, wholly)              parent's (backend OverlayBackend)
 //!     stdio streams read in (glibc's fork        drop the parent's children's references
 //!       writes their locks in the child)         uffd of its own; regions registered on
-//!     orphans' data taken                          a SIGBUS uffd first: its own faults,
+//!     staged pages' data taken                     a SIGBUS uffd first: its own faults,
 //!     references for the child                     until a handler thread runs, are
 //!       (Engine::hold_for_child), a pipe           served in its signal handler
-//!   fork()                                       new staging lanes, orphans copied in
+//!   fork()                                       new staging lanes, staged pages copied in
 //!   parent: parent handler                       threads: handler, reclaimer, COW breaker
 //!     the pipe's read end polled: the            regions moved to the handler's uffd
 //!       references go when it hangs up           zero pages write-protected again
@@ -183,13 +183,13 @@ impl Forkable for Inner {
         engine.pause_for_fork();
         parts.source.pause_cow();
         parts.handler.control().enter_fork_mode();
-        let orphans = parts.source.orphan_pages();
+        let staged = engine.staged_for_child();
         // Both ends out of the program's way: a child that closes the descriptors it
         // inherited (a daemon's habit) must not end its parent's hold early.
         let pipe = forking::pipe().ok().map(|(read, write)| {
             (fds::Fd::place(read, &HOLD_READ), fds::Fd::place(write, &HOLD_WRITE))
         });
-        *lock(&self.fork) = Some(Forking { pipe, orphans });
+        *lock(&self.fork) = Some(Forking { pipe, staged });
     }
 
     fn parent(&self) {
@@ -266,12 +266,10 @@ fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts
     // faults from then until the delivery starts (the engine's own backend opens its
     // storage, which may touch the program's heap) are resolved here, not left to kill
     // the child with a SIGBUS nobody claims.
-    let boot_dispatcher = SigbusMode::arm(engine.clone(), source.clone(), control.clone(), None)?;
+    let boot_dispatcher = SigbusMode::arm(engine.clone(), control.clone(), None)?;
     let mode = source.register_mode();
     register_all(&regions_uffd, &ranges, mode)?;
-    for (addr, data) in &forking.orphans {
-        let _ = engine::PageSource::map(&*source, *addr, data);
-    }
+    engine.restore_staged_in_child(&forking.staged);
     engine.after_fork_in_child(settings.own_backend()?).map_err(Error::Engine)?;
     // The references the parent keeps for its other children are in this copy of the
     // engine too: they are the parent's to hold, not this child's. Released by the child's

@@ -14,7 +14,7 @@
 //!       resync                         stale resident pages dropped (PAGEMAP_SCAN check)
 //!     SigbusMode (delivery)            or: the faulting thread resolves its own fault
 //!     UffdSource (source)              engine::PageSource: MOVE out via staging, COPY in
-//!       orphans                        pages a refused take left in staging
+//!       staged                         pages a refused take left in staging, for the engine
 //!       cow                            copy-on-write breaks of pages shared with a child
 //!     Fence (fence)                    no take between an event's read and its application
 //!     fork                             a forked child's copy becomes a swap of its own

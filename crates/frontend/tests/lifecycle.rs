@@ -429,44 +429,44 @@ fn mremap_moves_the_data_and_its_swap_entries() {
 /// its first page back; the page-out succeeds once the copy-on-write sharing is broken.
 #[test]
 fn a_refused_page_out_moves_its_pages_back() {
-    refused_page_out(Refusal { orphans: false, folios: 1, restorers: 0, fork_while_out: false });
+    refused_page_out(Refusal { staged: false, folios: 1, restorers: 0, fork_while_out: false });
 }
 
 /// As above, but the undo also fails (injected: as if an event had arrived): the first page
-/// stays in staging, an orphan; the handler restores it, and the data is intact.
+/// stays in staging, staged in the engine; the handler puts it back, and the data is intact.
 #[test]
-fn a_failed_undo_leaves_orphans_that_are_restored() {
-    refused_page_out(Refusal { orphans: true, folios: 1, restorers: 0, fork_while_out: false });
+fn a_failed_undo_leaves_staged_pages_that_go_back() {
+    refused_page_out(Refusal { staged: true, folios: 1, restorers: 0, fork_while_out: false });
 }
 
-/// A child forked while orphans are out of the program (held there, injected) gets their
-/// data: it has them missing, and its copy of the engine counts them resident; the fork's
-/// prepare reads them out of staging (`UffdSource::orphan_pages`) and the child copies
-/// them in before its program runs.
+/// A child forked while pages are staged (held out, injected) gets their data: it has them
+/// missing, and its copy of the engine has them staged; the fork's prepare reads them out
+/// of staging (`Engine::staged_for_child`) and the child maps them before its program
+/// runs.
 #[test]
-fn a_child_forked_while_orphans_are_out_reads_their_data() {
-    refused_page_out(Refusal { orphans: true, folios: 3, restorers: 0, fork_while_out: true });
+fn a_child_forked_while_pages_are_staged_reads_their_data() {
+    refused_page_out(Refusal { staged: true, folios: 3, restorers: 0, fork_while_out: true });
 }
 
-/// Orphans restored by several threads at once (under SIGBUS delivery every faulting
-/// thread whose fault is retried restores them, beside the handler): each is restored
-/// once, none dropped, and no restorer moves a slot another has freed (which panicked,
-/// or moved another page there: `UffdSource::restore_orphans`).
+/// Staged pages put back by several threads at once (under SIGBUS delivery every faulting
+/// thread whose fault is retried calls `Engine::unstage_all`, beside the handler): each
+/// goes back once, none is dropped, and no thread moves a slot another has freed (which
+/// panicked, or moved another page there).
 #[test]
-fn orphans_restored_by_racing_threads_come_back_once() {
-    refused_page_out(Refusal { orphans: true, folios: 12, restorers: 3, fork_while_out: false });
+fn staged_pages_put_back_by_racing_threads_come_back_once() {
+    refused_page_out(Refusal { staged: true, folios: 12, restorers: 3, fork_while_out: false });
 }
 
 struct Refusal {
-    /// Every undo fails (injected), leaving one orphan per folio.
-    orphans: bool,
+    /// Every undo fails (injected), leaving one staged page per folio.
+    staged: bool,
     /// Folios of 16 pages, each refused at its second page (at most 12: the four staging
-    /// lanes of 64 slots have room for three orphans each beside a folio's take).
+    /// lanes of 64 slots have room for three held slots each beside a folio's take).
     folios: usize,
-    /// Threads that restore the orphans side by side with the handler.
+    /// Threads that put the staged pages back side by side with the handler.
     restorers: usize,
-    /// Orphans are held out (injected) while a second child is forked, which checks every
-    /// page of the region.
+    /// Staged pages are held out (injected) while a second child is forked, which checks
+    /// every page of the region.
     fork_while_out: bool,
 }
 
@@ -499,31 +499,31 @@ fn refused_page_out(how: Refusal) {
     }
     let source = swap.source().unwrap().clone();
     let engine = swap.engine().unwrap().clone();
-    if how.orphans {
+    if how.staged {
         source.inject_undo_failures(how.folios as u32);
     }
-    source.inject_hold_orphans(how.fork_while_out);
-    // Refused at page 1: page 0 is moved back at once, or (injected) left an orphan.
+    engine.hold_staged(how.fork_while_out);
+    // Refused at page 1: page 0 is moved back at once, or (injected) left staged.
     for folio in 0..how.folios {
         let at = (region.addr() + folio * FOLIO) as u64;
         assert_eq!(engine.pageout(at, PAGE_SIZE as u64).unwrap(), 0);
     }
     let stats = swap.stats().unwrap().source;
     let n = how.folios as u64;
-    let expected = if how.orphans { (n, 0, n) } else { (n, n, 0) };
-    let got = (stats.take_busy, stats.undo_pages, stats.orphaned_pages);
+    let expected = if how.staged { (n, 0, n) } else { (n, n, 0) };
+    let got = (stats.take_busy, stats.undo_pages, stats.staged_pages);
     assert_eq!(got, expected, "{stats:?}");
     if how.fork_while_out {
-        fork_while_orphans_are_out(&swap, &region, first_page);
+        fork_while_pages_are_staged(&swap, &region, first_page);
     }
     let start = Arc::new(std::sync::Barrier::new(how.restorers));
     let restorers: Vec<_> = (0..how.restorers)
         .map(|_| {
-            let (source, start) = (source.clone(), start.clone());
+            let (engine, start) = (engine.clone(), start.clone());
             std::thread::spawn(move || {
                 start.wait();
-                while source.has_orphans() {
-                    source.restore_orphans();
+                while engine.has_staged() {
+                    engine.unstage_all();
                 }
             })
         })
@@ -531,10 +531,10 @@ fn refused_page_out(how: Refusal) {
     for restorer in restorers {
         restorer.join().expect("a restorer panicked");
     }
-    wait_until("the orphans are restored", || !source.has_orphans());
-    let stats = swap.stats().unwrap().source;
-    let restored = if how.orphans { n } else { 0 };
-    assert_eq!((stats.orphans_restored, stats.orphans_dropped), (restored, 0), "{stats:?}");
+    wait_until("the staged pages are back", || !engine.has_staged());
+    let stats = swap.stats().unwrap().engine.counters;
+    let restored = if how.staged { n } else { 0 };
+    assert_eq!((stats.pages_unstaged, stats.staged_dropped), (restored, 0), "{stats:?}");
     for (folio, pages) in region.as_slice().chunks(FOLIO).enumerate() {
         let intact = page_is(&pages[..PAGE_SIZE], (folio * 16) as u64, 4);
         assert!(intact, "folio {folio}: page 0 came back intact");
@@ -562,17 +562,17 @@ fn refused_page_out(how: Refusal) {
     swap.check_invariants().unwrap();
 }
 
-/// Forks a child while the region's orphans are held out of it, and has the child check
-/// every page of the region (page `i` version 4 if `first_page(i)`, else 2); then lets the
-/// orphans be restored.
-fn fork_while_orphans_are_out(
+/// Forks a child while the region's staged pages are held out of it, and has the child
+/// check every page of the region (page `i` version 4 if `first_page(i)`, else 2); then
+/// lets the staged pages go back.
+fn fork_while_pages_are_staged(
     swap: &frontend::Uswap,
     region: &frontend::Region,
     first_page: impl Fn(usize) -> bool,
 ) {
-    let source = swap.source().unwrap().clone();
-    let orphans = swap.stats().unwrap().source.orphaned_pages;
-    assert!(orphans > 0 && source.has_orphans(), "no orphan is out");
+    let engine = swap.engine().unwrap().clone();
+    let staged = swap.stats().unwrap().engine.counters.pages_staged;
+    assert!(staged > 0 && engine.has_staged(), "no page is staged");
     // The child compares with bytes made here: it must not allocate (a forked child of a
     // threaded process may find malloc's lock held).
     let mut expected = vec![0u8; region.len()];
@@ -594,8 +594,8 @@ fn fork_while_orphans_are_out(
     });
     let code = exit_code(pid);
     assert!(code == 0, "the child read page {} wrong (251: page 250 or later)", code - 1);
-    assert_eq!(swap.stats().unwrap().source.orphans_to_children, orphans);
-    source.inject_hold_orphans(false);
+    assert_eq!(swap.stats().unwrap().engine.counters.staged_to_children, staged);
+    engine.hold_staged(false);
 }
 
 /// With `exclude_from_fork`, a child has no copy of the region: touching it is SIGSEGV,

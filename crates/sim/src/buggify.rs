@@ -22,6 +22,7 @@
 //! | `compress_fail` | the pool's compressor (zswap's hook) | stored raw or refused, never lost |
 //! | `pool_alloc_fail` | the pool allocator (zpool's hook) | the page goes to the device |
 //! | `protect_lost` | a zero page mapped write-protected: a write lands first | nothing lost |
+//! | `take_staged` | page source take: stops part way, keeps its first pages | own them, staged |
 //!
 //! Torn, lost and corrupt I/O is silent by nature: it can only be caught by a checksum. A
 //! run that activates any of them turns the swap device's checksums on (and the checker
@@ -58,10 +59,13 @@ pub enum Site {
     /// A zero page mapped write-protected is left unprotected, as when another thread
     /// writes it between userfaultfd's map and its protection: the write is unseen.
     ProtectLost,
+    /// The page source's take stops part way and cannot put back the pages it moved (an
+    /// event arrived meanwhile): it keeps them, and says `SourceError::Staged`.
+    TakeStaged,
 }
 
 /// Number of sites.
-pub const NR_SITES: usize = 12;
+pub const NR_SITES: usize = 13;
 
 /// The sites of the first draw; the pool's sites are drawn after every other option (so a
 /// seed's world without them does not depend on them), and the sites after
@@ -84,6 +88,7 @@ impl Site {
         Site::CompressFail,
         Site::PoolAllocFail,
         Site::ProtectLost,
+        Site::TakeStaged,
     ];
 
     /// The site's name, as printed and as accepted by `--fault`.
@@ -101,6 +106,7 @@ impl Site {
             Site::CompressFail => "compress_fail",
             Site::PoolAllocFail => "pool_alloc_fail",
             Site::ProtectLost => "protect_lost",
+            Site::TakeStaged => "take_staged",
         }
     }
 
@@ -186,7 +192,8 @@ impl Faults {
                 | Site::Incompressible
                 | Site::CompressFail
                 | Site::PoolAllocFail
-                | Site::ProtectLost => &FIRE_PPM_CHEAP,
+                | Site::ProtectLost
+                | Site::TakeStaged => &FIRE_PPM_CHEAP,
                 _ => &FIRE_PPM_IO,
             };
             self.fire_ppm[site.index()] = rng.pick(choices);

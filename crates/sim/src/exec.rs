@@ -99,7 +99,12 @@ impl Ctx {
                 self.exit_children(Some(me));
                 Ok(0)
             }
-            Op::Reclaim => Ok(self.engine.reclaim()),
+            // The reclaimer's pass ends as the event reader's does: staged pages go back.
+            Op::Reclaim => {
+                let reclaimed = self.engine.reclaim();
+                self.engine.unstage_all();
+                Ok(reclaimed)
+            }
             Op::Idle => Ok(0),
         }
     }

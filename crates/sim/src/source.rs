@@ -15,8 +15,11 @@
 //! present (`AlreadyPresent`), a take leaves it in place and reports a hole, as the
 //! kernel's poison marker behaves under `UFFDIO_COPY` and `UFFDIO_MOVE`.
 //!
-//! Fault sites: `take_retry` and `map_retry` make a take or a map return
-//! [`SourceError::Retry`], as userfaultfd does with EAGAIN while the address space changes.
+//! Fault sites: `take_retry` and `map_retry` make a take or a map (or a staged page's
+//! return) say [`SourceError::Retry`], as userfaultfd does with EAGAIN while the address
+//! space changes; `take_staged` makes a take stop after its first half and keep those
+//! pages ([`SourceError::Staged`]: an undo that met an unread event), held by place until
+//! the engine settles each.
 //!
 //! Mappings: a range the program unmapped, or moved away with mremap, has no mapping until
 //! it is mapped again ([`SimSource::map_range`]): a map there fails with
@@ -27,7 +30,9 @@
 use crate::buggify::Site;
 use crate::world::World;
 use engine::region::MmId;
-use engine::{Engine, Error, FaultOutcome, Mapped, PageSource, SourceError, Taken, PAGE_SIZE};
+use engine::{
+    Engine, Error, FaultOutcome, Mapped, PageSource, SourceError, StageLoc, Taken, PAGE_SIZE,
+};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -87,6 +92,11 @@ pub struct SimSource {
     /// Ranges with no mapping (unmapped or moved away), `(start, end)`, sorted and apart.
     /// A leaf lock, taken before `pages` when both are needed.
     unmapped: Mutex<Vec<(u64, u64)>>,
+    /// Pages a staged take kept, by place (a hole keeps none). A leaf lock, taken after
+    /// `pages`.
+    held: Mutex<BTreeMap<u64, Page>>,
+    /// The next staged take's first place.
+    next_place: std::sync::atomic::AtomicU64,
 }
 
 impl SimSource {
@@ -98,6 +108,8 @@ impl SimSource {
             world,
             protect_zero,
             unmapped: Mutex::new(Vec::new()),
+            held: Mutex::new(BTreeMap::new()),
+            next_place: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -199,7 +211,27 @@ impl SimSource {
             world: self.world.clone(),
             protect_zero: self.protect_zero,
             unmapped: Mutex::new(self.unmapped.lock().clone()),
+            held: Mutex::new(BTreeMap::new()),
+            next_place: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A staged take (`take_staged`): the first half of the `nr` pages at `addr` leave and
+    /// are held; a poisoned page stays where it is, a hole is held as nothing.
+    fn take_staged(&self, addr: u64, nr: usize) -> SourceError {
+        let kept = nr.div_ceil(2);
+        let order = std::sync::atomic::Ordering::Relaxed;
+        let first = self.next_place.fetch_add(nr as u64, order);
+        let mut pages = self.pages.lock();
+        let mut held = self.held.lock();
+        for i in 0..kept as u64 {
+            let at = addr + i * PAGE;
+            if matches!(pages.get(&at).map(|s| &s.page), Some(Page::Data(_) | Page::Zero)) {
+                let slot = pages.remove(&at).expect("looked up");
+                held.insert(first + i, slot.page);
+            }
+        }
+        SourceError::Staged { at: StageLoc(first), pages: kept as u32 }
     }
 
     /// Pages present (data or the zero page).
@@ -240,6 +272,9 @@ impl PageSource for SimSource {
         if self.world.fires(Site::TakeRetry) {
             return Err(SourceError::Retry);
         }
+        if self.world.fires(Site::TakeStaged) {
+            return Err(self.take_staged(addr, dst.len()));
+        }
         let mut pages = self.pages.lock();
         let mut holes = 0;
         for (i, out) in dst.iter_mut().enumerate() {
@@ -272,6 +307,33 @@ impl PageSource for SimSource {
     }
 
     fn fills_in_place(&self) -> bool {
+        true
+    }
+
+    fn unstage(&self, at: StageLoc, addr: u64) -> Result<(), SourceError> {
+        if self.world.fires(Site::MapRetry) {
+            return Err(SourceError::Retry);
+        }
+        if self.unmapped(addr, PAGE) {
+            return Err(SourceError::Gone);
+        }
+        let mut pages = self.pages.lock();
+        let Some(page) = self.held.lock().remove(&at.0) else { return Ok(()) };
+        // A page present there is the newer: the held one goes.
+        pages.entry(addr).or_insert_with(|| Slot::new(page));
+        Ok(())
+    }
+
+    fn drop_staged(&self, at: StageLoc) {
+        self.held.lock().remove(&at.0);
+    }
+
+    fn read_staged(&self, at: StageLoc, out: &mut [u8]) -> bool {
+        match self.held.lock().get(&at.0) {
+            Some(Page::Data(data)) => out.copy_from_slice(&data[..]),
+            Some(_) => out.fill(0),
+            None => return false,
+        }
         true
     }
 

@@ -125,7 +125,7 @@ impl Parts {
         let sigbus = match delivery {
             Delivery::Sigbus => {
                 let control = handler.control().clone();
-                Some(SigbusMode::arm(engine.clone(), source.clone(), control, hooks)?)
+                Some(SigbusMode::arm(engine.clone(), control, hooks)?)
             }
             Delivery::Handler => None,
         };
@@ -139,9 +139,9 @@ impl Parts {
 pub(crate) struct Forking {
     /// The hold pipe: the parent polls the read end, the child's line keeps the write end.
     pub(crate) pipe: Option<(fds::Fd, fds::Fd)>,
-    /// Pages out of the program at the fork (orphans), with their data: copied into the
-    /// child, which is forked without them.
-    pub(crate) orphans: Vec<(u64, Box<[u8]>)>,
+    /// The engine's staged pages at the fork, with their data: copied into the child,
+    /// which is forked without them.
+    pub(crate) staged: engine::StagedCopy,
 }
 
 #[derive(Debug)]
@@ -446,7 +446,6 @@ impl Region {
         // UNMAP to wait for. The gate keeps a fork from copying a half-dropped region.
         let _pass = parts.handler.control().gate.enter();
         let unregistered = parts.uffd.unregister(range);
-        parts.source.forget_orphans(start, len);
         parts.engine.unmap(start, len);
         drop(map);
         Ok(unregistered?)

@@ -20,7 +20,7 @@
 //! Context: the `Control` methods run on the forking thread (the fork's prepare and parent
 //! handlers, crate::fork) or in a forked child; the `Reader` methods on the handler thread.
 
-use super::{Control, Reader, FORK_ORPHAN_ROUNDS, HOLDS_MAX, RETRY_POLL};
+use super::{Control, Reader, FORK_UNSTAGE_ROUNDS, HOLDS_MAX, RETRY_POLL};
 use crate::source::lock;
 use engine::region::MmId;
 use engine::HoldId;
@@ -116,12 +116,12 @@ impl Control {
 }
 
 impl Reader {
-    /// Fork mode (module essay): orphans restored first where they can be (fewer for the
+    /// Fork mode (module essay): staged pages put back first where they can be (fewer for the
     /// fork to carry over), then acknowledge, then only read, serving the forking thread's
     /// faults, until released.
     pub(super) fn fork_mode(&mut self) {
-        for _ in 0..FORK_ORPHAN_ROUNDS {
-            if !self.source.has_orphans() {
+        for _ in 0..FORK_UNSTAGE_ROUNDS {
+            if !self.engine.has_staged() {
                 break;
             }
             self.poll(RETRY_POLL);

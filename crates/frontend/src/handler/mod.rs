@@ -5,10 +5,10 @@
 //!            poll(eventfd, uffd, hold pipes of forked children)      (one thread)
 //!                 |
 //!   read batches ──> pending (pre-allocated) ──> events first, in order:
-//!                                                 REMAP  -> engine.remap (orphans follow)
-//!                                                 REMOVE -> engine.remove (orphans dropped)
-//!                                                 UNMAP  -> engine.unmap (orphans dropped)
-//!                                              then orphans restored, then faults:
+//!                                                 REMAP  -> engine.remap
+//!                                                 REMOVE -> engine.remove
+//!                                                 UNMAP  -> engine.unmap
+//!                                              then engine.unstage_all, then faults:
 //!                                                 engine.handle_access_in(addr, write, wp)
 //!                                                 Retry / not yet a region -> retained,
 //!                                                 retried after the next read
@@ -78,12 +78,12 @@ const RETAIN_ROUNDS_MAX: u32 = 1000;
 /// Children's hold pipes polled at once; a fork beyond keeps its references until the
 /// process exits (counted, `holds_unpolled`).
 pub const HOLDS_MAX: usize = 1024;
-/// Turns fork mode's entry spends restoring orphans (a millisecond each at most); those
-/// still out then are carried into the child by copy (crate::fork).
-const FORK_ORPHAN_ROUNDS: u32 = 16;
+/// Turns fork mode's entry spends putting staged pages back (a millisecond each at most);
+/// those still out then are carried into the child by copy (crate::fork).
+const FORK_UNSTAGE_ROUNDS: u32 = 16;
 /// Poll timeout with nothing to retry.
 const IDLE_POLL: Duration = Duration::from_millis(100);
-/// Poll timeout while faults wait for a retry or orphans wait for a restore.
+/// Poll timeout while faults wait for a retry or staged pages to go back.
 const RETRY_POLL: Duration = Duration::from_millis(1);
 
 counters::table! {
@@ -398,7 +398,7 @@ impl Reader {
                 self.fork_mode();
                 continue;
             }
-            let busy = !self.retained.is_empty() || self.source.has_orphans();
+            let busy = !self.retained.is_empty() || self.engine.has_staged();
             // Messages buffered in fork mode are processed without waiting.
             let timeout = if !self.pending.is_empty() {
                 Duration::ZERO
@@ -502,7 +502,8 @@ impl Reader {
         }
     }
 
-    /// Events first, in order; then orphans; then faults (the retained ones first).
+    /// Events first, in order; then staged pages back; then faults (the retained ones
+    /// first).
     fn process(&mut self) {
         let mut pending = std::mem::take(&mut self.pending);
         self.faults.clear();
@@ -521,7 +522,7 @@ impl Reader {
             self.source.fence().release();
             self.fenced = false;
         }
-        self.source.restore_orphans();
+        self.engine.unstage_all();
         let mut faults = std::mem::take(&mut self.faults);
         for fault in faults.drain(..) {
             match self.fault(fault) {
@@ -587,26 +588,22 @@ impl Reader {
 
     fn event(&mut self, event: Event) {
         let c = &self.control.counters;
-        let source = &self.source;
         let mm = MmId::DEFAULT;
         let (refused, noted) = match event {
             Event::Remap { from, to, len_bytes } => {
                 c.remaps.fetch_add(1, Relaxed);
-                source.remap_orphans(from as u64, to as u64, len_bytes as u64);
                 let refused = self.engine.remap(mm, from as u64, to as u64, len_bytes as u64);
                 (refused.is_err(), Some(Noted::Remap { from, to, len_bytes }))
             }
             Event::Remove { start, end } => {
                 c.removes.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
-                source.forget_orphans(start as u64, len);
                 self.engine.remove_in(mm, start as u64, len);
                 (false, Some(Noted::Remove { start, end }))
             }
             Event::Unmap { start, end } => {
                 c.unmaps.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
-                source.forget_orphans(start as u64, len);
                 self.engine.unmap_in(mm, start as u64, len);
                 (false, Some(Noted::Unmap { start, end }))
             }

@@ -5,8 +5,7 @@
 //! range adopted with `adopt_populated` while the program drops a listed page) leaves the
 //! engine counting a missing page as resident, and every fault on it is answered
 //! "spurious": the thread would fault forever. So a spurious fault is checked against the
-//! kernel (PAGEMAP_SCAN: neither present nor swapped) and against the orphans (a page in
-//! staging is missing on purpose); a page missing for good is dropped from the engine
+//! kernel (PAGEMAP_SCAN: neither present nor swapped); a page missing for good is dropped from the engine
 //! (it reads as zero, as the program's drop says) and the fault handled again, counted in
 //! `faults_resynced`. The check runs under the engine's page-table lock and only for a page
 //! the engine still holds resident (`Engine::drop_if_missing`): a page the reclaimer took
@@ -21,7 +20,7 @@ use uffd::PAGE_SIZE;
 
 impl Reader {
     /// After a spurious answer: if the engine still holds the page resident, the kernel has
-    /// it neither present nor swapped and it is no orphan, the engine's resident entry is
+    /// it neither present nor swapped, the engine's resident entry is
     /// stale (module essay): drop it and say so. One PAGEMAP_SCAN of one page, under the
     /// engine's page-table lock (`Engine::drop_if_missing`): the reclaimer takes a page out
     /// only under that lock, and a page it took is missing too. Asked after the lock was
@@ -34,9 +33,6 @@ impl Reader {
         // Made before the lock is taken: one page is one region at most.
         let mut found = Vec::with_capacity(1);
         let missing = || {
-            if self.source.overlaps_orphan(page as u64, PAGE_SIZE as u64) {
-                return false;
-            }
             let args = ScanArgs {
                 anyof: Categories::PRESENT | Categories::SWAPPED,
                 report: Categories::PRESENT | Categories::SWAPPED,

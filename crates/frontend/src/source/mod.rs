@@ -34,17 +34,13 @@
 //! holds no engine lock: see [`UffdSource::break_cow_pending`]) and the take says `Retry`.
 //! Pages moved before the refusal are moved back at once ("undo"). If even that says EAGAIN
 //! (an event arrived in between, and the reader may be waiting for the region lock the
-//! caller holds, so spinning could deadlock), the pages stay in staging as **orphans**: the
-//! engine still counts them resident, [`UffdSource::take`] refuses their range, and the
-//! event reader restores them after it has read the pending events
-//! ([`UffdSource::restore_orphans`]; under SIGBUS delivery, faulting threads too),
-//! adjusting them first for REMOVE, UNMAP and REMAP. A FORK meets them out of the program,
-//! so the child has them missing, while the engine counts them resident, so its copy of the
-//! page tables has nothing for them: the handler maps them into the child from staging
-//! before they are restored ([`UffdSource::orphan_pages`]). For that, every move and map
-//! into the program stays inside the event fence, a take's undo included: none runs between
-//! a FORK's read and its application (else a child can read a page of zeros: the test
-//! program `run_programs/fork_kill.c`).
+//! caller holds, so spinning could deadlock), the pages stay in staging and the take says
+//! `Staged`: the engine owns them from then on as staged pages (the engine's `staged.rs`),
+//! and puts each back, drops it or copies it for a forked child through this source
+//! (`staged`). Every move and map into the program stays inside the event fence, a take's
+//! undo and a staged page's return included: none runs between a FORK's read and its
+//! application (else a child can read a page of zeros: the test program
+//! `run_programs/fork_kill.c`).
 //!
 //! **Map.** One resolving ioctl covers the whole folio. The kernel stops early in three
 //! ways, each continued so that, seen from the engine, a map either installs every missing
@@ -66,25 +62,24 @@
 //! Context: every method may be called from any thread, concurrently; calls on one page are
 //! serialised by the engine (its page-table lock, held across `take` and `map`). Nothing
 //! here touches region memory from user space, so a page-source call never faults into the
-//! uffd it serves. Lock order: a lane's lock, then the orphan list's; `cow_breaking`, then
+//! uffd it serves. Lock order: a lane's lock; `cow_breaking`, then
 //! the COW queue's, a leaf.
 //!
 //! Unsafe code: the MOVE out of a region (here) and the direct first touch of a region no
 //! uffd serves (`page_source`), whose soundness rests on the engine's transparency (their
 //! `SAFETY` comments); this module and its children are a named leaf allowed to make them.
 //!
-//! Submodules: `orphans` (the undo of a refused take, and the pages it leaves in staging),
+//! Submodules: `staged` (the undo of a refused take, and the pages it leaves in staging),
 //! `cow` (the copy-on-write break queue), `page_source` (the engine's `PageSource` trait).
 
 #![allow(unsafe_code)]
 
 mod cow;
-mod orphans;
 mod page_source;
+mod staged;
 
 use crate::fence::Fence;
 use engine::{Mapped, PageSource, SourceError, Taken};
-use orphans::Orphan;
 use std::collections::VecDeque;
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
@@ -111,7 +106,7 @@ const DRAIN_BATCH: u32 = 32;
 /// meet the page again and queue it again).
 const COW_QUEUE_MAX: usize = 1024;
 
-/// How many times an undo retries EAGAIN before the pages become orphans: a few yields give
+/// How many times an undo retries EAGAIN before the pages stay staged: a few yields give
 /// a reader that is reading the chance to read; a reader that waits for the caller's lock
 /// would never read, so the bound is small.
 const UNDO_TRIES: u32 = 8;
@@ -129,6 +124,8 @@ struct Lane {
     discard: Mapping,
     /// Pages in free slots awaiting the lane's next drain.
     undrained: u32,
+    /// Slots held for staged pages (allocated until the engine settles them).
+    held: u32,
 }
 
 counters::table! {
@@ -146,7 +143,7 @@ counters::table! {
             take_holes,
             /// Takes refused because a page was shared after fork or pinned (EBUSY).
             take_busy,
-            /// Takes refused because the address space was changing (EAGAIN), or over an orphan.
+            /// Takes refused because the address space was changing (EAGAIN).
             take_retry,
             /// Takes refused because events were read but not yet applied ([`crate::fence`]).
             take_fenced,
@@ -159,15 +156,10 @@ counters::table! {
             take_uncounted,
             /// Pages moved back into the region after a refused take.
             undo_pages,
-            /// Pages that could not be moved back at once (orphans, restored later).
-            orphaned_pages,
-            /// Orphan pages restored into the region.
-            orphans_restored,
-            /// Orphan pages dropped because the program removed or unmapped them meanwhile.
-            orphans_dropped,
-            /// Orphan pages read out for a child forked while they were out of the program
-            /// ([`UffdSource::orphan_pages`]).
-            orphans_to_children,
+            /// Pages that could not be moved back at once: held for the engine (staged).
+            staged_pages,
+            /// Staged pages moved back into the region.
+            unstaged_pages,
             /// Maps refused with `Retry` because an event was read and not yet applied.
             map_fenced,
             /// `map`, `map_zero` and `poison` calls.
@@ -235,7 +227,7 @@ impl Lanes {
             discard.advise(0, discard.len_bytes(), Advice::NoHugePage)?;
             discard.advise(0, discard.len_bytes(), Advice::DontFork)?;
             quiet.register(discard.range(), RegisterMode::WP)?;
-            lanes.push(Mutex::new(Lane { staging, discard, undrained: 0 }));
+            lanes.push(Mutex::new(Lane { staging, discard, undrained: 0, held: 0 }));
         }
         let lanes = lanes.into_boxed_slice();
         Ok(Lanes { event: event.clone(), quiet, lanes, next: AtomicUsize::new(0) })
@@ -263,9 +255,6 @@ pub struct UffdSource {
     /// While set, the resolving ioctls wake nobody and the caller wakes the faulting page
     /// itself once the engine is done with it ([`UffdSource::defer_wakes`]).
     defer_wakes: AtomicBool,
-    /// Orphan pages (module essay); `orphan_count` mirrors its length for a lock-free check.
-    orphans: Mutex<Vec<Orphan>>,
-    orphan_count: AtomicUsize,
     /// Takes against events read but not applied (crate::fence).
     fence: Fence,
     /// Ranges `(addr, len)` MOVE refused with EBUSY, for a copy-on-write break.
@@ -281,8 +270,6 @@ pub struct UffdSource {
     counters: Counters,
     /// Fault injection (tests): the next `n` undos fail as if an event had arrived.
     inject_undo_again: AtomicU32,
-    /// Fault injection (tests): orphans are not restored while set.
-    inject_hold_orphans: AtomicBool,
     /// Zero pages are mapped write-protected ([`UffdSource::protecting_zero`]).
     protect_zero: bool,
 }
@@ -304,9 +291,9 @@ impl UffdSource {
     /// regions are registered with (for a while, the child's start-up one: see
     /// [`UffdSource::set_region_uffd`]), `event` the one its new staging lanes are
     /// registered with (the parent's lanes are not in the child: `MADV_DONTFORK`). The
-    /// orphans, the copy-on-write queue and the event fence were the parent's (the caller
-    /// took the orphans' data before the fork, [`UffdSource::orphan_pages`]), and the
-    /// counters count the child's own events from here.
+    /// staged pages' places, the copy-on-write queue and the event fence were the parent's
+    /// (the engine took the staged pages' data before the fork), and the counters count the
+    /// child's own events from here.
     ///
     /// # Errors
     /// As [`UffdSource::new`]; the source is unchanged then.
@@ -318,8 +305,6 @@ impl UffdSource {
     ) -> Result<(), Error> {
         let lanes = Arc::new(Lanes::new(event, folio_pages)?);
         self.replace_inherited_home(Home { uffd: regions, lanes, direct: false });
-        lock(&self.orphans).clear();
-        self.orphan_count.store(0, Relaxed);
         lock(&self.cow).clear();
         self.cow_paused.store(false, SeqCst);
         self.cow_parked.store(false, SeqCst);
@@ -379,9 +364,7 @@ impl UffdSource {
         UffdSource {
             home: arc_swap::ArcSwap::from_pointee(home),
             defer_wakes: AtomicBool::new(false),
-            orphans: Mutex::new(Vec::new()),
             fence: Fence::default(),
-            orphan_count: AtomicUsize::new(0),
             cow: Mutex::new(VecDeque::with_capacity(COW_QUEUE_MAX)),
             cow_ready: Condvar::new(),
             cow_breaking: Mutex::new(()),
@@ -389,7 +372,6 @@ impl UffdSource {
             cow_parked: AtomicBool::new(false),
             counters: Counters::default(),
             inject_undo_again: AtomicU32::new(0),
-            inject_hold_orphans: AtomicBool::new(false),
             protect_zero: false,
         }
     }
@@ -430,45 +412,35 @@ impl UffdSource {
     }
 
     /// Asserts the source's invariants: every lane's staging is consistent, and every slot
-    /// is free except an orphan's, which is allocated and holds its page; a free slot holds a
-    /// page only while it awaits the lane's drain, and those are the lane's `undrained`,
-    /// fewer than [`DRAIN_BATCH`].
+    /// is free except those held for staged pages (the engine checks which, and where); a
+    /// free slot holds a page only while it awaits the lane's drain, and those are the
+    /// lane's `undrained`, fewer than [`DRAIN_BATCH`].
     ///
     /// # Panics
     /// On a violated invariant. Call it with no take in flight.
     pub fn check_invariants(&self) {
-        let orphans = lock(&self.orphans);
-        assert_eq!(orphans.len(), self.orphan_count.load(Relaxed), "orphan count");
         let home = self.home();
         for (index, lane) in home.lanes.lanes.iter().enumerate() {
             let lane = lock(lane);
             lane.staging.check_invariants();
-            let mut waiting = 0;
+            let (mut waiting, mut allocated) = (0, 0);
             for slot in 0..lane.staging.capacity() {
                 let slot = SlotIndex(slot as u32);
-                let orphan = orphans.iter().any(|o| o.lane == index && o.slot == slot);
-                let allocated = lane.staging.is_allocated(slot);
-                assert_eq!(allocated, orphan, "lane {index} slot {slot:?}: allocated {allocated}");
+                let held = lane.staging.is_allocated(slot);
                 let present = lane.staging.is_present(slot);
-                assert!(!orphan || present, "lane {index} orphan slot {slot:?} empty");
-                waiting += u32::from(present && !allocated);
+                waiting += u32::from(present && !held);
+                allocated += u32::from(held);
             }
+            assert_eq!(allocated, lane.held, "lane {index}: slots allocated vs held");
             assert_eq!(waiting, lane.undrained, "lane {index}: pages awaiting the drain");
             assert!(lane.undrained < DRAIN_BATCH, "lane {index}: {} undrained", lane.undrained);
         }
     }
 
     /// Fault injection for tests: the next `n` undos of a refused take fail as if an event
-    /// had arrived (the pages become orphans).
+    /// had arrived (the pages stay staged).
     pub fn inject_undo_failures(&self, n: u32) {
         self.inject_undo_again.store(n, Relaxed);
-    }
-
-    /// Fault injection for tests: while `hold` is set, [`UffdSource::restore_orphans`]
-    /// restores nothing, as if every orphan's move met EAGAIN, so a test can act (fork) while
-    /// orphans are out of the program, the window a real refused take's undo leaves open.
-    pub fn inject_hold_orphans(&self, hold: bool) {
-        self.inject_hold_orphans.store(hold, Relaxed);
     }
 
     /// A snapshot of the counters.
@@ -531,7 +503,7 @@ impl UffdSource {
             run = lane.staging.alloc_empty(pages);
         }
         let Some(run) = run else {
-            // Only after drain failures or orphans filled the lane.
+            // Only after drain failures or staged pages filled the lane.
             add(&self.counters.take_retry, 1);
             return Err(SourceError::Retry);
         };
@@ -542,8 +514,8 @@ impl UffdSource {
         // for both. An undo after a FORK was read and before it was applied would put back
         // into the parent pages the child was forked without, which the engine, counting
         // them resident, then gives the child no entry for; inside the pass the undo meets
-        // the unread event instead (EAGAIN), and the pages stay orphans, which the handler
-        // gives the child (`UffdSource::orphan_pages`).
+        // the unread event instead (EAGAIN), and the pages stay staged, which the engine
+        // gives the child.
         let Ok(_pass) = self.fence.enter() else {
             lane.staging.free(run);
             add(&self.counters.take_fenced, 1);
@@ -561,8 +533,8 @@ impl UffdSource {
                 // Never drop data that was not copied: put it back, as for a refusal.
                 Err(error) => {
                     add(&self.counters.take_failed, 1);
-                    self.undo(home, lane_index, &mut lane, run, addr, pages);
-                    return Err(SourceError::Failed(error.to_string()));
+                    let staged = self.undo(home, lane_index, &mut lane, run, addr, pages);
+                    return Err(staged.unwrap_or(SourceError::Failed(error.to_string())));
                 }
             },
             Err(error) => error,
@@ -583,8 +555,8 @@ impl UffdSource {
                 .map_or(done_pages, |last| done_pages.max(last + 1)),
             Err(_) => done_pages,
         };
-        self.undo(home, lane_index, &mut lane, run, addr, done_pages);
-        Err(self.classify_take_error(error))
+        let staged = self.undo(home, lane_index, &mut lane, run, addr, done_pages);
+        Err(staged.unwrap_or_else(|| self.classify_take_error(error)))
     }
 
     /// Debug builds: a run handed out as empty holds no page in the kernel's view either. A
@@ -756,9 +728,9 @@ fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Relaxed);
 }
 
-/// What a failed `UFFDIO_WRITEPROTECT` means to the engine, as [`UffdSource::fill`] reads
-/// the other ioctls' errors.
-fn protect_error(error: Error) -> SourceError {
+/// What a failed `UFFDIO_WRITEPROTECT` (or a staged page's move back) means to the
+/// engine, as [`UffdSource::fill`] reads the other ioctls' errors.
+fn source_error(error: Error) -> SourceError {
     match error {
         Error::Again { .. } => SourceError::Retry,
         Error::NoEntry { .. } | Error::ProcessGone { .. } => SourceError::Gone,

@@ -1,9 +1,9 @@
 //! The engine's [`PageSource`] over the source: take (MOVE out through staging), map, map
 //! zero (write-protected where asked), unprotect, poison and wake (the source's essay,
-//! **Take** and **Map**).
+//! **Take** and **Map**), and the settling of staged pages (`staged`).
 
-use super::{add, protect_error, UffdSource, PAGE};
-use engine::{Mapped, PageSource, SourceError, Taken};
+use super::{add, source_error, UffdSource, PAGE};
+use engine::{Mapped, PageSource, SourceError, StageLoc, Taken};
 use uffd::types::{CopyMode, Range, Wake};
 
 impl PageSource for UffdSource {
@@ -13,10 +13,6 @@ impl PageSource for UffdSource {
         if home.direct {
             add(&self.counters.take_failed, 1);
             return Err(SourceError::Failed("no uffd serves this address space".into()));
-        }
-        if self.overlaps_orphan(addr, (dst.len() * PAGE) as u64) {
-            add(&self.counters.take_retry, 1);
-            return Err(SourceError::Retry);
         }
         self.take_inner(&home, addr, dst)
     }
@@ -86,7 +82,7 @@ impl PageSource for UffdSource {
             }
             Err(error) => {
                 add(&self.counters.protect_failed, 1);
-                Err(protect_error(error))
+                Err(source_error(error))
             }
         }
     }
@@ -101,7 +97,7 @@ impl PageSource for UffdSource {
             }
             Err(error) => {
                 add(&self.counters.protect_failed, 1);
-                Err(protect_error(error))
+                Err(source_error(error))
             }
         }
     }
@@ -126,5 +122,17 @@ impl PageSource for UffdSource {
         if let Ok(range) = Range::new(addr as usize, len as usize) {
             let _ = self.home().uffd.wake(range);
         }
+    }
+
+    fn unstage(&self, at: StageLoc, addr: u64) -> Result<(), SourceError> {
+        self.unstage_page(at, addr)
+    }
+
+    fn drop_staged(&self, at: StageLoc) {
+        self.drop_staged_page(at);
+    }
+
+    fn read_staged(&self, at: StageLoc, out: &mut [u8]) -> bool {
+        self.read_staged_page(at, out)
     }
 }
