@@ -314,7 +314,7 @@ impl Core {
         let folio = Folio::new_locked(entry.offset(), order);
         let device = &self.storage.device;
         let pin = || device.try_pin_cache_range(entry, 1 << order).is_ok();
-        match self.swap_cache.add_or_get(&folio, pin) {
+        match self.cache_folio(&folio, pin) {
             AddOrGet::Added(shadow) => {
                 // Read ahead before mapping the faulting page, whose map wakes the faulting
                 // thread: woken first, a thread walking through memory ran into the window
@@ -417,7 +417,6 @@ impl Core {
         Stats::add(&self.stats.counters.pgmajfault, 1);
         self.budget.charge_swapcache(bytes);
         folio.charge();
-        self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         let read = folio.with_data_mut(|data| self.storage.read(entry, data, &self.stats));
         let zero = read.as_ref().is_ok_and(|all_zero| *all_zero);
         folio.unlock(match &read {
@@ -477,7 +476,6 @@ impl Core {
                 drop(pt);
                 folio.unlock(Unlock::Failed(why.clone()));
                 let result = self.fail_swapin(at, why);
-                self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
                 self.delete_folio(folio, None);
                 return Some(result);
             }
@@ -492,7 +490,6 @@ impl Core {
             }
         };
         drop(pt);
-        self.nr_swapcached.fetch_add(1, Ordering::Relaxed); // `delete_folio` drops it
         self.delete_folio(folio, None);
         folio.unlock(Unlock::Abandoned);
         Some(step)
@@ -567,6 +564,23 @@ impl Core {
             Err(slots::Error::Backend(_)) => Stats::add(&self.stats.counters.swap_discard_error, 1),
             Err(error) => panic!("{what} of {entry:?} refused by the swap device: {error}"),
         }
+    }
+
+    /// Adds `folio` to the swap cache unless its slots hold one already (or `pin` refuses),
+    /// and counts it there: [`Core::delete_folio`] uncounts it.
+    pub(crate) fn cache_folio(&self, folio: &Arc<Folio>, pin: impl FnOnce() -> bool) -> AddOrGet {
+        let added = self.swap_cache.add_or_get(folio, pin);
+        if matches!(added, AddOrGet::Added(_)) {
+            self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+        }
+        added
+    }
+
+    /// As [`Core::cache_folio`], for slots fresh from the allocator: any shadow there is
+    /// from an earlier use, and no folio can be.
+    pub(crate) fn cache_new_folio(&self, folio: &Arc<Folio>) {
+        let _stale_shadow = self.swap_cache.add_new(folio);
+        self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Deletes a folio from the swap cache if it is still there, leaving `shadow` (or
@@ -788,7 +802,7 @@ impl Core {
         let folio = Folio::new_locked(entry.offset(), 0);
         let device = &self.storage.device;
         let pin = || device.try_pin_cache_range(entry, 1).is_ok();
-        match self.swap_cache.add_or_get(&folio, pin) {
+        match self.cache_folio(&folio, pin) {
             AddOrGet::Added(shadow) => {
                 Stats::add(&self.stats.counters.swap_ra, 1);
                 let at = SwapIn { region, first, order: 0, entry };

@@ -398,9 +398,7 @@ impl Core {
             }
         };
         let folio = Folio::new_locked(entry.offset(), order);
-        // Slots fresh from the allocator: any shadow there is from an earlier use.
-        let _stale_shadow = self.swap_cache.add_new(&folio);
-        self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+        self.cache_new_folio(&folio);
         match self.take_pages(region, id, owner, entry, &folio) {
             Ok(()) => self.store_taken(region, id, owner, entry, &folio),
             Err(refused) => {
@@ -498,8 +496,7 @@ impl Core {
         for _ in run {
             let Ok(entry) = self.storage.device.alloc(0) else { break };
             let folio = Folio::new_locked(entry.offset(), 0);
-            let _stale_shadow = self.swap_cache.add_new(&folio);
-            self.nr_swapcached.fetch_add(1, Ordering::Relaxed);
+            self.cache_new_folio(&folio);
             folios.push((entry, folio));
         }
         let taken = if folios.len() == run.len() {

@@ -19,7 +19,7 @@
 use crate::engine::Core;
 use crate::stats::Stats;
 use crate::swap_cache::{AddOrGet, Folio, Unlock};
-use crate::sync::{Mutex, Ordering};
+use crate::sync::Mutex;
 use crate::workingset::Shadow;
 use crate::PAGE_SIZE;
 use slots::SwapEntry;
@@ -53,13 +53,12 @@ impl WritebackTarget for Target<'_> {
         let device = &core.storage.device;
         let folio = Folio::new_locked(entry.offset(), 0);
         let pin = || device.try_pin_cache_range(entry, 1).is_ok();
-        let shadow = match core.swap_cache.add_or_get(&folio, pin) {
+        let shadow = match core.cache_folio(&folio, pin) {
             AddOrGet::Added(shadow) => shadow,
             AddOrGet::Exists(_) | AddOrGet::Stale | AddOrGet::Conflict => return None,
         };
         core.budget.charge_swapcache(PAGE_SIZE as u64);
         folio.charge();
-        core.nr_swapcached.fetch_add(1, Ordering::Relaxed);
         let token = entry.to_raw();
         let pinned = Pinned { entry, folio, shadow, filled: false };
         let previous = self.pins.lock().insert(token, pinned);
