@@ -22,6 +22,7 @@ pub mod mem_source;
 pub mod page_source;
 mod quiesce;
 pub mod ranges;
+mod readahead;
 mod reclaim;
 pub mod region;
 mod staged;

@@ -1,5 +1,5 @@
 //! Workingset detection for anonymous memory: shadows, the non-resident age, and the refault
-//! distance (mm/workingset.c, reference/kernel-swap.md §6).
+//! distance (mm/workingset.c).
 //!
 //! When a folio is evicted, the swap cache keeps a *shadow* where the folio was: the value of
 //! the non-resident age clock at eviction and whether the folio was active. The clock ticks

@@ -1,5 +1,5 @@
 //! Writeback from the compressed pool to the swap device, the engine's side of the kernel's
-//! protocol (reference/kernel-swap.md §4.4): zswap picks cold entries and, for each,
+//! protocol (mm/zswap.c, `zswap_writeback_entry`): zswap picks cold entries and, for each,
 //!
 //! 1. asks us to *pin* the slot: we insert a locked folio into the swap cache for it (which
 //!    pins the slot in the device only while a page table still refers to it). A swap-in

@@ -1,6 +1,6 @@
 //! The zero map: one bit per swap slot, set when the page stored there was all zero, so
-//! nothing is stored and a swap-in reads nothing (reference/kernel-swap.md §5, the seed
-//! series "store zero pages to be swapped out in a bitmap").
+//! nothing is stored and a swap-in reads nothing (mm/swapfile.c's `zeromap`,
+//! from the series "store zero pages to be swapped out in a bitmap").
 //!
 //! Rules (each one a kernel bug or lesson):
 //! - the zero check reads the *last* word of a page first: pages are often zero at the front

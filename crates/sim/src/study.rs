@@ -1,5 +1,5 @@
 //! Studying policies with the simulator: parameter sweeps, and the cluster-policy
-//! comparison of the seed 002 table (kernel-swap.md §9.1 B3/B6).
+//! comparison (docs/benchmarks.md, the simulator's section).
 //!
 //! A **sweep** runs the same seeds once per combination of the swept values (the cartesian
 //! product) and sums the engine's counters per combination. Every other option is the

@@ -4,7 +4,7 @@
 //! (`max_pool_percent`, default 20), with hysteresis: once the pool reaches the limit it
 //! refuses stores until it has shrunk to `accept_threshold_percent` (default 90) of the
 //! limit, so pages do not flip in and out of the pool while it is full
-//! (reference/kernel-swap.md §4.2).
+//! (mm/zswap.c, `zswap_check_limits`).
 //!
 //! ```text
 //!   0 ─────────────── accept (90% of limit) ───── limit (20% of budget) ──► total_bytes
@@ -72,7 +72,7 @@ pub struct ZswapConfig {
     /// Drop the pool's copy when a load succeeds (the kernel's exclusive load). Default
     /// off: in uswap the engine frees the slot, and so invalidates the entry, right after
     /// the page is mapped; dropping it earlier would lose the only copy if the mapping
-    /// failed (reference/kernel-swap.md §10 item 2).
+    /// failed.
     pub exclusive_load: bool,
 }
 

@@ -6,7 +6,7 @@
 //! and logs, arrays of counters, half-used pages with long zero runs, and data that is
 //! already compressed or random (media, keys, hashes). Published per-page ratios on real
 //! memory (zram, 4 KiB blocks) are about 2.6 for lz4 and 3.4-4.0 for zstd
-//! (reference/userspace-paging.md §5.1). Wholly zero pages are left out: the zero map
+//! (zram's published measurements). Wholly zero pages are left out: the zero map
 //! catches them before zswap ever sees them.
 //!
 //! The kinds and the mix ([`MIX`], weights in percent):

@@ -2,7 +2,7 @@
 //!
 //! The kernel's zswap takes a page on its way to swap, compresses it, and keeps the object
 //! in a zsmalloc pool indexed by swap entry, with an LRU that writes the coldest objects
-//! back to the device when the pool is full (reference/kernel-swap.md §4). This crate is
+//! back to the device when the pool is full (mm/zswap.c). This crate is
 //! built in that order:
 //!
 //! - [`compress`]: the compressor interface, chosen per pool from a string (`"lz4"`,
@@ -106,6 +106,7 @@ pub mod corpus;
 mod entry;
 mod error;
 pub mod faults;
+mod load;
 mod lru;
 mod stats;
 mod tree;

@@ -1,6 +1,6 @@
 //! The pool's LRU: a doubly linked list of its entries, newest at the head, coldest at the
-//! tail, with a referenced bit per entry for a second chance (reference/kernel-swap.md
-//! §4.4). Writeback takes entries from the tail.
+//! tail, with a referenced bit per entry for a second chance (mm/zswap.c's
+//! shrinker). Writeback takes entries from the tail.
 //!
 //! The kernel links its `zswap_entry`s intrusively. Here an entry is named by its swap
 //! slot, and the links live in a table indexed by slot: a slot holds at most one entry, so

@@ -1,6 +1,6 @@
-//! Counters: every one of the kernel's zswap debugfs files (reference/kernel-swap.md
-//! §4.7), under the same names, plus one counter for each rejection, fallback and
-//! writeback outcome the kernel folds together.
+//! Counters: every one of the kernel's zswap debugfs files (`/sys/kernel/debug/zswap`), under the
+//! same names, plus one counter for each rejection, fallback and writeback outcome the kernel folds
+//! together.
 //!
 //! Not here, because they mean nothing in uswap: `reject_kmemcache_fail` (an entry is a
 //! Rust allocation, which aborts rather than fails) and `duplicate_entry` (a store over an

@@ -1,5 +1,5 @@
 //! Writeback: moving the coldest entries out of the pool to the swap device, by the
-//! kernel's protocol (`zswap_writeback_entry`, reference/kernel-swap.md §4.4, §10 item 4).
+//! kernel's protocol (`zswap_writeback_entry` in mm/zswap.c).
 //!
 //! ```text
 //!   LRU lock:  tail slot ── referenced? ── yes: clear the bit, rotate to head (2nd try)

@@ -137,7 +137,7 @@ fn incompressible_pages_are_stored_raw_by_default_or_rejected() {
 
 #[test]
 fn a_failed_store_invalidates_the_older_entry() {
-    // postmortem-style rule (kernel-swap.md §10 item 3): without this, writeback could
+    // The kernel's rule too (`zswap_store` invalidates on failure): without this, writeback could
     // later put the stale page on the device over the newer one.
     let mut c = config("lz4", 64 * MIB);
     c.incompressible = Incompressible::Reject;
@@ -353,7 +353,7 @@ fn writeback_skips_a_slot_being_freed() {
 
 #[test]
 fn writeback_writes_nothing_stale_for_a_slot_freed_and_reused_before_its_pin() {
-    // The ABA case of kernel-swap.md §10 item 4: between the LRU unlock and the pin, the
+    // The ABA case `zswap_writeback_entry` guards against: between the LRU unlock and the pin, the
     // slot is freed (its entry invalidated), allocated again and stored with new data. The
     // pin then succeeds on the new owner's slot. Writeback knows the candidate only by its
     // slot until the pin holds it, so what it reads then is the new owner's entry: that

@@ -1,15 +1,15 @@
 //! Stale resident pages: a spurious fault checked against the kernel.
 //!
-//! **Stale resident pages.** A program that drops a page (`MADV_DONTNEED`) right as the
-//! engine learns of it (the zap follows the REMOVE's *reading*, not its processing; or a
-//! range adopted with `adopt_populated` while the program drops a listed page) leaves the
-//! engine counting a missing page as resident, and every fault on it is answered
-//! "spurious": the thread would fault forever. So a spurious fault is checked against the
-//! kernel (PAGEMAP_SCAN: neither present nor swapped); a page missing for good is dropped from the engine
-//! (it reads as zero, as the program's drop says) and the fault handled again, counted in
-//! `faults_resynced`. The check runs under the engine's page-table lock and only for a page
-//! the engine still holds resident (`Engine::drop_if_missing`): a page the reclaimer took
-//! out is missing too, and the reclaimer takes only under that lock.
+//! **Stale resident pages.** A program that drops a page (`MADV_DONTNEED`) right as the engine
+//! learns of it (the zap follows the REMOVE's *reading*, not its processing; or a range adopted
+//! with `adopt_populated` while the program drops a listed page) leaves the engine counting a
+//! missing page as resident, and every fault on it is answered "spurious": the thread would fault
+//! forever. So a spurious fault is checked against the kernel (PAGEMAP_SCAN: neither present nor
+//! swapped); a page missing for good is dropped from the engine (it reads as zero, as the program's
+//! drop says) and the fault handled again, counted in `faults_resynced`. The check runs under the
+//! engine's page-table lock and only for a page the engine still holds resident
+//! (`Engine::drop_if_missing`): a page the reclaimer took out is missing too, and the reclaimer
+//! takes only under that lock.
 
 use super::{Reader, Retained};
 use engine::region::MmId;
