@@ -13,15 +13,22 @@
 //! slot at once (the swap cache serialises that), so no lock is needed.
 
 use crate::{check_range, check_request, Backend, Error, ForkStep, PAGE_SIZE};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Counters of one checksum layer.
-#[derive(Debug, Default)]
-pub struct ChecksumStats {
-    /// Pages verified on read.
-    pub verified_pages: AtomicU64,
-    /// Reads that found a mismatch (each returned an error).
-    pub mismatches: AtomicU64,
+counters::table! {
+    /// The live counters of one checksum layer.
+    pub(crate) struct ChecksumCounters;
+    /// Counters of one checksum layer (in the stats file as `checksum_*`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ChecksumStats {
+        prefix "checksum_";
+        counters {
+            /// Pages verified on read.
+            verified_pages,
+            /// Reads that found a mismatch (each returned an error).
+            mismatches,
+        }
+    }
 }
 
 /// A backend with a crc32c per slot.
@@ -30,7 +37,7 @@ pub struct ChecksumBackend<B: Backend> {
     /// crc32c of the last data written to each slot.
     crcs: Box<[AtomicU32]>,
     zero_crc: u32,
-    stats: ChecksumStats,
+    stats: ChecksumCounters,
 }
 
 impl<B: Backend> ChecksumBackend<B> {
@@ -40,7 +47,7 @@ impl<B: Backend> ChecksumBackend<B> {
     pub fn new(inner: B) -> Self {
         let zero_crc = crc32c::crc32c(&[0u8; PAGE_SIZE]);
         let crcs = (0..inner.nr_pages()).map(|_| AtomicU32::new(zero_crc)).collect();
-        ChecksumBackend { inner, crcs, zero_crc, stats: ChecksumStats::default() }
+        ChecksumBackend { inner, crcs, zero_crc, stats: ChecksumCounters::new() }
     }
 
     /// The wrapped backend.
@@ -48,9 +55,11 @@ impl<B: Backend> ChecksumBackend<B> {
         &self.inner
     }
 
-    /// The counters.
-    pub fn stats(&self) -> &ChecksumStats {
-        &self.stats
+    /// The counters now.
+    pub fn stats(&self) -> ChecksumStats {
+        let mut stats = ChecksumStats::default();
+        self.stats.snapshot_into(&mut stats);
+        stats
     }
 }
 
@@ -117,6 +126,6 @@ impl<B: Backend> Backend for ChecksumBackend<B> {
 
     fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         self.inner.counters(out);
-        out("checksum_mismatches", self.stats.mismatches.load(Ordering::Relaxed));
+        self.stats.each(out);
     }
 }

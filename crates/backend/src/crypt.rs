@@ -68,19 +68,30 @@ pub const CHUNK_SLOTS: usize = 512;
 /// Bytes of one slot's seal: the counter and the 16-byte tag.
 pub const SEAL_BYTES: usize = 24;
 
-/// Counters of one crypt layer.
-#[derive(Debug, Default)]
-pub struct CryptStats {
-    /// Pages sealed (encrypted) on their way to the inner backend.
-    pub sealed_pages: AtomicU64,
-    /// Pages opened (decrypted and authenticated) on read.
-    pub opened_pages: AtomicU64,
-    /// Pages read as zeros because they were never written (or were discarded).
-    pub unwritten_pages: AtomicU64,
-    /// Reads whose page failed to authenticate (each returned an error).
-    pub auth_failures: AtomicU64,
-    /// Metadata chunks allocated (each [`CHUNK_SLOTS`] × [`SEAL_BYTES`] bytes).
-    pub chunks: AtomicU64,
+counters::table! {
+    /// The live counters of one crypt layer.
+    pub(crate) struct CryptCounters;
+    /// Counters of one crypt layer (in the stats file as `crypt_*`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct CryptStats {
+        prefix "crypt_";
+        counters {
+            /// Pages sealed (encrypted) on their way to the inner backend.
+            sealed_pages,
+            /// Pages opened (decrypted and authenticated) on read.
+            opened_pages,
+            /// Pages read as zeros because they were never written (or were discarded).
+            unwritten_pages,
+            /// Reads whose page failed to authenticate (each returned an error).
+            auth_failures,
+            /// Metadata chunks allocated (each [`CHUNK_SLOTS`] × [`SEAL_BYTES`] bytes).
+            chunks,
+        }
+        gauges {
+            /// Bytes of metadata held ([`CryptBackend::metadata_bytes`]).
+            metadata_bytes: u64,
+        }
+    }
 }
 
 /// One slot's seal. `counter == 0`: the slot holds no sealed page.
@@ -103,7 +114,7 @@ pub struct CryptBackend<B: Backend> {
     counter: AtomicU64,
     /// One entry per [`CHUNK_SLOTS`] slots, filled on the chunk's first write.
     chunks: Box<[OnceLock<Chunk>]>,
-    stats: CryptStats,
+    stats: CryptCounters,
 }
 
 impl<B: Backend> CryptBackend<B> {
@@ -126,7 +137,7 @@ impl<B: Backend> CryptBackend<B> {
         })?);
         let nr_chunks = inner.nr_pages().div_ceil(CHUNK_SLOTS as u64) as usize;
         let chunks = (0..nr_chunks).map(|_| OnceLock::new()).collect();
-        let stats = CryptStats::default();
+        let stats = CryptCounters::new();
         Ok(CryptBackend { inner, cipher, counter: AtomicU64::new(0), chunks, stats })
     }
 
@@ -135,9 +146,12 @@ impl<B: Backend> CryptBackend<B> {
         &self.inner
     }
 
-    /// The counters.
-    pub fn stats(&self) -> &CryptStats {
-        &self.stats
+    /// The counters now, and the metadata held.
+    pub fn stats(&self) -> CryptStats {
+        let mut stats =
+            CryptStats { metadata_bytes: self.metadata_bytes(), ..CryptStats::default() };
+        self.stats.snapshot_into(&mut stats);
+        stats
     }
 
     /// Bytes of metadata held now (chunks allocated, and the chunk table).
@@ -302,10 +316,7 @@ impl<B: Backend> Backend for CryptBackend<B> {
 
     fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
         self.inner.counters(out);
-        out("crypt_sealed_pages", self.stats.sealed_pages.load(Relaxed));
-        out("crypt_opened_pages", self.stats.opened_pages.load(Relaxed));
-        out("crypt_auth_failures", self.stats.auth_failures.load(Relaxed));
-        out("crypt_metadata_bytes", self.metadata_bytes());
+        self.stats().each(out);
     }
 }
 
@@ -344,8 +355,8 @@ mod tests {
             let plain = page(i as u8 + 1);
             assert!(plain.windows(16).step_by(16).all(|w| !stored.windows(16).any(|s| s == w)));
         }
-        assert_eq!(b.stats().sealed_pages.load(Relaxed), 4);
-        assert_eq!(b.stats().opened_pages.load(Relaxed), 4);
+        assert_eq!(b.stats().sealed_pages, 4);
+        assert_eq!(b.stats().opened_pages, 4);
     }
 
     #[test]
@@ -361,7 +372,7 @@ mod tests {
         assert!(matches!(b.read(3, &mut buf), Err(Error::Authentication { offset: 3 })));
         assert!(buf.iter().all(|&x| x == 0), "nothing of what was read is left");
         assert!(matches!(b.read(4, &mut buf), Err(Error::Authentication { offset: 4 })));
-        assert_eq!(b.stats().auth_failures.load(Relaxed), 2);
+        assert_eq!(b.stats().auth_failures, 2);
     }
 
     #[test]
@@ -407,12 +418,12 @@ mod tests {
         b.read(100, &mut buf).unwrap();
         assert!(buf.iter().all(|&x| x == 0));
         b.write(1000, &page(3)).unwrap();
-        assert_eq!(b.stats().chunks.load(Relaxed), 1);
+        assert_eq!(b.stats().chunks, 1);
         // The inner bytes of a never-written slot of a written chunk are not trusted either.
         b.inner().write(1001, &page(9)).unwrap();
         b.read(1001, &mut buf[..PAGE_SIZE]).unwrap();
         assert!(buf[..PAGE_SIZE].iter().all(|&x| x == 0));
-        assert_eq!(b.stats().unwritten_pages.load(Relaxed), 3);
+        assert_eq!(b.stats().unwritten_pages, 3);
     }
 
     #[test]

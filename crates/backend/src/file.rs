@@ -87,27 +87,34 @@ pub const DISK_CHECK_PAGES: u64 = 1024;
 /// `RWF_DONTCACHE` (Linux 6.14): buffered I/O whose pages leave the page cache once done.
 const RWF_DONTCACHE: u32 = 0x80;
 
-/// Counters of one file backend.
-#[derive(Debug, Default)]
-pub struct FileStats {
-    /// Pages written.
-    pub write_pages: AtomicU64,
-    /// Pages read.
-    pub read_pages: AtomicU64,
-    /// Pages discarded (holes punched).
-    pub discard_pages: AtomicU64,
-    /// Failed writes.
-    pub write_errors: AtomicU64,
-    /// Failed reads.
-    pub read_errors: AtomicU64,
-    /// Failed discards.
-    pub discard_errors: AtomicU64,
-    /// Pages whose writes were refused because the file system was low on free space
-    /// ([`FileOptions::keep_free_bytes`]; counted in `write_errors` too).
-    pub refused_low_disk: AtomicU64,
-    /// Pages whose writes were refused because the shared quota was used up
-    /// ([`FileOptions::quota`]; counted in `write_errors` too).
-    pub refused_quota: AtomicU64,
+counters::table! {
+    /// The live counters of one file backend.
+    pub(crate) struct FileCounters;
+    /// Counters of one file backend (in the stats file as `file_*`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct FileStats {
+        prefix "file_";
+        counters {
+            /// Pages written.
+            write_pages,
+            /// Pages read.
+            read_pages,
+            /// Pages discarded (holes punched).
+            discard_pages,
+            /// Failed writes.
+            write_errors,
+            /// Failed reads.
+            read_errors,
+            /// Failed discards.
+            discard_errors,
+            /// Pages whose writes were refused because the file system was low on free space
+            /// ([`FileOptions::keep_free_bytes`]; counted in `write_errors` too).
+            refused_low_disk,
+            /// Pages whose writes were refused because the shared quota was used up
+            /// ([`FileOptions::quota`]; counted in `write_errors` too).
+            refused_quota,
+        }
+    }
 }
 
 /// The registry's name for the swap file.
@@ -144,7 +151,7 @@ pub struct FileBackend {
     /// A forked child's copy of its parent's file ([`ForkStep::Inherited`]): the quota's
     /// reservations are the parent's, never given back from this copy.
     inherited: AtomicBool,
-    stats: FileStats,
+    stats: FileCounters,
 }
 
 /// Upper bound on names tried when creating inside a directory (each try is `O_EXCL`).
@@ -227,7 +234,7 @@ impl FileBackend {
             quota: options.quota.map(|quota| (quota, ChunkSet::new(nr_pages))),
             quota_full: AtomicBool::new(false),
             inherited: AtomicBool::new(false),
-            stats: FileStats::default(),
+            stats: FileCounters::new(),
         };
         backend.look_at_free_space();
         Ok(backend)
@@ -261,9 +268,11 @@ impl FileBackend {
         &self.path
     }
 
-    /// The counters.
-    pub fn stats(&self) -> &FileStats {
-        &self.stats
+    /// The counters now.
+    pub fn stats(&self) -> FileStats {
+        let mut stats = FileStats::default();
+        self.stats.snapshot_into(&mut stats);
+        stats
     }
 
     /// The shared quota and this file's chunks in it, unless this is a forked child's copy
@@ -489,6 +498,10 @@ impl Backend for FileBackend {
     /// refused device gets no writes, which would otherwise pace the looks); while the
     /// shared quota is used up, until it has a chunk's room again (another process gave
     /// some back); for good once the descriptor is lost (module essay).
+    fn counters(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        self.stats.each(out);
+    }
+
     fn out_of_space(&self) -> bool {
         if self.fd.is_lost() {
             return true;
