@@ -212,14 +212,14 @@ impl SwapDevice {
                 Err(Error::NoSpace { order })
             }
             None => {
-                SwapDeviceStats::inc(&self.stats.alloc_fail);
+                SwapDeviceStats::inc(&self.stats.live.alloc_fail);
                 Err(Error::NoSpace { order })
             }
         }
     }
 
     fn reject_alloc(&self) {
-        SwapDeviceStats::inc(&self.stats.rejects);
+        SwapDeviceStats::inc(&self.stats.live.rejects);
     }
 
     /// Asks the reclaim hook for the cache-only slots of up to `inuse / 512` full
@@ -239,7 +239,7 @@ impl SwapDevice {
     /// `cluster_alloc_swap_entry`: the fast path, then the policy's slow path.
     fn cluster_alloc_swap_entry(&self, order: u32) -> Result<Option<u64>, Error> {
         if let Some(found) = self.swap_alloc_fast(order) {
-            SwapDeviceStats::inc(&self.stats.alloc_fast);
+            SwapDeviceStats::inc(&self.stats.live.alloc_fast);
             return Ok(Some(found));
         }
         for _ in 0..=ORDER0_RETRIES {
@@ -250,13 +250,13 @@ impl SwapDevice {
                 return Ok(None);
             }
             if let found @ Some(_) = self.alloc_steal_order0() {
-                SwapDeviceStats::inc(&self.stats.alloc_steal);
+                SwapDeviceStats::inc(&self.stats.live.alloc_steal);
                 return Ok(found);
             }
             if self.inuse_pages() >= self.pages {
                 break; // really full
             }
-            SwapDeviceStats::inc(&self.stats.alloc_retry);
+            SwapDeviceStats::inc(&self.stats.live.alloc_retry);
         }
         Ok(None)
     }
@@ -344,7 +344,7 @@ impl SwapDevice {
             else {
                 break;
             };
-            SwapDeviceStats::inc(&self.stats.cluster_scans);
+            SwapDeviceStats::inc(&self.stats.live.cluster_scans);
             if let found @ Some(_) =
                 self.alloc_swap_scan_cluster(idx, ci, cluster_offset(idx), order)
             {
@@ -355,7 +355,7 @@ impl SwapDevice {
         let frags_existing = self.lists.lock().len(ListId::Frag(o));
         while frags < frags_existing {
             let (idx, ci) = self.isolate_lock_cluster(ListId::Frag(o), ClusterFlag::None)?;
-            SwapDeviceStats::inc(&self.stats.cluster_scans);
+            SwapDeviceStats::inc(&self.stats.live.cluster_scans);
             if let found @ Some(_) =
                 self.alloc_swap_scan_cluster(idx, ci, cluster_offset(idx), order)
             {
@@ -385,7 +385,7 @@ impl SwapDevice {
     fn alloc_swap_scan_list(&self, list: ListId, order: u32, scan_all: bool) -> Option<u64> {
         for _ in 0..self.nr_clusters {
             let (idx, ci) = self.isolate_lock_cluster(list, ClusterFlag::None)?;
-            SwapDeviceStats::inc(&self.stats.cluster_scans);
+            SwapDeviceStats::inc(&self.stats.live.cluster_scans);
             if let found @ Some(_) =
                 self.alloc_swap_scan_cluster(idx, ci, cluster_offset(idx), order)
             {
@@ -492,12 +492,12 @@ impl SwapDevice {
         drop(ci);
         if let Some(hook) = &self.hook {
             for (run_off, run_nr) in runs.iter() {
-                SwapDeviceStats::inc(&self.stats.reclaim_calls);
+                SwapDeviceStats::inc(&self.stats.live.reclaim_calls);
                 let first = SwapEntry::new(self.ty, cluster_offset(idx) + run_off as u64);
                 if !hook.try_reclaim_cache(first, run_nr) {
                     break;
                 }
-                SwapDeviceStats::inc(&self.stats.reclaim_success);
+                SwapDeviceStats::inc(&self.stats.live.reclaim_success);
             }
         }
         let ci = self.lock_cluster(idx);
@@ -536,10 +536,10 @@ impl SwapDevice {
             let runs = Runs::collect(&ci, 0, SWAPFILE_CLUSTER);
             drop(ci);
             for (run_off, run_nr) in runs.iter() {
-                SwapDeviceStats::inc(&self.stats.reclaim_calls);
+                SwapDeviceStats::inc(&self.stats.live.reclaim_calls);
                 let first = SwapEntry::new(self.ty, cluster_offset(idx) + run_off as u64);
                 if hook.try_reclaim_cache(first, run_nr) {
-                    SwapDeviceStats::inc(&self.stats.reclaim_success);
+                    SwapDeviceStats::inc(&self.stats.live.reclaim_success);
                 }
             }
             let mut ci = self.lock_cluster(idx);

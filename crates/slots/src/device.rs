@@ -286,10 +286,10 @@ impl SwapDevice {
             refused = if ci.slot_is_bad(off) {
                 Some(Error::BadSlot { entry: slot })
             } else if ci.slot_has_cache(off) {
-                SwapDeviceStats::inc(&self.stats.pin_busy);
+                SwapDeviceStats::inc(&self.stats.live.pin_busy);
                 Some(Error::CacheBusy { entry: slot })
             } else if ci.slot_count(off) == 0 {
-                SwapDeviceStats::inc(&self.stats.pin_free);
+                SwapDeviceStats::inc(&self.stats.live.pin_free);
                 Some(Error::SlotFree { entry: slot })
             } else {
                 None
@@ -309,7 +309,7 @@ impl SwapDevice {
     }
 
     fn reject(&self) {
-        SwapDeviceStats::inc(&self.stats.rejects);
+        SwapDeviceStats::inc(&self.stats.live.rejects);
     }
 
     /// The common body of `dup`, `put` and `put_cache`: check every slot, then change them
@@ -335,7 +335,7 @@ impl SwapDevice {
                     ci = self.lock_cluster(idx);
                     if ci.extend.is_none() {
                         ci.extend = Some(table);
-                        SwapDeviceStats::inc(&self.stats.extend_tables);
+                        SwapDeviceStats::inc(&self.stats.live.extend_tables);
                     } else {
                         spare = Some(table);
                     }
@@ -522,7 +522,7 @@ impl SwapDevice {
                 found = Some((idx, ci));
                 break;
             }
-            SwapDeviceStats::inc(&self.stats.isolate_contended);
+            SwapDeviceStats::inc(&self.stats.live.isolate_contended);
         }
         let (idx, mut ci) = found?;
         assert_eq!(ci.flags, list.flag(), "cluster {idx} on {list:?} with a wrong flag");
@@ -559,9 +559,9 @@ impl SwapDevice {
             drop(ci);
             discarded = true;
             match result {
-                Ok(()) => SwapDeviceStats::inc(&self.stats.discard_clusters),
+                Ok(()) => SwapDeviceStats::inc(&self.stats.live.discard_clusters),
                 Err(e) => {
-                    SwapDeviceStats::inc(&self.stats.discard_errors);
+                    SwapDeviceStats::inc(&self.stats.live.discard_errors);
                     first_error.get_or_insert(e);
                 }
             }

@@ -52,7 +52,7 @@ pub use entry::{SwapEntry, SwapType, SWP_OFFSET_BITS, SWP_OFFSET_MAX, SWP_TYPE_B
 pub use error::Error;
 pub use invariants::ClusterState;
 pub use registry::SwapDevices;
-pub use stats::SwapDeviceStats;
+pub use stats::{DeviceCounters, SwapDeviceStats};
 
 /// Slots per cluster (`SWAPFILE_CLUSTER` = `HPAGE_PMD_NR`): 2 MiB of 4 KiB pages.
 pub const SWAPFILE_CLUSTER: usize = 512;

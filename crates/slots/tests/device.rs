@@ -94,7 +94,7 @@ fn counts_of_thousands_go_to_the_extend_table_and_back() {
     assert_eq!(si.inuse_pages(), 0);
     assert!(matches!(si.put(entry, 1), Err(Error::SlotFree { .. })));
     si.check_invariants();
-    assert_eq!(si.stats().extend_tables.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(si.stats().counters().extend_tables, 1);
 }
 
 #[test]
@@ -173,7 +173,7 @@ fn filling_the_device_then_freeing_everything_restores_the_lists() {
     }
     assert_eq!(entries.len() as u64, si.total_slots());
     assert!(si.is_half_full());
-    assert_eq!(si.stats().alloc_fail.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(si.stats().counters().alloc_fail, 1);
     si.check_invariants();
     for entry in entries {
         si.put_cache(entry, 1).unwrap();
@@ -201,7 +201,7 @@ fn order_0_steals_from_clusters_of_other_orders() {
     assert_eq!(si.cluster_state(1).order, 2);
     let stolen = si.alloc(0).unwrap();
     assert_eq!(stolen.offset() / 512, 1);
-    assert_eq!(si.stats().alloc_steal.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(si.stats().counters().alloc_steal, 1);
     si.check_invariants();
     drop((header_cluster, small));
 }
@@ -248,7 +248,7 @@ fn cache_only_slots_are_reclaimed_when_more_than_half_full() {
     let entry = si.alloc(0).unwrap();
     assert_eq!(*hook.calls.lock(), [(1, 511)], "one full cluster reclaimed, header skipped");
     assert_eq!(entry.offset(), 1);
-    assert_eq!(si.stats().alloc_retry.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(si.stats().counters().alloc_retry, 1);
     assert!(si.is_cache_pinned(entry).unwrap());
     si.check_invariants();
 }
@@ -271,8 +271,7 @@ fn discard_punches_the_freed_cluster_and_errors_are_returned_and_counted() {
     let entry = si.alloc(9).unwrap();
     faulty.arm(FaultPlan { kind: FaultKind::FailDiscard, nth: 1, every: false });
     assert!(matches!(si.put_cache(entry, 512), Err(Error::Backend(_))));
-    let stats = si.stats();
-    assert_eq!(stats.discard_errors.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(si.stats().counters().discard_errors, 1);
     assert_eq!(si.inuse_pages(), 0);
     si.check_invariants();
     assert!(si.alloc(9).is_ok(), "the cluster is reusable after a failed discard");

@@ -96,8 +96,7 @@ fn reclaim_unlock_races_with_free() {
             // pass visits is covered by the order-0 retry.)
             // postmortem: without the retry, order 0 failed here with slot 2 free.
             Err(slots::Error::NoSpace { order: 0 }) => {
-                let contended = &si.stats().isolate_contended;
-                assert!(contended.load(std::sync::atomic::Ordering::Relaxed) > 0);
+                assert!(si.stats().counters().isolate_contended > 0);
             }
             Err(e) => panic!("{e}"),
         }
