@@ -112,6 +112,7 @@ macro_rules! table {
 
             /// Every counter, then every gauge, as `(name, value)` in declaration order
             /// (booleans as 0 or 1), for vmstat-style text.
+            #[allow(dead_code)]
             pub fn fields(&self) -> ::std::vec::Vec<(&'static str, u64)> {
                 let mut fields = ::std::vec::Vec::new();
                 self.each(|name, value| fields.push((name, value)));

@@ -66,7 +66,7 @@ pub use sys::Identity;
 
 use registry::Slot;
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 /// What a descriptor is, and what its loss costs: both said in the line on stderr.
 #[derive(Debug)]
@@ -133,51 +133,42 @@ impl From<Error> for std::io::Error {
     }
 }
 
-/// The registry's counters (in the shim's stats file as `fds_*`).
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Descriptors placed.
-    pub placed: AtomicU64,
-    /// Placements that found no free number in the band or below it: kept where they were.
-    pub placed_low: AtomicU64,
-    /// Placements past [`SLOTS`]: kept unregistered.
-    pub registry_full: AtomicU64,
-    /// Descriptors moved out of the way of a program's dup.
-    pub moves: AtomicU64,
-    /// Closes of ours the program asked for, reported done.
-    pub closes_ignored: AtomicU64,
-    /// Ranges of closes made around ours.
-    pub ranges_closed: AtomicU64,
-    /// Descriptors found closed or replaced by a system call, for good.
-    pub lost: AtomicU64,
-    /// Descriptors found so, and taken back from the keeper.
-    pub recovered: AtomicU64,
+counters::table! {
+    /// The registry's live counters.
+    pub(crate) struct Counters;
+    /// The registry's counters (in the shim's stats file as `fds_*`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Stats {
+        prefix "fds_";
+        counters {
+            /// Descriptors placed.
+            placed,
+            /// Placements that found no free number in the band or below it: kept where they
+            /// were.
+            placed_low,
+            /// Placements past [`SLOTS`]: kept unregistered.
+            registry_full,
+            /// Descriptors moved out of the way of a program's dup.
+            moves,
+            /// Closes of ours the program asked for, reported done.
+            closes_ignored,
+            /// Ranges of closes made around ours.
+            ranges_closed,
+            /// Descriptors found closed or replaced by a system call, for good.
+            lost,
+            /// Descriptors found so, and taken back from the keeper.
+            recovered,
+        }
+    }
 }
 
-static STATS: Stats = Stats {
-    placed: AtomicU64::new(0),
-    placed_low: AtomicU64::new(0),
-    registry_full: AtomicU64::new(0),
-    moves: AtomicU64::new(0),
-    closes_ignored: AtomicU64::new(0),
-    ranges_closed: AtomicU64::new(0),
-    lost: AtomicU64::new(0),
-    recovered: AtomicU64::new(0),
-};
+static STATS: Counters = Counters::new();
 
-/// The counters, one table of names (the stats file's `fds_*` lines).
-pub fn stats() -> [(&'static str, u64); 8] {
-    let s = &STATS;
-    [
-        ("fds_placed", s.placed.load(SeqCst)),
-        ("fds_placed_low", s.placed_low.load(SeqCst)),
-        ("fds_registry_full", s.registry_full.load(SeqCst)),
-        ("fds_moves", s.moves.load(SeqCst)),
-        ("fds_closes_ignored", s.closes_ignored.load(SeqCst)),
-        ("fds_ranges_closed", s.ranges_closed.load(SeqCst)),
-        ("fds_lost", s.lost.load(SeqCst)),
-        ("fds_recovered", s.recovered.load(SeqCst)),
-    ]
+/// The counters now (names and values through [`Stats::each`], without allocating).
+pub fn stats() -> Stats {
+    let mut stats = Stats::default();
+    STATS.snapshot_into(&mut stats);
+    stats
 }
 
 /// Bumped by every move: a set of raw numbers (a poll set) built before it is stale.

@@ -109,7 +109,7 @@ fn dups_move_ours_and_guards_never_see_the_program_s_file(fd: &Fd) {
     });
     assert_eq!(wrong.load(SeqCst), 0, "a guard saw another file");
     assert!(checks.load(SeqCst) >= 400);
-    assert!(fds::stats().iter().any(|&(name, n)| name == "fds_moves" && n >= 200));
+    assert!(fds::stats().fields().iter().any(|&(name, n)| name == "fds_moves" && n >= 200));
 }
 
 /// `fcntl(F_DUPFD, min)` gives what it would without us: ours at `min` is moved away.
@@ -139,7 +139,7 @@ fn a_replaced_descriptor_is_never_written(fd: &Fd) {
     assert!(fd.write_all(b"swap data").is_err());
     assert!(fd.is_lost());
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "the program's file was written");
-    assert!(fds::stats().iter().any(|&(name, n)| name == "fds_lost" && n == 1));
+    assert!(fds::stats().fields().iter().any(|&(name, n)| name == "fds_lost" && n == 1));
     let _ = std::fs::remove_file(&path);
 }
 
@@ -171,7 +171,7 @@ fn a_kept_descriptor_is_taken_back(keeper: bool) {
     // SAFETY: pread into a live buffer from our own descriptor.
     let got = fd.with(|b| unsafe { libc::pread(b.as_raw_fd(), back.as_mut_ptr().cast(), 9, 0) });
     assert_eq!((got, &back), (9, b"swap data"), "the data went to its own file");
-    assert!(fds::stats().iter().any(|&(name, n)| name == "fds_recovered" && n == 1));
+    assert!(fds::stats().fields().iter().any(|&(name, n)| name == "fds_recovered" && n == 1));
     let _ = std::fs::remove_file(&path);
 }
 
