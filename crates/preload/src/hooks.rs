@@ -144,25 +144,37 @@ struct Trace {
     closing: bool,
 }
 
-/// Counters of the shim itself (in the stats file).
+counters::table! {
+    /// Counters of the shim itself, by their names in the stats file (zeroed in a forked
+    /// child, which counts its own: [`ShimHooks::restart_in_child`]).
+    struct Counters;
+    /// A snapshot of them.
+    #[derive(Debug, Clone, Copy, Default)]
+    #[allow(dead_code)]
+    struct CountersSnapshot {
+        counters {
+            shim_scans,
+            shim_scan_ns,
+            shim_regions_added,
+            shim_pages_adopted,
+            /// Zero pages found mapped at adoption, protected and adopted uncharged.
+            shim_zero_pages_adopted,
+            /// Write protections of those that failed (the pages are then adopted as present).
+            shim_protect_failed,
+            shim_register_failed,
+            shim_trace_errors,
+            /// Time the program's threads waited on faults, summed.
+            fault_stall_ns,
+        }
+    }
+}
+
+/// The compressed pool at its largest: its bytes and the pages it held then (the summary's
+/// compression ratio; at the end the pool is often empty). Gauges, not counters.
 #[derive(Debug, Default)]
-struct Counters {
-    scans: AtomicU64,
-    scan_ns: AtomicU64,
-    regions_added: AtomicU64,
-    pages_adopted: AtomicU64,
-    /// Zero pages found mapped at adoption, protected and adopted uncharged.
-    zero_pages_adopted: AtomicU64,
-    /// Write protections of those that failed (the pages are then adopted as present).
-    protect_failed: AtomicU64,
-    register_failed: AtomicU64,
-    trace_errors: AtomicU64,
-    /// Time the program's threads waited on faults, summed (`fault_stall_ns`).
-    stall_ns: AtomicU64,
-    /// The compressed pool at its largest: its bytes and the pages it held then (the
-    /// summary's compression ratio; at the end the pool is often empty).
-    pool_peak_bytes: AtomicU64,
-    pool_peak_stored: AtomicU64,
+struct PoolPeak {
+    bytes: AtomicU64,
+    stored_pages: AtomicU64,
 }
 
 /// The shim's hooks (module essay).
@@ -179,6 +191,7 @@ pub struct ShimHooks {
     /// records are copies of the parent's, which the parent writes).
     tracing: std::sync::atomic::AtomicBool,
     counters: Counters,
+    pool_peak: PoolPeak,
     t0: Instant,
     /// The live and final stats files.
     stats_files: StatsFiles,
@@ -226,7 +239,8 @@ impl ShimHooks {
             fault_ns: AtomicHistogram::new(),
             tracing: std::sync::atomic::AtomicBool::new(trace.is_some()),
             trace,
-            counters: Counters::default(),
+            counters: Counters::new(),
+            pool_peak: PoolPeak::default(),
             t0: Instant::now(),
             stats_files: StatsFiles::default(),
             idle,
@@ -279,7 +293,7 @@ impl ShimHooks {
             written = written.and_then(|()| trace.writer.flush());
         }
         if written.is_err() {
-            self.counters.trace_errors.fetch_add(1, Relaxed);
+            self.counters.shim_trace_errors.fetch_add(1, Relaxed);
         }
     }
 
@@ -315,8 +329,8 @@ impl ShimHooks {
                 }
             }
         }
-        self.counters.scans.fetch_add(1, Relaxed);
-        self.counters.scan_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        self.counters.shim_scans.fetch_add(1, Relaxed);
+        self.counters.shim_scan_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
     }
 
     /// Adopts `[start, end)` (module essay); whether it is managed now.
@@ -332,7 +346,7 @@ impl ShimHooks {
         let Ok(range) = Range::new(start, end - start) else { return false };
         crate::shim::no_huge_pages(start, end - start);
         if started.uffd.register(range, started.register_mode).is_err() {
-            self.counters.register_failed.fetch_add(1, Relaxed);
+            self.counters.shim_register_failed.fetch_add(1, Relaxed);
             return false;
         }
         let protect = started.register_mode.contains(RegisterMode::WP);
@@ -349,7 +363,7 @@ impl ShimHooks {
                 let zero = Range::new(at, n as usize * PAGE);
                 if zero.and_then(|zero| started.uffd.writeprotect(zero, true, Wake::Wake)).is_err()
                 {
-                    self.counters.protect_failed.fetch_add(1, Relaxed);
+                    self.counters.shim_protect_failed.fetch_add(1, Relaxed);
                     protected = false;
                 }
             }
@@ -360,11 +374,11 @@ impl ShimHooks {
         let (start, len) = (start as u64, (end - start) as u64);
         match engine.add_region_populated(start, len, present) {
             Ok(_) => {
-                self.counters.regions_added.fetch_add(1, Relaxed);
-                self.counters.pages_adopted.fetch_add(pages, Relaxed);
+                self.counters.shim_regions_added.fetch_add(1, Relaxed);
+                self.counters.shim_pages_adopted.fetch_add(pages, Relaxed);
                 if !zero.is_empty() {
                     if let Ok(n) = engine.adopt_zero_mapped(start, len, zero) {
-                        self.counters.zero_pages_adopted.fetch_add(n, Relaxed);
+                        self.counters.shim_zero_pages_adopted.fetch_add(n, Relaxed);
                     }
                 }
                 true
@@ -382,7 +396,7 @@ impl ShimHooks {
                         let _ = started.uffd.unregister(range);
                     }
                 }
-                self.counters.register_failed.fetch_add(1, Relaxed);
+                self.counters.shim_register_failed.fetch_add(1, Relaxed);
                 false
             }
         }
@@ -396,9 +410,9 @@ impl ShimHooks {
     fn report(&self, engine: &Engine) -> runstat::proto::Report {
         let polled = engine.polled();
         let (c, g) = (&polled.counters, &polled);
-        if g.pool_bytes > self.counters.pool_peak_bytes.load(Relaxed) {
-            self.counters.pool_peak_bytes.store(g.pool_bytes, Relaxed);
-            self.counters.pool_peak_stored.store(g.pool_stored_pages, Relaxed);
+        if g.pool_bytes > self.pool_peak.bytes.load(Relaxed) {
+            self.pool_peak.bytes.store(g.pool_bytes, Relaxed);
+            self.pool_peak.stored_pages.store(g.pool_stored_pages, Relaxed);
         }
         let mem = mem_status().unwrap_or_default();
         let charged = engine.charged_bytes();
@@ -413,7 +427,7 @@ impl ShimHooks {
             fixed: charged_memory(&mem).saturating_sub(held + engine.beside_bytes()),
             swapped: g.swap_inuse_pages * PAGE as u64,
             refaults: c.workingset_refault_anon,
-            stall_ns: self.counters.stall_ns.load(Relaxed),
+            stall_ns: self.counters.fault_stall_ns.load(Relaxed),
             faults: self.fault_ns.snapshot().total(),
             out_zero: c.swpout_zero,
             out_pool: c.zswpout,
@@ -448,40 +462,15 @@ impl ShimHooks {
             file.set("vm_rss_bytes", mem.rss_bytes);
             file.set("vm_hwm_bytes", mem.hwm_bytes);
         }
-        let c = &self.counters;
-        for (name, value) in [
-            ("shim_scans", &c.scans),
-            ("shim_mmap_waits", &interpose::WAITS.waited),
-            ("shim_mmap_wait_ns", &interpose::WAITS.wait_ns),
-            ("shim_mmap_unadopted", &interpose::WAITS.unadopted),
-            ("shim_scan_ns", &c.scan_ns),
-            ("shim_regions_added", &c.regions_added),
-            ("shim_pages_adopted", &c.pages_adopted),
-            ("shim_zero_pages_adopted", &c.zero_pages_adopted),
-            ("shim_protect_failed", &c.protect_failed),
-            ("shim_register_failed", &c.register_failed),
-            ("shim_trace_errors", &c.trace_errors),
-        ] {
-            file.set(name, value.load(Relaxed));
-        }
-        for (name, value) in [
-            ("fault_stall_ns", c.stall_ns.load(Relaxed)),
-            ("pool_peak_bytes", c.pool_peak_bytes.load(Relaxed)),
-            ("pool_peak_stored_pages", c.pool_peak_stored.load(Relaxed)),
-            ("member_shares_applied", crate::member::SHARES_APPLIED.load(Relaxed)),
-            ("member_share_errors", crate::member::SHARE_ERRORS.load(Relaxed)),
-            ("member_broker_lost", crate::member::BROKER_LOST.load(Relaxed)),
-            ("member_socket_taken", crate::member::SOCKET_TAKEN.load(Relaxed)),
-            ("swap_quota_refused_bytes", crate::member::quota_refused_bytes()),
-            ("engine_cpu_ns", engine_cpu_ns()),
-        ] {
-            file.set(name, value);
-        }
-        for (name, value) in fds::stats() {
-            file.set(name, value);
-        }
-        file.set("shim_efault_retries", crate::io::EFAULT_RETRIES.load(Relaxed));
-        file.set("shim_efault_failed", crate::io::EFAULT_FAILED.load(Relaxed));
+        let mut set = |name: &str, value| file.set(name, value);
+        self.counters.each(&mut set);
+        interpose::WAITS.each(&mut set);
+        crate::io::EFAULT.each(&mut set);
+        crate::member::counters(&mut set);
+        fds::stats().each(&mut set);
+        set("pool_peak_bytes", self.pool_peak.bytes.load(Relaxed));
+        set("pool_peak_stored_pages", self.pool_peak.stored_pages.load(Relaxed));
+        set("engine_cpu_ns", engine_cpu_ns());
         let arena = crate::ARENA.stats();
         file.set("arena_bumped_bytes", arena.bumped_bytes as u64);
         file.set("arena_free_bytes", arena.free_bytes as u64);
@@ -525,19 +514,7 @@ impl ShimHooks {
     pub fn restart_in_child(&self, started: Started) {
         self.tracing.store(false, Relaxed);
         self.fault_ns.reset();
-        let c = &self.counters;
-        for counter in [
-            &c.scans,
-            &c.scan_ns,
-            &c.regions_added,
-            &c.pages_adopted,
-            &c.zero_pages_adopted,
-            &c.protect_failed,
-            &c.register_failed,
-            &c.trace_errors,
-        ] {
-            counter.store(0, Relaxed);
-        }
+        self.counters.reset();
         lock(&self.scanner).last_stats = None;
         *lock(&self.started) = Some(Arc::new(started));
     }
@@ -567,7 +544,7 @@ impl frontend::Hooks for ShimHooks {
             idle.note_faults();
         }
         self.fault_ns.record(wait_ns);
-        self.counters.stall_ns.fetch_add(wait_ns, Relaxed);
+        self.counters.fault_stall_ns.fetch_add(wait_ns, Relaxed);
         let kind = if write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
         self.record(kind, thread_id, addr & !(PAGE - 1), PAGE);
     }
@@ -601,11 +578,11 @@ impl frontend::Hooks for ShimHooks {
             SCAN_REQUESTED.store(false, SeqCst);
             sc.heap_break = brk;
             let ticket = interpose::scan_starts();
-            let adopted = self.counters.pages_adopted.load(Relaxed);
+            let adopted = self.counters.shim_pages_adopted.load(Relaxed);
             self.scan(&started, engine, &mut sc);
             interpose::scan_covers(ticket);
             // Saturating: a forked child zeroes its counters while its handler may be here.
-            let adopted = self.counters.pages_adopted.load(Relaxed).saturating_sub(adopted);
+            let adopted = self.counters.shim_pages_adopted.load(Relaxed).saturating_sub(adopted);
             // The outside charge at most once per gap (reading /proc costs as much as
             // the rest of a scan for a new mapping).
             let grown = if since_scan >= SCAN_GAP { charge_the_rest(engine) } else { 0 };
@@ -620,7 +597,7 @@ impl frontend::Hooks for ShimHooks {
         // all, so what it recorded is on disk by the next pass at the latest.
         if let Some(trace) = &self.trace {
             if lock(trace).writer.flush().is_err() {
-                self.counters.trace_errors.fetch_add(1, Relaxed);
+                self.counters.shim_trace_errors.fetch_add(1, Relaxed);
             }
         }
         let interval = Duration::from_millis(self.config.stats_interval_ms.max(10));

@@ -39,21 +39,28 @@ static ADOPT_SCANNED: AtomicU64 = AtomicU64::new(0);
 /// by a later scan, as any range malloc maps.
 pub const ADOPT_WAIT_MAX: Duration = Duration::from_millis(100);
 
-/// The wrappers' counters (in the stats file, `shim_mmap_*`).
-#[derive(Debug)]
-pub struct Waits {
-    /// Calls that waited for an adoption.
-    pub waited: AtomicU64,
-    /// Their waiting time, in nanoseconds.
-    pub wait_ns: AtomicU64,
-    /// Calls that went on before a scan covered the range (the time limit, the handler
-    /// thread stopped, or a fork held it).
-    pub unadopted: AtomicU64,
+counters::table! {
+    /// The wrappers' live counters.
+    pub struct Waits;
+    /// A snapshot of them (in the stats file, `shim_mmap_*`).
+    #[derive(Debug, Clone, Copy, Default)]
+    #[allow(dead_code)]
+    pub struct WaitsSnapshot {
+        prefix "shim_mmap_";
+        counters {
+            /// Calls that waited for an adoption.
+            waits,
+            /// Their waiting time, in nanoseconds.
+            wait_ns,
+            /// Calls that went on before a scan covered the range (the time limit, the
+            /// handler thread stopped, or a fork held it).
+            unadopted,
+        }
+    }
 }
 
 /// The wrappers' counters.
-pub static WAITS: Waits =
-    Waits { waited: AtomicU64::new(0), wait_ns: AtomicU64::new(0), unadopted: AtomicU64::new(0) };
+pub static WAITS: Waits = Waits::new();
 /// The handler's control block, once running (leaked: lives as long as the process).
 static CONTROL: AtomicPtr<Control> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that runs the handler.
@@ -61,9 +68,7 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// Zeroes the wrappers' counters (a forked child counts its own).
 pub fn reset_counters() {
-    for counter in [&WAITS.waited, &WAITS.wait_ns, &WAITS.unadopted] {
-        counter.store(0, SeqCst);
-    }
+    WAITS.reset();
 }
 
 /// Lets the wrappers wake the handler of process `pid` (again in a forked child, whose
@@ -121,7 +126,7 @@ fn adopt_now() {
         }
         return;
     }
-    WAITS.waited.fetch_add(1, SeqCst);
+    WAITS.waits.fetch_add(1, SeqCst);
     WAITS.wait_ns.fetch_add(t.elapsed().as_nanos() as u64, SeqCst);
 }
 

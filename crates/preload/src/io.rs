@@ -30,7 +30,7 @@
 #![allow(unsafe_code)]
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// Calls made again at once after bringing the buffer in; the ones after them wait first
@@ -71,16 +71,29 @@ impl Retry {
 
 /// Set when the shim runs with SIGBUS delivery.
 pub static SIGBUS_DELIVERY: AtomicBool = AtomicBool::new(false);
-/// Calls made again after their buffer was brought in (`shim_efault_retries`).
-pub static EFAULT_RETRIES: AtomicU64 = AtomicU64::new(0);
-/// Calls that still failed with EFAULT on a managed buffer after every retry
-/// (`shim_efault_failed`).
-pub static EFAULT_FAILED: AtomicU64 = AtomicU64::new(0);
+counters::table! {
+    /// The retry loop's live counters.
+    pub struct Efault;
+    /// A snapshot of them (in the stats file, `shim_efault_*`).
+    #[derive(Debug, Clone, Copy, Default)]
+    #[allow(dead_code)]
+    pub struct EfaultSnapshot {
+        prefix "shim_efault_";
+        counters {
+            /// Calls made again after their buffer was brought in.
+            retries,
+            /// Calls that still failed with EFAULT on a managed buffer after every retry.
+            failed,
+        }
+    }
+}
+
+/// The retry loop's counters.
+pub static EFAULT: Efault = Efault::new();
 
 /// Zeroes the counters (a forked child counts its own).
 pub fn reset_counters() {
-    EFAULT_RETRIES.store(0, Relaxed);
-    EFAULT_FAILED.store(0, Relaxed);
+    EFAULT.reset();
 }
 
 /// libc's function `name` (NUL-terminated), cached in `slot`; 0 if there is none.
@@ -180,14 +193,14 @@ fn retried(buffers: Buffers<'_>, write: bool, call: &dyn Fn() -> isize) -> isize
     let (mut result, mut retry) = (call(), Retry::default());
     while result < 0 && efault_under_sigbus() {
         if !retry.again() {
-            EFAULT_FAILED.fetch_add(1, Relaxed);
+            EFAULT.failed.fetch_add(1, Relaxed);
             set_errno(libc::EFAULT);
             break;
         }
         if !bring_in_after_efault(buffers, write) {
             break;
         }
-        EFAULT_RETRIES.fetch_add(1, Relaxed);
+        EFAULT.retries.fetch_add(1, Relaxed);
         result = call();
     }
     result

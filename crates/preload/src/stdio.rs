@@ -19,7 +19,7 @@
 #![allow(unsafe_code)]
 
 use crate::io::{bring_in_after_efault, efault_under_sigbus, next, SIGBUS_DELIVERY};
-use crate::io::{Retry, EFAULT_FAILED, EFAULT_RETRIES};
+use crate::io::{Retry, EFAULT};
 use libc::{c_void, size_t, FILE};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
@@ -59,7 +59,7 @@ unsafe fn transfer(
             retry = Retry::default();
         }
         if !retry.again() {
-            EFAULT_FAILED.fetch_add(1, Relaxed);
+            EFAULT.failed.fetch_add(1, Relaxed);
             break;
         }
         let rest = (base + done, total - done);
@@ -68,7 +68,7 @@ unsafe fn transfer(
         }
         // SAFETY: as above; the error was ours, and the stream goes on where it stopped.
         unsafe { libc::clearerr(stream) };
-        EFAULT_RETRIES.fetch_add(1, Relaxed);
+        EFAULT.retries.fetch_add(1, Relaxed);
     }
     done / size
 }

@@ -49,20 +49,36 @@ static CONN: AtomicU64 = AtomicU64::new(NONE);
 /// of its own may get the connection's number back (a daemon does), and a report must
 /// never go into them, nor a close take them away.
 static CONN_INODE: AtomicU64 = AtomicU64::new(0);
-/// The connection's number was found taken by the program (`member_socket_taken`).
-pub static SOCKET_TAKEN: AtomicU64 = AtomicU64::new(0);
 /// When the last report was sent, nanoseconds on the monotonic clock.
 static LAST_REPORT_NS: AtomicU64 = AtomicU64::new(0);
 /// The last share received and not applied yet (0: none).
 static PENDING_SHARE: AtomicU64 = AtomicU64::new(0);
-/// Shares applied (`member_shares_applied`).
-pub static SHARES_APPLIED: AtomicU64 = AtomicU64::new(0);
-/// Shares the engine refused (`member_share_errors`).
-pub static SHARE_ERRORS: AtomicU64 = AtomicU64::new(0);
-/// 1 once the broker went away while this process ran (`member_broker_lost`).
-pub static BROKER_LOST: AtomicU64 = AtomicU64::new(0);
 /// The tree's whole budget (`USWAP_BUDGET`).
 static TREE_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+counters::table! {
+    /// The member's live counters.
+    pub struct Member;
+    /// A snapshot of them (in the stats file, `member_*`).
+    #[derive(Debug, Clone, Copy, Default)]
+    #[allow(dead_code)]
+    pub struct MemberSnapshot {
+        prefix "member_";
+        counters {
+            /// Shares applied.
+            shares_applied,
+            /// Shares the engine refused.
+            share_errors,
+            /// 1 once the broker went away while this process ran.
+            broker_lost,
+            /// 1 once the connection's number was found taken by the program.
+            socket_taken,
+        }
+    }
+}
+
+/// The member's counters (zeroed in a forked child, which counts its own).
+pub static COUNTERS: Member = Member::new();
 
 /// Where the run's broker is, copied at the first join so that a forked child finds it
 /// without reading the environment.
@@ -262,16 +278,14 @@ pub fn install_fork_hook() {
 /// for the broker's answer, at most [`JOIN_TIMEOUT`] per step (microseconds when it runs).
 pub fn rejoin_after_fork(engine: &Engine) -> Result<Joined, Outside> {
     drop_connection(false);
-    for counter in [&SHARES_APPLIED, &SHARE_ERRORS, &BROKER_LOST, &SOCKET_TAKEN] {
-        counter.store(0, SeqCst);
-    }
-    quota::REFUSED_BYTES.store(0, SeqCst);
+    COUNTERS.reset();
+    quota::COUNTERS.reset();
     PENDING_SHARE.store(0, SeqCst);
     LAST_REPORT_NS.store(0, SeqCst);
     let joined = TARGET.get().ok_or(Outside::NoBroker).and_then(|t| join_as(t, sys::getpid()));
     match joined {
         Ok(joined) => apply(engine, joined.share),
-        Err(_) => BROKER_LOST.store(1, SeqCst),
+        Err(_) => COUNTERS.broker_lost.store(1, SeqCst),
     }
     joined
 }
@@ -283,8 +297,8 @@ pub fn apply(engine: &Engine, share: u64) {
         return;
     }
     match engine.set_budget(share) {
-        Ok(()) => SHARES_APPLIED.fetch_add(1, SeqCst),
-        Err(_) => SHARE_ERRORS.fetch_add(1, SeqCst),
+        Ok(()) => COUNTERS.shares_applied.fetch_add(1, SeqCst),
+        Err(_) => COUNTERS.share_errors.fetch_add(1, SeqCst),
     };
 }
 
@@ -328,8 +342,8 @@ pub fn tick(engine: &Engine, now_ns: u64, report: impl FnOnce() -> Report) {
     if sys::inode(fd) != Some(CONN_INODE.load(SeqCst)) {
         // Closed by the program, its number perhaps reused: not ours to use or close.
         CONN.store(NONE, SeqCst);
-        SOCKET_TAKEN.store(1, SeqCst);
-        BROKER_LOST.store(1, SeqCst);
+        COUNTERS.socket_taken.store(1, SeqCst);
+        COUNTERS.broker_lost.store(1, SeqCst);
         return;
     }
     let last = LAST_REPORT_NS.load(SeqCst);
@@ -382,7 +396,7 @@ fn receive(fd: i32) -> bool {
 /// its last share.
 fn lose_broker() {
     drop_connection(true);
-    BROKER_LOST.store(1, SeqCst);
+    COUNTERS.broker_lost.store(1, SeqCst);
 }
 
 /// This process's thread ids ([`sys::task_ids`]).
@@ -390,9 +404,11 @@ pub fn task_ids(out: &mut [u32]) -> usize {
     sys::task_ids(out)
 }
 
-/// Bytes of swap space this process asked of the tree and was refused.
-pub fn quota_refused_bytes() -> u64 {
-    quota::REFUSED_BYTES.load(SeqCst)
+/// Hands `out` the member's counters and the tree quota's, by their stats-file names
+/// (without allocating).
+pub fn counters(mut out: impl FnMut(&'static str, u64)) {
+    COUNTERS.each(&mut out);
+    quota::COUNTERS.each(out);
 }
 
 #[cfg(test)]

@@ -18,8 +18,24 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
 /// This member's row.
 static ROW: AtomicU32 = AtomicU32::new(0);
-/// Reservations refused (the tree's swap space was used up), in bytes asked.
-pub static REFUSED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+counters::table! {
+    /// The tree quota's live counters.
+    pub struct Quota;
+    /// A snapshot of them (in the stats file, `swap_quota_*`).
+    #[derive(Debug, Clone, Copy, Default)]
+    #[allow(dead_code)]
+    pub struct QuotaSnapshot {
+        prefix "swap_quota_";
+        counters {
+            /// Reservations refused (the tree's swap space was used up), in bytes asked.
+            refused_bytes,
+        }
+    }
+}
+
+/// The tree quota's counters (zeroed in a forked child, which counts its own).
+pub static COUNTERS: Quota = Quota::new();
 
 fn word(index: usize) -> Option<&'static AtomicU64> {
     sys::counter_word(index)
@@ -69,7 +85,7 @@ impl SpaceQuota for TreeQuota {
         let taken =
             used.fetch_update(SeqCst, SeqCst, |u| u.checked_add(bytes).filter(|&a| a <= limit));
         if taken.is_err() {
-            REFUSED_BYTES.fetch_add(bytes, SeqCst);
+            COUNTERS.refused_bytes.fetch_add(bytes, SeqCst);
             return false;
         }
         if let Some(row) = word(QUOTA_FIRST_ROW + ROW.load(SeqCst) as usize) {
