@@ -8,7 +8,7 @@ use common::{pattern, uffd_or_skip};
 use engine::{Mapped, PageSource, SourceError, Taken};
 use frontend::UffdSource;
 use std::sync::Arc;
-use uffd::{Advice, CopyMode, Event, Features, Mapping, RegisterMode, PAGE_SIZE};
+use uffd::{Advice, CopyMode, Event, Features, Mapping, RangeEvent, RegisterMode, PAGE_SIZE};
 
 const FOLIO: usize = 4;
 
@@ -99,7 +99,7 @@ fn an_unread_event_makes_map_and_take_retry_with_nothing_done() {
     assert!(page(&region, 3) == pattern(7), "the take left the page where it was");
     let mut events = Vec::with_capacity(uffd::READ_BATCH);
     uffd.read_events(&mut events, uffd::READ_BATCH).unwrap();
-    assert!(matches!(events[0], Event::Remove { .. }));
+    assert!(matches!(events[0], Event::Range(RangeEvent::Remove { .. })));
     drop(waiter.join().unwrap());
     // Read: both work now. The map skips page 3, the take finds it and the rest.
     assert_eq!(source.map(region.addr() as u64, &data), Ok(Mapped::Done));

@@ -12,6 +12,9 @@
 //! | `Remove` | MADV_DONTNEED / MADV_REMOVE | the range reads as zero next: drop its swap entries |
 //! | `Unmap` | munmap(), or mremap shrinking / moving | forget the range |
 //!
+//! The last three come as `Event::Range`, a [`RangeEvent`]: addresses only, which a
+//! handler can copy on to whoever else follows the ranges.
+//!
 //! While an event is unread, the resolving ioctls fail with EAGAIN (`mmap_changing`).
 
 use crate::sys::{self, call::RawEvent};
@@ -38,6 +41,19 @@ pub enum Event {
         /// The child's uffd, owned.
         child: Uffd,
     },
+    /// mremap, madvise or munmap changed registered ranges.
+    Range(RangeEvent),
+    /// A message this crate does not know (a newer kernel with a newer feature asked for).
+    Unknown {
+        /// `uffd_msg.event`.
+        event: u8,
+    },
+}
+
+/// A change to registered ranges, told by a non-cooperative event: plain addresses, no
+/// descriptor, so it can be copied on to whoever follows the ranges (the handler's hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeEvent {
     /// mremap moved `[from, from + len_bytes)` to `to`.
     Remap {
         /// Old start.
@@ -61,11 +77,6 @@ pub enum Event {
         /// One past the last byte.
         end: usize,
     },
-    /// A message this crate does not know (a newer kernel with a newer feature asked for).
-    Unknown {
-        /// `uffd_msg.event`.
-        event: u8,
-    },
 }
 
 impl Event {
@@ -80,14 +91,16 @@ impl Event {
                 thread_id: ptid,
             },
             RawEvent::Fork { ufd } => Event::Fork { child: Uffd::from_fork(ufd, uffd) },
-            RawEvent::Remap { from, to, len } => {
-                Event::Remap { from: from as usize, to: to as usize, len_bytes: len as usize }
-            }
+            RawEvent::Remap { from, to, len } => Event::Range(RangeEvent::Remap {
+                from: from as usize,
+                to: to as usize,
+                len_bytes: len as usize,
+            }),
             RawEvent::Remove { start, end } => {
-                Event::Remove { start: start as usize, end: end as usize }
+                Event::Range(RangeEvent::Remove { start: start as usize, end: end as usize })
             }
             RawEvent::Unmap { start, end } => {
-                Event::Unmap { start: start as usize, end: end as usize }
+                Event::Range(RangeEvent::Unmap { start: start as usize, end: end as usize })
             }
             RawEvent::Unknown { event } => Event::Unknown { event },
         }

@@ -22,7 +22,7 @@
 //!
 //! ```text
 //!   Uffd / UffdBuilder (uffd)      one userfaultfd: register, resolve, read events
-//!   Event (event)                  a uffd message, typed
+//!   Event, RangeEvent (event)      a uffd message, typed; a range change in it
 //!   Staging (staging)              registered page slots, the far end of every UFFDIO_MOVE
 //!   PageMap (pagemap)              PAGEMAP_SCAN of an address space
 //!   Mapping, MemStatus (mm)        owned anonymous memory, madvise, /proc/self/status
@@ -68,7 +68,7 @@ pub mod types;
 mod uffd;
 
 pub use error::{Error, Op};
-pub use event::Event;
+pub use event::{Event, RangeEvent};
 pub use mm::{Advice, Mapping, MemStatus, Prot};
 pub use pagemap::{Categories, PageMap, PageRegion, ScanArgs, ScanResult};
 pub use probe::{probe, Probe};

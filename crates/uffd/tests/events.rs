@@ -6,7 +6,9 @@ mod common;
 use common::{pattern, uffd_or_skip, Handler};
 use std::sync::Arc;
 use std::time::Duration;
-use uffd::{Advice, CopyMode, Error, Event, Features, Mapping, Range, RegisterMode, PAGE_SIZE};
+use uffd::{
+    Advice, CopyMode, Error, Event, Features, Mapping, Range, RangeEvent, RegisterMode, PAGE_SIZE,
+};
 
 /// Fact: MADV_DONTNEED on a registered range sends REMOVE for exactly that range; the
 /// range stays registered and its pages are missing again (the next touch faults).
@@ -25,7 +27,9 @@ fn madv_dontneed_sends_remove_and_the_range_faults_again() {
         }),
     );
     region.advise(PAGE_SIZE, 2 * PAGE_SIZE, Advice::DontNeed).unwrap();
-    let Event::Remove { start, end } = handler.next() else { panic!("expected REMOVE") };
+    let Event::Range(RangeEvent::Remove { start, end }) = handler.next() else {
+        panic!("expected REMOVE")
+    };
     assert_eq!((start, end), (region.page_addr(1), region.page_addr(3)));
     let mut page = vec![0u8; PAGE_SIZE];
     region.load(PAGE_SIZE, &mut page);
@@ -43,7 +47,9 @@ fn munmap_sends_unmap() {
     let range = region.range();
     uffd.register(range, RegisterMode::MISSING).unwrap();
     drop(region);
-    let Event::Unmap { start, end } = handler.next() else { panic!("expected UNMAP") };
+    let Event::Range(RangeEvent::Unmap { start, end }) = handler.next() else {
+        panic!("expected UNMAP")
+    };
     assert_eq!((start, end), (range.start(), range.end()));
 }
 
@@ -71,7 +77,7 @@ fn mremap_sends_remap_and_the_registration_follows() {
     let target = Mapping::reserve(4 * PAGE_SIZE).unwrap();
     let to = target.addr();
     region.move_to(target).unwrap();
-    let Event::Remap { from: f, to: t, len_bytes } = handler.next() else {
+    let Event::Range(RangeEvent::Remap { from: f, to: t, len_bytes }) = handler.next() else {
         panic!("expected REMAP")
     };
     assert_eq!((f, t, len_bytes), (from, to, 4 * PAGE_SIZE));
@@ -82,7 +88,9 @@ fn mremap_sends_remap_and_the_registration_follows() {
     assert!(page == pattern(2), "a missing page at the new address faulted and was served");
     // The old range's removal follows as UNMAP: apply REMAP first, and the UNMAP of the old
     // addresses then finds nothing left to drop.
-    let Event::Unmap { start, end } = handler.next() else { panic!("expected UNMAP") };
+    let Event::Range(RangeEvent::Unmap { start, end }) = handler.next() else {
+        panic!("expected UNMAP")
+    };
     assert_eq!((start, end), (from, from + 4 * PAGE_SIZE));
     let e = handler.next();
     assert!(matches!(e, Event::PageFault { addr, .. } if addr == to + 2 * PAGE_SIZE), "{e:?}");
@@ -90,7 +98,9 @@ fn mremap_sends_remap_and_the_registration_follows() {
     // handler must outlive the mapping (dropping it first would hang this thread).
     let range = region.range();
     drop(region);
-    let Event::Unmap { start, end } = handler.next() else { panic!("expected UNMAP") };
+    let Event::Range(RangeEvent::Unmap { start, end }) = handler.next() else {
+        panic!("expected UNMAP")
+    };
     assert_eq!((start, end), (range.start(), range.end()));
 }
 
@@ -114,7 +124,7 @@ fn an_unread_event_blocks_its_cause_and_makes_resolving_ioctls_eagain() {
     assert!(matches!(e, Error::Again { done_bytes: 0, .. }), "{e:?}");
     let mut events = Vec::new();
     assert_eq!(uffd.read_events(&mut events, 8).unwrap(), 1);
-    assert!(matches!(events[0], Event::Remove { .. }));
+    assert!(matches!(events[0], Event::Range(RangeEvent::Remove { .. })));
     zapper.join().unwrap();
     uffd.copy(region.page_addr(2), &pattern(2), CopyMode::NONE).unwrap();
 }
@@ -135,7 +145,9 @@ fn mmap_fixed_over_a_registered_range_unregisters_it() {
     // its methods; the new mapping keeps the range mapped read-write.
     let got = unsafe { libc::mmap(at as *mut _, 2 * PAGE_SIZE, prot, flags, -1, 0) };
     assert_eq!(got as usize, at);
-    let Event::Unmap { start, end } = handler.next() else { panic!("expected UNMAP") };
+    let Event::Range(RangeEvent::Unmap { start, end }) = handler.next() else {
+        panic!("expected UNMAP")
+    };
     assert_eq!((start, end), (at, at + 2 * PAGE_SIZE));
     assert_eq!(region.load_u64(PAGE_SIZE), 0, "no fault: the range is no longer registered");
     assert_eq!(region.load_u64(2 * PAGE_SIZE), 0);

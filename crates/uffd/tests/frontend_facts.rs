@@ -12,8 +12,8 @@ use common::{pattern, uffd_or_skip, Handler};
 use std::sync::Arc;
 use std::time::Duration;
 use uffd::{
-    Advice, CopyMode, Error, Event, Features, Mapping, MoveMode, Range, RegisterMode, Staging,
-    Uffd, Wake, PAGE_SIZE,
+    Advice, CopyMode, Error, Event, Features, Mapping, MoveMode, Range, RangeEvent, RegisterMode,
+    Staging, Uffd, Wake, PAGE_SIZE,
 };
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -36,7 +36,9 @@ fn madv_dontneed_on_a_wp_only_range_sends_remove() {
     uffd.register(staging.range(), RegisterMode::WP).unwrap();
     staging.store_u64(0, 7);
     staging.advise(0, PAGE_SIZE, Advice::DontNeed).unwrap();
-    let Event::Remove { start, end } = handler.next() else { panic!("expected REMOVE") };
+    let Event::Range(RangeEvent::Remove { start, end }) = handler.next() else {
+        panic!("expected REMOVE")
+    };
     assert_eq!((start, end), (staging.addr(), staging.addr() + PAGE_SIZE));
 }
 

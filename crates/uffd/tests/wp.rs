@@ -7,8 +7,8 @@ use common::{pattern, uffd_or_skip, Handler};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use uffd::{
-    Advice, Categories, CopyMode, Event, Features, Mapping, PageMap, Range, RegisterMode, ScanArgs,
-    Wake, PAGE_SIZE,
+    Advice, Categories, CopyMode, Event, Features, Mapping, PageMap, Range, RangeEvent,
+    RegisterMode, ScanArgs, Wake, PAGE_SIZE,
 };
 
 /// Fact: a write to a page mapped with COPY_MODE_WP is reported as a WP fault (write and wp
@@ -92,7 +92,7 @@ fn wp_copy_drop_evicts_without_losing_writes_and_sends_remove() {
     let removes = {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let events: Vec<Event> = handler.events.try_iter().collect();
-        events.iter().filter(|e| matches!(e, Event::Remove { .. })).count()
+        events.iter().filter(|e| matches!(e, Event::Range(RangeEvent::Remove { .. }))).count()
     };
     let cycles = cycles.load(Ordering::Relaxed);
     eprintln!("{writes} writes, {cycles} evictions, {removes} REMOVE events");

@@ -146,33 +146,9 @@ counters::table! {
     }
 }
 
-/// An event as [`Hooks::event`] sees it, after the engine has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Noted {
-    /// mremap moved `[from, from + len_bytes)` to `to`.
-    Remap {
-        /// Old start.
-        from: usize,
-        /// New start.
-        to: usize,
-        /// Length moved.
-        len_bytes: usize,
-    },
-    /// `[start, end)` was dropped (MADV_DONTNEED).
-    Remove {
-        /// First byte.
-        start: usize,
-        /// One past the last byte.
-        end: usize,
-    },
-    /// `[start, end)` was unmapped.
-    Unmap {
-        /// First byte.
-        start: usize,
-        /// One past the last byte.
-        end: usize,
-    },
-}
+/// An event as [`Hooks::event`] sees it, after the engine has: uffd's range change, the
+/// only kind handed on (faults are told by [`Hooks::fault`], a fork by [`Hooks::forked`]).
+pub use uffd::RangeEvent as Noted;
 
 /// What the handler reports to, and asks of, the program that runs it (module essay).
 ///
@@ -588,36 +564,43 @@ impl Reader {
 
     fn event(&mut self, event: Event) {
         let c = &self.control.counters;
-        let mm = MmId::DEFAULT;
-        let (refused, noted) = match event {
-            Event::Remap { from, to, len_bytes } => {
-                c.remaps.fetch_add(1, Relaxed);
-                let refused = self.engine.remap(mm, from as u64, to as u64, len_bytes as u64);
-                (refused.is_err(), Some(Noted::Remap { from, to, len_bytes }))
+        match event {
+            Event::Range(noted) => {
+                if self.follow(noted) {
+                    c.event_errors.fetch_add(1, Relaxed);
+                }
+                if let Some(hooks) = &self.hooks {
+                    hooks.event(MmId::DEFAULT, noted);
+                }
             }
-            Event::Remove { start, end } => {
+            Event::PageFault { .. } => {}
+            Event::Fork { .. } | Event::Unknown { .. } => {
+                c.unknown_events.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Has the engine follow a range change; true if it refused it.
+    fn follow(&self, noted: Noted) -> bool {
+        let c = &self.control.counters;
+        let mm = MmId::DEFAULT;
+        match noted {
+            Noted::Remap { from, to, len_bytes } => {
+                c.remaps.fetch_add(1, Relaxed);
+                self.engine.remap(mm, from as u64, to as u64, len_bytes as u64).is_err()
+            }
+            Noted::Remove { start, end } => {
                 c.removes.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
                 self.engine.remove_in(mm, start as u64, len);
-                (false, Some(Noted::Remove { start, end }))
+                false
             }
-            Event::Unmap { start, end } => {
+            Noted::Unmap { start, end } => {
                 c.unmaps.fetch_add(1, Relaxed);
                 let len = (end - start) as u64;
                 self.engine.unmap_in(mm, start as u64, len);
-                (false, Some(Noted::Unmap { start, end }))
+                false
             }
-            Event::PageFault { .. } => (false, None),
-            Event::Fork { .. } | Event::Unknown { .. } => {
-                c.unknown_events.fetch_add(1, Relaxed);
-                (false, None)
-            }
-        };
-        if refused {
-            c.event_errors.fetch_add(1, Relaxed);
-        }
-        if let (Some(hooks), Some(noted)) = (&self.hooks, noted) {
-            hooks.event(mm, noted);
         }
     }
 }
