@@ -1,41 +1,19 @@
 //! Shared helpers of the frontend's tests: skip-or-require, a swap to test, page patterns.
 //!
-//! Skipping: a test that needs userfaultfd skips (with the probe's reason printed) only when
-//! the process is not root and `USWAP_REQUIRE_UFFD` is unset. As root (as in CI) an
-//! unusable userfaultfd is a failure, so these tests cannot silently stop running.
+//! Skipping follows the uffd tests' rule, whose helpers this module re-exports (one copy, in
+//! crates/uffd/tests/common): a test skips, saying why, only when the process is not root
+//! and `USWAP_REQUIRE_UFFD` is unset; as root (as in CI) an unusable userfaultfd fails.
 
 #![allow(dead_code)] // Each test binary uses a different subset.
 
 use std::time::Duration;
-use uffd::{Features, Uffd, PAGE_SIZE};
 
-/// Whether the environment demands that userfaultfd work.
-fn required() -> bool {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    let root = unsafe { libc::geteuid() } == 0;
-    root || std::env::var_os("USWAP_REQUIRE_UFFD").is_some()
-}
+/// The uffd tests' helpers: the skip rule and the page pattern are theirs.
+#[path = "../../../uffd/tests/common/mod.rs"]
+mod uffd_common;
 
-/// A uffd with `features` (trapping kernel faults), or `None` after printing why the test
-/// is skipped.
-///
-/// # Panics
-/// If userfaultfd is unusable and the environment requires it.
-pub fn uffd_or_skip(features: Features) -> Option<Uffd> {
-    match uffd::probe().and_then(|p| p.require(features).map(|()| p)) {
-        Ok(_) => Some(Uffd::open(features).expect("the probe passed but the uffd did not open")),
-        Err(e) if !required() => {
-            eprintln!("skipping: userfaultfd unavailable: {e}");
-            None
-        }
-        Err(e) => panic!("userfaultfd must work here (root or USWAP_REQUIRE_UFFD): {e}"),
-    }
-}
-
-/// A page whose every 8-byte word is `seed * 1_000_003 + word index`.
-pub fn pattern(seed: u64) -> Vec<u8> {
-    (0..PAGE_SIZE as u64 / 8).flat_map(|w| (seed * 1_000_003 + w).to_ne_bytes()).collect()
-}
+#[allow(unused_imports)] // Each test binary uses a different subset.
+pub use uffd_common::{pattern, required, uffd_or_skip};
 
 /// A swap from `builder` (swap space in a private file in the temporary directory unless
 /// the builder says otherwise), or `None` after printing why the test is skipped.

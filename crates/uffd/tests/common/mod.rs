@@ -4,6 +4,9 @@
 //! Skipping: a test that needs userfaultfd skips (with the probe's reason printed) only when
 //! the process is not root and `USWAP_REQUIRE_UFFD` is unset. As root (as in CI) an
 //! unusable userfaultfd is a failure, so these tests cannot silently stop running.
+//!
+//! The frontend's tests include this file too (`#[path]`), for the same skip rule and page
+//! pattern: it may use only what both crates' tests have (uffd, libc, std).
 
 #![allow(dead_code)] // Each test binary uses a different subset.
 
@@ -15,7 +18,7 @@ use std::time::Duration;
 use uffd::{Event, Features, Uffd, PAGE_SIZE};
 
 /// Whether the environment demands that userfaultfd work.
-fn required() -> bool {
+pub fn required() -> bool {
     // SAFETY: geteuid has no preconditions and touches no memory.
     let root = unsafe { libc::geteuid() } == 0;
     root || std::env::var_os("USWAP_REQUIRE_UFFD").is_some()
