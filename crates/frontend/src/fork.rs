@@ -220,6 +220,9 @@ impl Forkable for Inner {
     fn child(&self) {
         let Some(forking) = lock(&self.fork).take() else { return };
         let Some(old) = self.parts.swap(None) else { return };
+        // Kept for the fallback: a child that runs unmanaged still needs the staged pages'
+        // data in its memory (empty, and no allocation, when none was staged).
+        let staged = forking.staged.clone();
         match become_own(self, &old, forking) {
             Ok(parts) => {
                 let engine = parts.engine.clone();
@@ -234,7 +237,7 @@ impl Forkable for Inner {
                 }
                 engine.resume_after_fork();
             }
-            Err(error) => run_unmanaged(&old, &error),
+            Err(error) => run_unmanaged(&old, &error, &staged),
         }
         // The parent's parts: their threads do not exist here, and their objects hold the
         // parent's descriptors and mappings. Never dropped.
@@ -242,9 +245,22 @@ impl Forkable for Inner {
     }
 }
 
+/// Fault injection (tests): forked children fail to start a swap of their own, and take
+/// the unmanaged fallback.
+static FAIL_CHILD_SWAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Fault injection for tests: while `fail` is set, a child forked from now on cannot start
+/// a swap of its own (as when it cannot open a userfaultfd) and runs unmanaged.
+pub fn inject_child_swap_failure(fail: bool) {
+    FAIL_CHILD_SWAP.store(fail, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The forked child's swap: the inherited engine, served through the child's own uffd and
 /// threads (module essay). `old` are the parent's parts as the fork copied them.
 fn become_own(inner: &Inner, old: &Arc<Parts>, forking: Forking) -> Result<Parts, Error> {
+    if FAIL_CHILD_SWAP.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Error::Config { what: "a child's swap failed (injected)".into() });
+    }
     let settings = &inner.settings;
     let (engine, source) = (old.engine.clone(), old.source.clone());
     // First of all: what is no longer mapped here must be neither registered nor written
@@ -387,11 +403,13 @@ fn close_parents(old: &Parts) {
 }
 
 /// A forked child that could not have a swap of its own: every page it inherited paged
-/// out is brought back into its memory, through no uffd at all, and it runs unmanaged,
-/// saying why. Its copy of the engine then serves nothing.
-fn run_unmanaged(old: &Arc<Parts>, error: &Error) {
+/// out, or staged out of the parent's memory at the fork (`staged`), is brought back into
+/// its memory, through no uffd at all, and it runs unmanaged, saying why. Its copy of the
+/// engine then serves nothing.
+fn run_unmanaged(old: &Arc<Parts>, error: &Error, staged: &engine::StagedCopy) {
     let (engine, source) = (&old.engine, &old.source);
     source.go_direct();
+    engine.restore_staged_in_child(staged);
     let mut lost = 0u64;
     for (addr, pages) in engine.swapped_ranges(MmId::DEFAULT) {
         for page in 0..pages {

@@ -63,6 +63,7 @@ pub use api::{
 pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::Error;
 pub use far::FarConfig;
+pub use fork::inject_child_swap_failure;
 pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
 pub use source::{SourceStats, UffdSource};
 pub use uffd::PAGE_SIZE;

@@ -429,14 +429,14 @@ fn mremap_moves_the_data_and_its_swap_entries() {
 /// its first page back; the page-out succeeds once the copy-on-write sharing is broken.
 #[test]
 fn a_refused_page_out_moves_its_pages_back() {
-    refused_page_out(Refusal { staged: false, folios: 1, restorers: 0, fork_while_out: false });
+    refused_page_out(Refusal { folios: 1, ..Refusal::default() });
 }
 
 /// As above, but the undo also fails (injected: as if an event had arrived): the first page
 /// stays in staging, staged in the engine; the handler puts it back, and the data is intact.
 #[test]
 fn a_failed_undo_leaves_staged_pages_that_go_back() {
-    refused_page_out(Refusal { staged: true, folios: 1, restorers: 0, fork_while_out: false });
+    refused_page_out(Refusal { staged: true, folios: 1, ..Refusal::default() });
 }
 
 /// A child forked while pages are staged (held out, injected) gets their data: it has them
@@ -445,7 +445,21 @@ fn a_failed_undo_leaves_staged_pages_that_go_back() {
 /// runs.
 #[test]
 fn a_child_forked_while_pages_are_staged_reads_their_data() {
-    refused_page_out(Refusal { staged: true, folios: 3, restorers: 0, fork_while_out: true });
+    refused_page_out(Refusal {
+        staged: true,
+        folios: 3,
+        fork_while_out: true,
+        ..Refusal::default()
+    });
+}
+
+/// As above, the child failing to start a swap of its own (injected): it runs unmanaged,
+/// and the staged pages' data is written into its memory directly, as its swapped pages are
+/// read back.
+#[test]
+fn a_child_that_runs_unmanaged_gets_the_staged_pages_data() {
+    let unmanaged = Refusal { unmanaged_child: true, ..Refusal::default() };
+    refused_page_out(Refusal { staged: true, folios: 3, fork_while_out: true, ..unmanaged });
 }
 
 /// Staged pages put back by several threads at once (under SIGBUS delivery every faulting
@@ -454,9 +468,10 @@ fn a_child_forked_while_pages_are_staged_reads_their_data() {
 /// panicked, or moved another page there).
 #[test]
 fn staged_pages_put_back_by_racing_threads_come_back_once() {
-    refused_page_out(Refusal { staged: true, folios: 12, restorers: 3, fork_while_out: false });
+    refused_page_out(Refusal { staged: true, folios: 12, restorers: 3, ..Refusal::default() });
 }
 
+#[derive(Default)]
 struct Refusal {
     /// Every undo fails (injected), leaving one staged page per folio.
     staged: bool,
@@ -468,6 +483,8 @@ struct Refusal {
     /// Staged pages are held out (injected) while a second child is forked, which checks
     /// every page of the region.
     fork_while_out: bool,
+    /// That child cannot start a swap of its own (injected) and runs unmanaged.
+    unmanaged_child: bool,
 }
 
 fn refused_page_out(how: Refusal) {
@@ -514,7 +531,7 @@ fn refused_page_out(how: Refusal) {
     let got = (stats.take_busy, stats.undo_pages, stats.staged_pages);
     assert_eq!(got, expected, "{stats:?}");
     if how.fork_while_out {
-        fork_while_pages_are_staged(&swap, &region, first_page);
+        fork_while_pages_are_staged(&swap, &region, first_page, how.unmanaged_child);
     }
     let start = Arc::new(std::sync::Barrier::new(how.restorers));
     let restorers: Vec<_> = (0..how.restorers)
@@ -569,6 +586,7 @@ fn fork_while_pages_are_staged(
     swap: &frontend::Uswap,
     region: &frontend::Region,
     first_page: impl Fn(usize) -> bool,
+    unmanaged_child: bool,
 ) {
     let engine = swap.engine().unwrap().clone();
     let staged = swap.stats().unwrap().engine.counters.pages_staged;
@@ -580,6 +598,7 @@ fn fork_while_pages_are_staged(
         fill_page(page, i as u64, if first_page(i) { 4 } else { 2 });
     }
     let addr = region.addr();
+    frontend::inject_child_swap_failure(unmanaged_child);
     let pid = fork_child(|| {
         for (i, want) in expected.chunks(PAGE_SIZE).enumerate() {
             // SAFETY: a page of the region, which the child has too (not excluded).
@@ -592,6 +611,7 @@ fn fork_while_pages_are_staged(
         }
         0
     });
+    frontend::inject_child_swap_failure(false);
     let code = exit_code(pid);
     assert!(code == 0, "the child read page {} wrong (251: page 250 or later)", code - 1);
     assert_eq!(swap.stats().unwrap().engine.counters.staged_to_children, staged);
