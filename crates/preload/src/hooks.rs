@@ -726,7 +726,7 @@ fn open_trace(path: &str, file: &str) -> Result<Trace, String> {
     let (Some(Ok(dev)), Some(Ok(ino)), Some(Ok(t0_ns))) =
         (fields.next(), fields.next(), fields.next())
     else {
-        return Err(format!("{}: {file:?} is not DEV:INO:T0", runstat::env::RECORD_FILE));
+        return Err(format!("the run's record_file: {file:?} is not DEV:INO:T0"));
     };
     let name = std::ffi::CString::new(path).map_err(|e| format!("--record {path}: {e}"))?;
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW;

@@ -470,7 +470,7 @@ fn build(
         .handler_options(options);
     if let Some(text) = &config.reclaim_cpus {
         let cpus = runstat::cpus::parse_list(text, libc::CPU_SETSIZE as usize)
-            .map_err(|e| format!("{}: {e}", env::RECLAIM_CPUS))?;
+            .map_err(|e| format!("the run's reclaim_cpus: {e}"))?;
         builder = builder.reclaimer_cpus(cpus);
     }
     builder = match (&config.far, swap_file) {

@@ -1,7 +1,7 @@
 //! The environment protocol between `uswap run` and the shim.
 //!
-//! `uswap run` checks every flag, then hands the shim a [`RunConfig`] as `USWAP_*`
-//! variables next to `LD_PRELOAD`. Every process of the run's tree that loads the shim
+//! `uswap run` checks every flag, then hands the shim a [`RunConfig`] as one variable,
+//! [`CONFIG`], next to `LD_PRELOAD`. Every process of the run's tree that loads the shim
 //! (any depth: fork + exec, posix_spawn, pipelines) asks the run's broker to join: it
 //! connects to the control socket [`SOCKET`] in the private run directory and sends the
 //! run's random token ([`RUN_TOKEN`]); the broker checks the token, the peer's credentials
@@ -36,55 +36,10 @@ pub const PARENT_PID: &str = "USWAP_PARENT_PID";
 /// was started inside this run (with the socket's place, which only the run's tree
 /// knows).
 pub const RUN_TOKEN: &str = "USWAP_RUN_TOKEN";
-/// The budget in bytes.
-pub const BUDGET: &str = "USWAP_BUDGET";
-/// The compressed pool: `lz4`, `zstd` or `off`.
-pub const ZSWAP: &str = "USWAP_ZSWAP";
-/// The pool's share of the budget, percent.
-pub const POOL_PERCENT: &str = "USWAP_POOL_PERCENT";
-/// A pool of its own beside the budget, in bytes (unset: the pool is a share of the budget).
-pub const POOL_SIZE: &str = "USWAP_POOL_SIZE";
-/// An explicit swap file path (else a private file in the run directory).
-pub const SWAP_FILE: &str = "USWAP_SWAP_FILE";
-/// The swap device's size in bytes.
-pub const SWAP_SIZE: &str = "USWAP_SWAP_SIZE";
-/// Where to write the fault/eviction trace.
-pub const RECORD: &str = "USWAP_RECORD";
-/// The trace `uswap run` made at [`RECORD`], as `DEV:INO:T0`: the file's device and inode
-/// (each image opens it by name, appending, and writes only to that file) and the
-/// monotonic clock's nanoseconds at its start (every image's records count from there).
-pub const RECORD_FILE: &str = "USWAP_RECORD_FILE";
-/// How often the shim rewrites its live stats file, in milliseconds.
-pub const STATS_INTERVAL_MS: &str = "USWAP_STATS_INTERVAL_MS";
-/// The shim's own path, to take it out of `LD_PRELOAD` in unmanaged processes.
-pub const PRELOAD_PATH: &str = "USWAP_PRELOAD_PATH";
-/// The folio order first touches map and page-out moves whole (0 = 4 KiB pages).
-pub const FOLIO_ORDER: &str = "USWAP_FOLIO_ORDER";
-/// When a fault takes a large folio: `always` or `sequential`.
-pub const LARGE_FOLIOS: &str = "USWAP_LARGE_FOLIOS";
-/// The page `uswap run`'s idle pollers watch (uffd's `IdlePage`); unset: no pollers.
-pub const IDLE_PAGE: &str = "USWAP_IDLE_PAGE";
-/// `keep` or `drop`: whether the swap file's pages may stay in the page cache.
-pub const SWAP_FILE_CACHE: &str = "USWAP_SWAP_FILE_CACHE";
-/// `protected` or `charged`: how a read of a zero page is mapped (`uswap run --zero-pages`).
-pub const ZERO_PAGES: &str = "USWAP_ZERO_PAGES";
-/// `handler` or `sigbus`: who resolves a fault (`uswap run --delivery`).
-pub const DELIVERY: &str = "USWAP_DELIVERY";
-/// The CPUs the engine's reclaimer runs on, in taskset's list syntax (`uswap run
-/// --reclaim-cpus`, or the CPUs left outside `--cpus`); unset: the program's.
-pub const RECLAIM_CPUS: &str = "USWAP_RECLAIM_CPUS";
-/// `follow` or `free`: whether the fault handler follows the thread it serves to its CPU
-/// (`uswap run --handler-placement`).
-pub const HANDLER_PLACEMENT: &str = "USWAP_HANDLER_PLACEMENT";
-
-/// `on` or `off`: whether pages written to the swap file are sealed with AES-256-GCM
-/// (`uswap run --encrypt`).
-pub const ENCRYPT: &str = "USWAP_ENCRYPT";
-
-/// The far tier's servers, `memcached://HOST:PORT,...` (`uswap run --far`); unset: a file.
-pub const FAR: &str = "USWAP_FAR";
-/// Copies of each page in the far tier (`uswap run --far-replicas`).
-pub const FAR_REPLICAS: &str = "USWAP_FAR_REPLICAS";
+/// The run's settings: the [`RunConfig`] but its identity, as JSON. The identity is the
+/// three variables above, one each, as readers outside the run look for them (`uswap
+/// stat` reads a process's `/proc/PID/environ`, a broker its joiner's).
+pub const CONFIG: &str = "USWAP_CONFIG";
 
 /// The broker's control socket in the run directory.
 pub const SOCKET: &str = "broker.sock";
@@ -95,41 +50,20 @@ pub const QUOTA_FILE: &str = "swap-quota";
 pub const TREE_FILE: &str = "tree";
 
 /// Every variable of the protocol (the shim removes them all in unmanaged processes).
-pub const ALL: [&str; 24] = [
-    RUN_DIR,
-    PARENT_PID,
-    RUN_TOKEN,
-    BUDGET,
-    ZSWAP,
-    POOL_PERCENT,
-    POOL_SIZE,
-    SWAP_FILE,
-    SWAP_SIZE,
-    RECORD,
-    RECORD_FILE,
-    STATS_INTERVAL_MS,
-    PRELOAD_PATH,
-    FOLIO_ORDER,
-    LARGE_FOLIOS,
-    IDLE_PAGE,
-    SWAP_FILE_CACHE,
-    ZERO_PAGES,
-    DELIVERY,
-    RECLAIM_CPUS,
-    HANDLER_PLACEMENT,
-    ENCRYPT,
-    FAR,
-    FAR_REPLICAS,
-];
+pub const ALL: [&str; 4] = [RUN_DIR, PARENT_PID, RUN_TOKEN, CONFIG];
 
-/// What the shim needs to manage a program.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the shim needs to manage a program: the one type a setting is written in, from
+/// `uswap run`'s flags to the shim (a setting added here crosses with no more code).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunConfig {
-    /// The private run directory.
+    /// The private run directory ([`RUN_DIR`]).
+    #[serde(skip)]
     pub run_dir: String,
-    /// `uswap run`'s pid.
+    /// `uswap run`'s pid ([`PARENT_PID`]).
+    #[serde(skip)]
     pub parent_pid: u32,
     /// The run's token ([`RUN_TOKEN`]).
+    #[serde(skip)]
     pub run_token: String,
     /// The budget in bytes.
     pub budget_bytes: u64,
@@ -147,7 +81,9 @@ pub struct RunConfig {
     pub swap_file_cache: FileCache,
     /// The trace to write, if any.
     pub record: Option<String>,
-    /// The trace's identity and time base ([`RECORD_FILE`]).
+    /// The trace `uswap run` made at `record`, as `DEV:INO:T0`: the file's device and
+    /// inode (each image opens it by name, appending, and writes only to that file) and the
+    /// monotonic clock's nanoseconds at its start (every image's records count from there).
     pub record_file: Option<String>,
     /// The live stats file's period.
     pub stats_interval_ms: u64,
@@ -192,92 +128,32 @@ impl RunConfig {
         self.handler_placement == Placement::Follow
     }
 
-    /// The variables to set.
+    /// The variables to set: the identity's, and [`CONFIG`].
     pub fn to_env(&self) -> Vec<(&'static str, String)> {
-        let mut vars = vec![
+        let json = serde_json::to_string(self).expect("a run's settings serialize");
+        vec![
             (RUN_DIR, self.run_dir.clone()),
             (PARENT_PID, self.parent_pid.to_string()),
             (RUN_TOKEN, self.run_token.clone()),
-            (BUDGET, self.budget_bytes.to_string()),
-            (ZSWAP, self.zswap.clone()),
-            (POOL_PERCENT, self.pool_percent.to_string()),
-            (SWAP_SIZE, self.swap_size_bytes.to_string()),
-            (SWAP_FILE_CACHE, self.swap_file_cache.to_string()),
-            (STATS_INTERVAL_MS, self.stats_interval_ms.to_string()),
-            (PRELOAD_PATH, self.preload_path.clone()),
-            (FOLIO_ORDER, self.folio_order.to_string()),
-            (LARGE_FOLIOS, self.large_folios.to_string()),
-            (ZERO_PAGES, self.zero_pages.to_string()),
-            (DELIVERY, self.delivery.to_string()),
-            (HANDLER_PLACEMENT, self.handler_placement.to_string()),
-            (ENCRYPT, self.encrypt.to_string()),
-            (FAR_REPLICAS, self.far_replicas.to_string()),
-        ];
-        if let Some(url) = &self.far {
-            vars.push((FAR, url.clone()));
-        }
-        if let Some(bytes) = self.pool_bytes {
-            vars.push((POOL_SIZE, bytes.to_string()));
-        }
-        if let Some(path) = &self.swap_file {
-            vars.push((SWAP_FILE, path.clone()));
-        }
-        if let Some(path) = &self.record {
-            vars.push((RECORD, path.clone()));
-        }
-        if let Some(file) = &self.record_file {
-            vars.push((RECORD_FILE, file.clone()));
-        }
-        if let Some(path) = &self.idle_page {
-            vars.push((IDLE_PAGE, path.clone()));
-        }
-        if let Some(cpus) = &self.reclaim_cpus {
-            vars.push((RECLAIM_CPUS, cpus.clone()));
-        }
-        vars
+            (CONFIG, json),
+        ]
     }
 
     /// Reads the variables through `get`.
     ///
     /// # Errors
-    /// A message naming a missing or malformed variable.
+    /// A message naming a variable missing or malformed (and the setting at fault).
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<RunConfig, String> {
         let need = |name: &str| get(name).ok_or_else(|| format!("{name} is not set"));
-        let number = |name: &str| -> Result<u64, String> {
-            need(name)?.parse().map_err(|_| format!("{name} is not a number"))
-        };
-        Ok(RunConfig {
-            run_dir: need(RUN_DIR)?,
-            parent_pid: number(PARENT_PID)? as u32,
-            run_token: need(RUN_TOKEN)?,
-            budget_bytes: number(BUDGET)?,
-            zswap: need(ZSWAP)?,
-            pool_percent: number(POOL_PERCENT)? as u32,
-            pool_bytes: get(POOL_SIZE).map(|_| number(POOL_SIZE)).transpose()?,
-            swap_file: get(SWAP_FILE),
-            swap_size_bytes: number(SWAP_SIZE)?,
-            swap_file_cache: named(SWAP_FILE_CACHE, &need(SWAP_FILE_CACHE)?)?,
-            record: get(RECORD),
-            record_file: get(RECORD_FILE),
-            stats_interval_ms: number(STATS_INTERVAL_MS)?,
-            preload_path: need(PRELOAD_PATH)?,
-            folio_order: number(FOLIO_ORDER)? as u32,
-            large_folios: named(LARGE_FOLIOS, &need(LARGE_FOLIOS)?)?,
-            zero_pages: named(ZERO_PAGES, &need(ZERO_PAGES)?)?,
-            delivery: named(DELIVERY, &need(DELIVERY)?)?,
-            idle_page: get(IDLE_PAGE),
-            reclaim_cpus: get(RECLAIM_CPUS),
-            handler_placement: named(HANDLER_PLACEMENT, &need(HANDLER_PLACEMENT)?)?,
-            encrypt: named(ENCRYPT, &need(ENCRYPT)?)?,
-            far: get(FAR),
-            far_replicas: number(FAR_REPLICAS)? as u32,
-        })
+        let json = need(CONFIG)?;
+        let mut config: RunConfig =
+            serde_json::from_str(&json).map_err(|e| format!("{CONFIG}: {e}"))?;
+        config.run_dir = need(RUN_DIR)?;
+        config.parent_pid =
+            need(PARENT_PID)?.parse().map_err(|_| format!("{PARENT_PID} is not a number"))?;
+        config.run_token = need(RUN_TOKEN)?;
+        Ok(config)
     }
-}
-
-/// The value of variable `name`, one of a knob's names.
-fn named<T: std::str::FromStr<Err = String>>(name: &str, text: &str) -> Result<T, String> {
-    text.parse().map_err(|e| format!("{name} {e}"))
 }
 
 /// `LD_PRELOAD` without `path` (entries are separated by spaces or colons); `None` when
@@ -323,18 +199,16 @@ mod tests {
         };
         let vars: HashMap<&str, String> = config.to_env().into_iter().collect();
         assert!(vars.keys().all(|k| ALL.contains(k)));
+        assert_eq!(vars[RUN_DIR], config.run_dir, "the identity, for readers outside the run");
+        assert!(!vars[CONFIG].contains(&config.run_token), "the token is not in the settings");
         let back = RunConfig::from_env(|k| vars.get(k).cloned()).unwrap();
         assert_eq!(back, config);
-        let e = RunConfig::from_env(|k| (k != BUDGET).then(|| vars.get(k).cloned()).flatten());
-        assert_eq!(e.unwrap_err(), "USWAP_BUDGET is not set");
-        let e = RunConfig::from_env(|k| {
-            if k == DELIVERY {
-                Some("fast".into())
-            } else {
-                vars.get(k).cloned()
-            }
-        });
-        assert_eq!(e.unwrap_err(), "USWAP_DELIVERY \"fast\": use handler or sigbus");
+        let e = RunConfig::from_env(|k| (k != CONFIG).then(|| vars.get(k).cloned()).flatten());
+        assert_eq!(e.unwrap_err(), "USWAP_CONFIG is not set");
+        let bad = vars[CONFIG].replace(r#""delivery":"sigbus""#, r#""delivery":"fast""#);
+        assert_ne!(bad, vars[CONFIG]);
+        let e = RunConfig::from_env(|k| (k == CONFIG).then(|| bad.clone())).unwrap_err();
+        assert!(e.starts_with("USWAP_CONFIG: \"fast\": use handler or sigbus"), "{e}");
     }
 
     #[test]

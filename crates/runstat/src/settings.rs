@@ -1,6 +1,6 @@
 //! The values of `uswap run`'s knobs that are one of a few names, typed: `uswap run`
-//! parses each once (a flag, or a line of the config file), the environment carries its
-//! name, and the shim matches on the type. A knob's names live only in its `NAMES`.
+//! parses each once (a flag, or a line of the config file), the run's settings carry its
+//! name (serde), and the shim matches on the type. A knob's names live only in its `NAMES`.
 //!
 //! With the `clap` feature each type is a `clap::ValueEnum`, so the help lists the names.
 
@@ -40,6 +40,20 @@ macro_rules! named {
                 Self::ALL.iter().copied().find(|v| v.name() == text).ok_or_else(|| {
                     format!("{text:?}: use {}", Self::NAMES.join(" or "))
                 })
+            }
+        }
+
+        // By name, as on the command line.
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
             }
         }
 
