@@ -284,11 +284,19 @@ impl Shared {
         up.take(self.config.replicas).fold(0, |mask, &s| mask | self.servers[s as usize].bit)
     }
 
-    /// Stores `taken` (pages in `pages`, in order) on their targets: one pipelined `ms`
-    /// batch per server, all sent, then all read. Returns the servers that stored each.
+    /// Stores `taken` (pages in `pages`, in order) on their targets: one pipeline of quiet
+    /// sets per server, all sent, then all read. Returns the servers that stored each.
+    ///
+    /// A server answers only the sets it failed (an error line, which does not say which
+    /// set), so a server that answered any error line before the `MN` is taken to have
+    /// stored none of its batch: the pages go round again, and a second store of the same
+    /// write is the same value.
     fn store(&self, taken: &[Taken], pages: &[u8], targets: &[u32]) -> Vec<u32> {
         let mut stored = vec![0u32; taken.len()];
         let started = Instant::now();
+        let page = |k: usize| &pages[k * PAGE_SIZE..(k + 1) * PAGE_SIZE];
+        let headers: Vec<[u8; HEADER_BYTES]> =
+            taken.iter().enumerate().map(|(k, t)| value_header(t.seq, t.slot, page(k))).collect();
         let mut sent = Vec::new();
         for (s, server) in self.servers.iter().enumerate() {
             let mine: Vec<usize> =
@@ -297,12 +305,8 @@ impl Shared {
                 continue;
             }
             let conn = server.conn().and_then(|mut conn| {
-                for &k in &mine {
-                    let (t, page) = (taken[k], &pages[k * PAGE_SIZE..(k + 1) * PAGE_SIZE]);
-                    let header = value_header(t.seq, t.slot, page);
-                    conn.push_set(&self.key(t.slot), &[&header, page]);
-                }
-                conn.send().map(|()| conn)
+                let sets = mine.iter().map(|&k| (self.key(taken[k].slot), headers[k], page(k)));
+                conn.send_quiet_sets(sets).map(|()| conn)
             });
             Shared::add(&self.stats.requests);
             sent.push((s, mine, conn));
@@ -312,21 +316,19 @@ impl Shared {
                 self.server_failed(s);
                 continue;
             };
-            let mut clean = true;
-            for &k in &mine {
-                match conn.read_reply(&mut []) {
-                    Ok(Reply::Done) => stored[k] |= self.servers[s].bit,
-                    Ok(_) => {} // refused (out of memory): placed elsewhere on the retry
-                    Err(_) => {
-                        clean = false;
-                        break;
+            match conn.read_until_noop() {
+                Ok(errors) => {
+                    if errors == 0 {
+                        mine.iter().for_each(|&k| stored[k] |= self.servers[s].bit);
+                    } else {
+                        // Refused (out of memory): the pages go round again, placed anew;
+                        // a full server that stays up refuses them until it has room
+                        // (`-M` evicts nothing), and they wait staged meanwhile.
+                        FarStats::add(&self.stats.sets_refused, errors);
                     }
+                    self.servers[s].put_back(conn);
                 }
-            }
-            if clean {
-                self.servers[s].put_back(conn);
-            } else {
-                self.server_failed(s);
+                Err(_) => self.server_failed(s),
             }
         }
         self.stats.latency.record(started.elapsed().as_nanos() as u64);

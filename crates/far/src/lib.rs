@@ -31,8 +31,10 @@
 //! re-created from another. End to end, the crypt layer above then authenticates the page.
 //!
 //! **Writes** are staged (src/staging.rs): `write` copies the page into a bounded buffer and
-//! returns; the flusher sends batches as pipelined `ms` to each slot's servers and commits
-//! the holders once every copy is stored. Reads of a staged page are served from the buffer.
+//! returns; the flusher sends batches as pipelined quiet `ms` to each slot's servers (no
+//! reply per stored value, one `mn` to end the batch; the pages written from the batch
+//! buffer, not copied into the command buffer) and commits the holders once every copy is
+//! stored. Reads of a staged page are served from the buffer.
 //! A buffer full of pages no server takes makes `write` fail after the timeout (the engine
 //! keeps those pages in the pool or in memory): a page is never dropped for want of a
 //! server.

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!   ms <key> <len> T0\r\n<len bytes>\r\n  ->  HD\r\n | NS\r\n | SERVER_ERROR ...\r\n
+//!   ms <key> <len> T0 q\r\n<len bytes>\r\n ->  (nothing when stored: quiet) | error line
 //!   mg <key> v\r\n                        ->  VA <len>\r\n<len bytes>\r\n | EN\r\n
 //!   md <key> q\r\n                        ->  (nothing on success: quiet) | error line
 //!   mn\r\n                                ->  MN\r\n
@@ -11,8 +12,8 @@
 //!
 //! A request is a **pipeline**: every command of a batch is written in one buffer with one
 //! `write`, then the replies are read in order. Sixteen pages of a 64 KiB folio travel as one
-//! round trip. Replies never outrun what the socket buffers hold for long: a set's reply is
-//! 4 bytes, and a batch of gets is at most [`crate::BATCH_PAGES`] values.
+//! round trip. Replies never outrun what the socket buffers hold for long: a quiet set
+//! answers only when it fails, and a batch of gets is at most [`crate::BATCH_PAGES`] values.
 //!
 //! Timeouts: every connection has `SO_RCVTIMEO` and `SO_SNDTIMEO` set to the request
 //! timeout, so no read or write of a request blocks longer than that; a connection that
@@ -27,7 +28,7 @@
 //! subset is five commands. std's `TcpStream` makes raw system calls and allocates only
 //! through Rust's allocator (the shim's arena), never glibc's malloc.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -139,6 +140,56 @@ impl Conn {
     /// The socket's error (a timeout included): the connection must be dropped.
     pub(crate) fn send(&mut self) -> io::Result<()> {
         let result = self.stream.write_all(&self.wbuf);
+        self.wbuf.clear();
+        result
+    }
+
+    /// Sends a pipeline of quiet sets (`ms key len T0 q`, no reply when stored) ended by
+    /// `mn`: each value is its `header` then its `page`, written from where they lie (one
+    /// vectored write, no copy of the pages). [`Conn::read_until_noop`] then reads the
+    /// replies: only failures answer before the `MN`.
+    ///
+    /// # Errors
+    /// The socket's error (a timeout included): the connection must be dropped.
+    ///
+    /// Context: allocates the vector of slices (two per value).
+    pub(crate) fn send_quiet_sets<'a>(
+        &mut self,
+        sets: impl Iterator<Item = (crate::Key, [u8; crate::HEADER_BYTES], &'a [u8])>,
+    ) -> io::Result<()> {
+        // The command text and headers go to `wbuf`; `cuts` says where each page goes
+        // between them.
+        self.wbuf.clear();
+        let mut cuts: Vec<(usize, &'a [u8])> = Vec::with_capacity(crate::BATCH_PAGES);
+        for (key, header, page) in sets {
+            let len = header.len() + page.len();
+            let _ = write!(self.wbuf, "ms {key} {len} T0 q\r\n");
+            self.wbuf.extend_from_slice(&header);
+            cuts.push((self.wbuf.len(), page));
+            self.wbuf.extend_from_slice(b"\r\n");
+        }
+        self.wbuf.extend_from_slice(b"mn\r\n");
+        let mut slices = Vec::with_capacity(2 * cuts.len() + 1);
+        let mut from = 0;
+        for &(cut, page) in &cuts {
+            slices.push(IoSlice::new(&self.wbuf[from..cut]));
+            slices.push(IoSlice::new(page));
+            from = cut;
+        }
+        slices.push(IoSlice::new(&self.wbuf[from..]));
+        let mut rest = &mut slices[..];
+        let result = loop {
+            if rest.is_empty() {
+                break Ok(());
+            }
+            match self.stream.write_vectored(rest) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        drop(slices);
         self.wbuf.clear();
         result
     }

@@ -109,6 +109,8 @@ pub struct FarStats {
     pub rereplications: AtomicU64,
     /// Pages no server returned good (each an error: SIGBUS on access).
     pub lost_pages: AtomicU64,
+    /// Sets a server refused (an error line in a flush's pipeline: out of memory, ...).
+    pub sets_refused: AtomicU64,
     /// Flushes that could not store every copy and were retried.
     pub flush_retries: AtomicU64,
     /// Writes refused: the write-behind buffer stayed full (no server took writes).
@@ -158,6 +160,7 @@ impl FarStats {
             ("far_rereplications", &self.rereplications),
             ("far_lost_pages", &self.lost_pages),
             ("far_flush_retries", &self.flush_retries),
+            ("far_sets_refused", &self.sets_refused),
             ("far_write_refused", &self.write_refused),
             ("far_scans", &self.scans),
             ("far_fork_unrested", &self.fork_unrested),

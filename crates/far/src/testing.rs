@@ -133,7 +133,23 @@ impl Memcached {
     }
 }
 
+/// CPU time, in nanoseconds, the threads of process `pid` alive now have run (the first
+/// figure of each `/proc/PID/task/TID/schedstat`); 0 for a process that is gone.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    let ran = |tid: &std::ffi::OsStr| -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{}/schedstat", tid.display()));
+        text.ok()?.split(' ').next()?.parse().ok()
+    };
+    tasks.filter_map(|t| t.ok().and_then(|t| ran(&t.file_name()))).sum()
+}
+
 impl Memcached {
+    /// CPU time its threads have run, in nanoseconds.
+    pub fn cpu_ns(&self) -> u64 {
+        self.child.as_ref().map_or(0, |c| cpu_ns(c.id()))
+    }
+
     /// The value stored under `key`, if any (`mg KEY v`).
     ///
     /// # Errors

@@ -211,3 +211,34 @@ fn servers_that_stall_and_come_back_lose_no_page() {
     check_all(&b, 2048, 1);
     assert_eq!(s.servers.iter().map(|x| x.restarts.load(Relaxed)).sum::<u64>(), 0);
 }
+
+/// A server out of memory answers the quiet sets it refuses with error lines, which do not
+/// say which set failed: none of its batch is committed, the pages stay staged (served from
+/// there), and once the buffer is full of them writes are refused, never dropped.
+#[test]
+fn a_full_server_refuses_sets_and_no_page_is_dropped() {
+    if !Memcached::available() {
+        eprintln!("skipped: memcached is not installed (.ci/setup installs it)");
+        return;
+    }
+    let server = Memcached::start(2).expect("memcached starts");
+    let b = far(std::slice::from_ref(&server), 1, 256);
+    let mut written = 0;
+    while written < 4096 {
+        match b.write(written, &page(written, 1)) {
+            Ok(()) => written += 1,
+            Err(Error::Unavailable { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(written < 4096, "a 2 MiB server took 16 MiB");
+    let s = b.stats();
+    assert!(s.sets_refused.load(Relaxed) > 0, "the refusals are counted");
+    assert_eq!(s.write_refused.load(Relaxed), 1);
+    let mut buf = vec![0u8; PAGE_SIZE];
+    for slot in 0..written {
+        b.read(slot, &mut buf).unwrap();
+        assert!(buf == page(slot, 1), "slot {slot} is wrong");
+    }
+    assert_eq!(s.lost_pages.load(Relaxed), 0);
+}
