@@ -10,6 +10,10 @@
 //!    every page is stored on both of its servers: the writeback throughput, MB/s of pages;
 //! 2. **page-in**: one read fault per folio (readahead off), timed per fault: p50 and p99
 //!    ns per fault, the latency a program's access sees;
+//!    With it, the CPU time each page-out cost: this process's threads (engine, crypt,
+//!    flushers) and the servers' (memcached's threads), from `/proc/PID/task/*/schedstat`:
+//!    on a loaded machine the MB/s follow the share of CPU the run gets, the CPU per page
+//!    does not;
 //! 3. (far tier, order 0) **server bytes per swapped byte**: the growth of the servers'
 //!    `bytes` stat (memcached's accounting of its items) over the bytes paged out.
 //!
@@ -43,6 +47,9 @@ struct Round {
     pagein_p99_ns: f64,
     writeback_mb_s: f64,
     server_bytes_per_byte: f64,
+    /// CPU time per page paged out, ours (every thread of this process) and the servers'.
+    pageout_cpu_ns_client: f64,
+    pageout_cpu_ns_servers: f64,
 }
 
 /// The device of a configuration.
@@ -103,6 +110,11 @@ fn round(corpus: &Corpus, pages: u64, order: u32, device: &Device) -> anyhow::Re
     };
     let folio_pages = 1u64 << order;
     let folio_bytes = folio_pages * PAGE as u64;
+    let servers_cpu = || match device {
+        Device::Far(servers) => servers.iter().map(Memcached::cpu_ns).sum(),
+        Device::File => 0,
+    };
+    let cpu_before = (far::testing::cpu_ns(std::process::id()), servers_cpu());
     let start = Instant::now();
     for folio in 0..pages / folio_pages {
         let paged = engine.pageout(BASE + folio * folio_bytes, folio_bytes).context("pageout")?;
@@ -112,6 +124,10 @@ fn round(corpus: &Corpus, pages: u64, order: u32, device: &Device) -> anyhow::Re
         anyhow::ensure!(far.flush(Duration::from_secs(120)), "the pages reached the servers");
     }
     let writeback_mb_s = bytes as f64 / 1e6 / start.elapsed().as_secs_f64();
+    let cpu_per_page = |after: u64, before: u64| after.saturating_sub(before) as f64 / pages as f64;
+    let pageout_cpu_ns_client =
+        cpu_per_page(far::testing::cpu_ns(std::process::id()), cpu_before.0);
+    let pageout_cpu_ns_servers = cpu_per_page(servers_cpu(), cpu_before.1);
     let server_bytes_per_byte = match device {
         Device::Far(servers) => (server_bytes(servers)? - servers_before) as f64 / bytes as f64,
         Device::File => 0.0,
@@ -137,6 +153,8 @@ fn round(corpus: &Corpus, pages: u64, order: u32, device: &Device) -> anyhow::Re
         pagein_p99_ns: hist.value_at_quantile(0.99) as f64,
         writeback_mb_s,
         server_bytes_per_byte,
+        pageout_cpu_ns_client,
+        pageout_cpu_ns_servers,
     })
 }
 
@@ -169,7 +187,16 @@ pub fn run(opts: &CommonOpts) -> anyhow::Result<Report> {
             "Far tier (3 memcached servers on loopback, 2 copies) against the swap file, \
              encrypted, no pool, {pages} pages, median of {rounds} rounds"
         ),
-        &["order", "device", "page-in p50 ns", "page-in p99 ns", "page-out MB/s", "server B/B"],
+        &[
+            "order",
+            "device",
+            "page-in p50 ns",
+            "page-in p99 ns",
+            "page-out MB/s",
+            "page-out CPU ns/page: ours",
+            "servers'",
+            "server B/B",
+        ],
     );
     for (i, &(order, is_far)) in configs.iter().enumerate() {
         table.row([
@@ -178,6 +205,8 @@ pub fn run(opts: &CommonOpts) -> anyhow::Result<Report> {
             format_figure(pick(i, |r| r.pagein_p50_ns)),
             format_figure(pick(i, |r| r.pagein_p99_ns)),
             format!("{:.0}", pick(i, |r| r.writeback_mb_s)),
+            format_figure(pick(i, |r| r.pageout_cpu_ns_client)),
+            if is_far { format_figure(pick(i, |r| r.pageout_cpu_ns_servers)) } else { "-".into() },
             if is_far {
                 format!("{:.3}", pick(i, |r| r.server_bytes_per_byte))
             } else {
@@ -190,6 +219,16 @@ pub fn run(opts: &CommonOpts) -> anyhow::Result<Report> {
         report.field(&format!("{device}_pagein_p50_ns_order{order}"), pick(i, |r| r.pagein_p50_ns));
         report.field(&format!("{device}_pagein_p99_ns_order{order}"), pick(i, |r| r.pagein_p99_ns));
         report.field(&format!("{device}_pageout_mb_s_order{order}"), pick(i, |r| r.writeback_mb_s));
+        report.field(
+            &format!("{device}_pageout_cpu_ns_per_page_order{order}"),
+            pick(i, |r| r.pageout_cpu_ns_client),
+        );
+        if is_far {
+            report.field(
+                &format!("far_servers_cpu_ns_per_page_order{order}"),
+                pick(i, |r| r.pageout_cpu_ns_servers),
+            );
+        }
     }
     report.judged(
         "far_pagein_p50_ns_order0",
