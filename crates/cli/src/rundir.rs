@@ -66,6 +66,23 @@ impl RunDir {
     }
 }
 
+impl RunDir {
+    /// Waits at most `wait` until this process is the run's last member, and stays so
+    /// (its lock taken exclusively: a process that would join now waits); whether it is.
+    pub fn alone_within(&self, wait: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            if try_flock(&self.lock, libc::LOCK_EX) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
 /// Leaving the run: the directory goes if no other member is still in it.
 impl Drop for RunDir {
     fn drop(&mut self) {

@@ -183,7 +183,7 @@ fn forked_children_read_their_parents_far_pages() {
         return;
     }
     // The child and the grandchild each page out up to the program's size to a far tier of
-    // their own, which they leave on the servers when they `_exit`: room for three runs.
+    // their own, which stays on the servers until the run ends: room for three.
     let servers = servers_of(2, 512);
     let program = compile("pages_check");
     let mut run = started(&servers, &program);
@@ -196,6 +196,33 @@ fn forked_children_read_their_parents_far_pages() {
     let (status, err) = run.finish();
     assert!(status.success(), "{err}");
     assert!(err.contains("0 pages lost"), "{err}");
+}
+
+/// The copies of a run (the parent's, and those of the far tiers its forked child and
+/// grandchild start) are deleted when the run ends: the servers hold nothing after it.
+#[test]
+fn a_runs_far_copies_are_deleted_when_it_ends() {
+    if !can_run() {
+        return;
+    }
+    let servers = servers_of(2, 512);
+    let items = || -> u64 { servers.iter().map(|s| s.stat("curr_items").unwrap()).sum() };
+    let program = compile("pages_check");
+    let mut run = started(&servers, &program);
+    assert!(items() >= 2 * 8192, "two copies of every page flushed: {}", items());
+    run.send("fork");
+    assert_eq!(run.line().as_deref(), Some("forked verified"));
+    run.send("exit");
+    assert_eq!(run.line().as_deref(), Some("ok"));
+    let (status, err) = run.finish();
+    assert!(status.success(), "{err}");
+    // `uswap run` deletes before it exits; the deadline only bounds a slow server.
+    let start = Instant::now();
+    while items() != 0 {
+        assert!(start.elapsed() < DEADLINE, "{} items left on the servers: {err}", items());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!err.contains("copies stay"), "{err}");
 }
 
 #[test]

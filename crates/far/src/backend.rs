@@ -49,6 +49,12 @@ pub(crate) struct Shared {
     pub(crate) shutdown: AtomicBool,
     /// The flushers' and the repairer's pause for a fork (src/rest.rs).
     pub(crate) rest: Rest,
+    /// This run's entry in the process's ledger (src/ledger.rs), once it has one, and the
+    /// slots it covers: no copy of a slot at or past the mark is sent.
+    ledger_entry: parking_lot::Mutex<Option<usize>>,
+    ledger_mark: std::sync::atomic::AtomicU64,
+    /// One past the highest slot a copy was sent of.
+    sent_high: std::sync::atomic::AtomicU64,
 }
 
 /// A swap device in a memcached cluster (crate essay).
@@ -335,6 +341,31 @@ impl Shared {
         stored
     }
 
+    /// Before the copies of `taken` leave: the ledger's mark covers their slots
+    /// (src/ledger.rs). A ledger that has no entry for the run yet (the process has not
+    /// joined its run) is asked again at the next flush, the copies going out meanwhile:
+    /// its first mark covers every slot below it.
+    fn mark_ledger(&self, taken: &[Taken]) {
+        let Some(ledger) = crate::ledger::ledger() else { return };
+        let batch_high = taken.iter().map(|t| t.slot + 1).max().unwrap_or(0);
+        // Past copies count too: those sent while there was no entry.
+        let high = self.sent_high.fetch_max(batch_high, Relaxed).max(batch_high);
+        if high <= self.ledger_mark.load(Relaxed) {
+            return;
+        }
+        let mut entry = self.ledger_entry.lock();
+        if entry.is_none() {
+            *entry = ledger.enter(self.run);
+        }
+        let Some(entry) = *entry else {
+            Shared::add(&self.stats.ledger_misses);
+            return;
+        };
+        let mark = high.div_ceil(crate::REACH_STEP) * crate::REACH_STEP;
+        ledger.reach(entry, mark);
+        self.ledger_mark.fetch_max(mark, Relaxed);
+    }
+
     /// The flusher's loop: batches of staged pages to their servers, committed when stored.
     pub(crate) fn flusher(&self) {
         let (mut taken, mut pages) = (Vec::new(), Vec::new());
@@ -350,6 +381,7 @@ impl Shared {
             if taken.is_empty() {
                 continue;
             }
+            self.mark_ledger(&taken);
             let targets: Vec<u32> = taken.iter().map(|t| self.targets(t.slot)).collect();
             let stored = self.store(&taken, &pages, &targets);
             let mut retried = false;
@@ -421,6 +453,9 @@ impl FarBackend {
             nr_pages,
             shutdown: AtomicBool::new(false),
             rest: Rest::default(),
+            ledger_entry: parking_lot::Mutex::new(None),
+            ledger_mark: std::sync::atomic::AtomicU64::new(0),
+            sent_high: std::sync::atomic::AtomicU64::new(0),
             config,
         });
         let mut threads = Vec::new();

@@ -21,7 +21,9 @@
 //! of them.
 //!
 //! **Keys** carry the run: `<run id, 48 random bits, 12 hex><slot in hex>`. Two runs, or two
-//! machines, never write the same key (a collision needs the same 48-bit draw).
+//! machines, never write the same key (a collision needs the same 48-bit draw). Under
+//! `uswap run` the keys are deleted when the run ends, by `uswap run`: before copies leave,
+//! the flusher marks in the process's ledger how far the run's slots go (src/ledger.rs).
 //!
 //! **Values**: `seq (u64) ‖ crc32c (u32) ‖ page`. `seq` is the slot's write number, kept in
 //! memory per slot with the set of servers holding that write (src/table.rs); the crc covers
@@ -64,6 +66,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod backend;
+mod ledger;
 mod place;
 mod proto;
 mod repair;
@@ -75,6 +78,7 @@ mod table;
 pub mod testing;
 
 pub use crate::backend::FarBackend;
+pub use ledger::{delete_runs, set_ledger, Deleted, Ledger, REACH_STEP};
 pub use stats::FarStats;
 
 use std::net::{SocketAddr, ToSocketAddrs};

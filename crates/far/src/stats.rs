@@ -111,6 +111,10 @@ pub struct FarStats {
     pub lost_pages: AtomicU64,
     /// Sets a server refused (an error line in a flush's pipeline: out of memory, ...).
     pub sets_refused: AtomicU64,
+    /// Flushes whose copies left before the run's ledger had an entry for them (the
+    /// process had not joined its run, or the ledger was full): `uswap run` may not delete
+    /// them at the end.
+    pub ledger_misses: AtomicU64,
     /// Flushes that could not store every copy and were retried.
     pub flush_retries: AtomicU64,
     /// Writes refused: the write-behind buffer stayed full (no server took writes).
@@ -161,6 +165,7 @@ impl FarStats {
             ("far_lost_pages", &self.lost_pages),
             ("far_flush_retries", &self.flush_retries),
             ("far_sets_refused", &self.sets_refused),
+            ("far_ledger_misses", &self.ledger_misses),
             ("far_write_refused", &self.write_refused),
             ("far_scans", &self.scans),
             ("far_fork_unrested", &self.fork_unrested),

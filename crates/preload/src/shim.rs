@@ -478,6 +478,8 @@ fn build(
         (Some(url), _) => {
             let far = frontend::FarConfig::parse(url, config.far_replicas as usize)
                 .map_err(|e| format!("--far {e}"))?;
+            // Its keys are deleted by `uswap run` once the run is over (far's ledger).
+            far::set_ledger(&crate::member::TREE_LEDGER);
             builder.far(far)
         }
         (None, Some(path)) => builder.swap_file(path, config.swap_size_bytes),

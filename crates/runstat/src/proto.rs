@@ -49,8 +49,30 @@ pub const QUOTA_USED: usize = 2;
 pub const QUOTA_FIRST_ROW: usize = 8;
 /// Member rows: as many members at once as a run may have.
 pub const QUOTA_ROWS: usize = 4096;
+/// The far tier's ledger (far's src/ledger.rs), after the rows: word [`FAR_NEXT`] counts
+/// the entries taken, and entry `i` is two words from `FAR_FIRST + 2 * i`: a run id (plus
+/// one, so that 0 is an entry not written yet) and the slots from 0 that run may have on
+/// the servers. `uswap run` deletes those keys once every member has left.
+pub const FAR_NEXT: usize = 3;
+/// The first entry's first word.
+pub const FAR_FIRST: usize = QUOTA_FIRST_ROW + QUOTA_ROWS;
+/// Entries: far tiers a run may start (each process, each forked child with one of its own).
+pub const FAR_ENTRIES: usize = 8192;
 /// The file's size in bytes.
-pub const QUOTA_FILE_BYTES: usize = (QUOTA_FIRST_ROW + QUOTA_ROWS) * 8;
+pub const QUOTA_FILE_BYTES: usize = (FAR_FIRST + 2 * FAR_ENTRIES) * 8;
+
+/// The far ledger's entries in the counter file's bytes `file` (little-endian words, as
+/// mapped): `(run id, slots)` of each written one.
+pub fn far_entries(file: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let word = move |i: usize| {
+        file.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes)
+    };
+    let taken = (word(FAR_NEXT) as usize).min(FAR_ENTRIES);
+    (0..taken).filter_map(move |i| {
+        let (run, slots) = (word(FAR_FIRST + 2 * i), word(FAR_FIRST + 2 * i + 1));
+        (run != 0).then(|| (run - 1, slots))
+    })
+}
 
 /// What a member reports: its engine's charge and its process's memory now, and counters
 /// since it started (the broker takes differences).
@@ -407,5 +429,25 @@ mod tests {
         lines.filled(junk.len());
         lines.drain(|_| panic!("no line"));
         assert!(lines.overflowed);
+    }
+
+    #[test]
+    fn far_entries_are_the_written_ones_up_to_the_count() {
+        let mut file = vec![0u8; QUOTA_FILE_BYTES];
+        let put = |file: &mut Vec<u8>, word: usize, value: u64| {
+            file[word * 8..word * 8 + 8].copy_from_slice(&value.to_le_bytes());
+        };
+        put(&mut file, FAR_NEXT, 3);
+        put(&mut file, FAR_FIRST, 0xabc + 1);
+        put(&mut file, FAR_FIRST + 1, 1024);
+        // Entry 1 taken, its run not written yet (its process was killed in between); entry
+        // 2 is run 0's.
+        put(&mut file, FAR_FIRST + 4, 1);
+        put(&mut file, FAR_FIRST + 5, 512);
+        put(&mut file, FAR_FIRST + 6, 99 + 1); // past the count: not an entry
+        let entries: Vec<_> = far_entries(&file).collect();
+        assert_eq!(entries, vec![(0xabc, 1024), (0, 512)]);
+        put(&mut file, FAR_NEXT, u64::MAX);
+        assert_eq!(far_entries(&file).count(), 3, "a count past the entries is clamped");
     }
 }

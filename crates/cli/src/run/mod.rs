@@ -27,6 +27,7 @@ mod broker;
 mod budget;
 mod checks;
 pub mod config;
+mod far_copies;
 mod live;
 mod plot;
 pub mod summary;
@@ -131,8 +132,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let wall = started.elapsed();
     let (view, recording) = broker.finish();
     let outcome = outcome?;
+    let far_copies = (config.far.as_deref())
+        .map(|url| far_copies::delete(&dir, url, config.far_replicas))
+        .unwrap_or_default();
     let mut files = summary::read_files(&dir.path);
     let total = &mut files.total;
+    if let Some(done) = &far_copies.deleted {
+        far_copies::add_figures(done, total);
+    }
     if let Some(pollers) = pollers {
         let idle = pollers.stop();
         total.set("idle_pollers", idle.pollers);
@@ -150,6 +157,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         children_cpu_ns: outcome.children_cpu_ns,
     };
     let mut lines = summary::lines(&ending, &view, &files, args.verbose);
+    lines.extend(far_copies.line);
     if let (Some(file), Some(recording), Some(path)) = (plot_out, recording, &args.plot) {
         lines.push(write_plot(file, &recording, &plan.cmd[0], path));
     }

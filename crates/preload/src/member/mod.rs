@@ -27,7 +27,7 @@
 mod quota;
 mod sys;
 
-pub use quota::TreeQuota;
+pub use quota::{TreeQuota, TREE_LEDGER};
 
 use engine::Engine;
 use runstat::env::RunConfig;

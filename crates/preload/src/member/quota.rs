@@ -9,10 +9,16 @@
 //! a dead member's row (crates/cli/src/run/quota.rs). The row changes when a forked child
 //! joins as a member of its own (`rejoin_after_fork`).
 //!
+//! The same file holds the run's far ledger ([`TreeLedger`]): the run ids of this tree's
+//! far tiers and how many slots each may have on the servers, for `uswap run` to delete
+//! once the run is over. An entry is taken once per far tier (a `fetch_add` on the count);
+//! a killed process has written its entry already.
+//!
 //! Context: lock-free; any thread; also in a forked child's single thread.
 
 use super::sys;
 use backend::SpaceQuota;
+use runstat::proto::{FAR_ENTRIES, FAR_FIRST, FAR_NEXT};
 use runstat::proto::{QUOTA_FIRST_ROW, QUOTA_LIMIT, QUOTA_MAGIC, QUOTA_MAGIC_WORD, QUOTA_USED};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
@@ -109,6 +115,33 @@ impl SpaceQuota for TreeQuota {
                 used.load(SeqCst).saturating_add(bytes) <= limit.load(SeqCst)
             }
             _ => true,
+        }
+    }
+}
+
+/// The run's far ledger in the counter file (module essay), as far's `Ledger`.
+#[derive(Debug)]
+pub struct TreeLedger;
+
+/// The one ledger of this process.
+pub static TREE_LEDGER: TreeLedger = TreeLedger;
+
+impl far::Ledger for TreeLedger {
+    /// `None` before this process joined its run (the file is not mapped yet) or when the
+    /// run's entries are all taken.
+    fn enter(&self, run: u64) -> Option<usize> {
+        let next = word(FAR_NEXT)?;
+        let entry = next.fetch_add(1, SeqCst) as usize;
+        if entry >= FAR_ENTRIES {
+            return None;
+        }
+        word(FAR_FIRST + 2 * entry)?.store(run + 1, SeqCst);
+        Some(entry)
+    }
+
+    fn reach(&self, entry: usize, slots: u64) {
+        if let Some(mark) = word(FAR_FIRST + 2 * entry + 1) {
+            mark.fetch_max(slots, SeqCst);
         }
     }
 }
