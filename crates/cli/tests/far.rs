@@ -314,6 +314,41 @@ fn far_tier_threads_never_call_malloc() {
     assert!(err.contains("far tier: 2 servers (2 up)"), "{err}");
 }
 
+/// The write-behind buffer is bounded by the budget (an eighth of it): a 16 MiB buffer,
+/// resident once filled and beyond the engine's reach, kept a 16 MiB run at twice its
+/// budget (its peak 33.8 MiB; 19.5 MiB with the buffer bounded to 2 MiB).
+#[test]
+fn a_small_budget_is_not_doubled_by_the_write_behind_buffer() {
+    if !can_run() {
+        return;
+    }
+    let servers = servers(2);
+    let program = compile("pages_check");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
+        .args(["--idle-poll", "off", "--"])
+        .arg(&program)
+        .arg("48")
+        .env("USWAP_PRELOAD", shim())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"check\nexit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\nverified\nok\n");
+    let peak_mib: f64 = err
+        .split(", peak ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak in the summary: {err}"));
+    assert!(peak_mib < 16.0 + 8.0, "peak {peak_mib} MiB under a 16 MiB budget: {err}");
+}
+
 fn python() -> Option<String> {
     let out =
         Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;

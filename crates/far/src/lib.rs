@@ -173,8 +173,22 @@ pub struct FarConfig {
 /// Default request timeout: generous against a loaded loopback, short against a fault.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Default write-behind buffer: 4,096 pages (16 MiB), 64 batches in flight's worth.
+/// Default write-behind buffer: 4,096 pages (16 MiB), 64 batches in flight's worth; an
+/// engine with a budget bounds it by [`staging_pages_for`].
 pub const DEFAULT_STAGING_PAGES: usize = 4096;
+
+/// The smallest write-behind buffer a budget sets: four batches (1 MiB), one in flight
+/// per flusher and as many filling.
+pub const MIN_STAGING_PAGES: usize = 4 * BATCH_PAGES;
+
+/// The write-behind buffer for an engine of `budget_bytes`: an eighth of the budget, at
+/// least [`MIN_STAGING_PAGES`], at most [`DEFAULT_STAGING_PAGES`]. Its pages stay resident
+/// once touched, as memory the engine cannot page out, so a buffer as large as a small
+/// budget would keep the process over it (16 MiB of buffer beside a 16 MiB budget).
+pub fn staging_pages_for(budget_bytes: u64) -> usize {
+    let eighth = (budget_bytes / 8 / PAGE_SIZE as u64) as usize;
+    eighth.clamp(MIN_STAGING_PAGES, DEFAULT_STAGING_PAGES)
+}
 
 impl FarConfig {
     /// Parses `memcached://HOST:PORT,HOST:PORT,...` and resolves every server.
@@ -315,5 +329,14 @@ mod tests {
         assert!(!value_is(&header, 5, 9, &bent), "a flipped bit");
         assert_eq!(Key { run: 0xabc, slot: 0x1f }.to_string(), "000000000abc1f");
         assert_eq!(ITEM_BYTES, 4184);
+    }
+
+    #[test]
+    fn the_write_behind_buffer_is_an_eighth_of_the_budget_within_bounds() {
+        assert_eq!(staging_pages_for(16 << 20), 512);
+        assert_eq!(staging_pages_for(4 << 20), MIN_STAGING_PAGES);
+        assert_eq!(staging_pages_for(64 << 20), 2048);
+        assert_eq!(staging_pages_for(1 << 40), DEFAULT_STAGING_PAGES);
+        assert_eq!(staging_pages_for(0), MIN_STAGING_PAGES);
     }
 }

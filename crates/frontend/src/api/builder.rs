@@ -363,7 +363,11 @@ impl Builder {
             user_mode_only: !kernel_faults,
             folio_pages: 1usize << self.folio_order,
             handler: HandlerOptions { follow: self.follows(), ..self.handler.clone() },
-            swap: self.swap.clone(),
+            // A forked child's far tier gets the parent's bounded write-behind buffer.
+            swap: match &self.swap {
+                SwapTarget::Far(config) => SwapTarget::Far(self.far_config(config)),
+                other => other.clone(),
+            },
             swap_size_bytes: self.swap_size_bytes,
             file_options: backend::FileOptions {
                 keep: false,
@@ -408,13 +412,20 @@ impl Builder {
         Ok(probe.kernel_faults)
     }
 
+    /// `config` with its write-behind buffer bounded by the budget
+    /// (`far::staging_pages_for`).
+    fn far_config(&self, config: &far::FarConfig) -> far::FarConfig {
+        let staging_pages = config.staging_pages.min(far::staging_pages_for(self.budget_bytes));
+        far::FarConfig { staging_pages, ..config.clone() }
+    }
+
     fn make_backend(&self) -> Result<BackendConfig, Error> {
         let size_bytes = self.swap_size_bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64;
         let (at, keep) = match &self.swap {
             SwapTarget::Memory => return Ok(BackendConfig::Memory),
             SwapTarget::Far(config) => {
                 let nr_pages = size_bytes / PAGE_SIZE as u64;
-                let far = far::FarBackend::connect(config.clone(), nr_pages)
+                let far = far::FarBackend::connect(self.far_config(config), nr_pages)
                     .map_err(|e| Error::Config { what: format!("far tier: {e}") })?;
                 return Ok(BackendConfig::Custom(Arc::new(far)));
             }
