@@ -99,7 +99,7 @@ impl Shared {
     /// A request to `server` failed: marks it down, and has the repairer make copies of its
     /// slots on the servers up if it was up.
     pub(crate) fn server_failed(&self, server: usize) {
-        Shared::add(&self.stats.request_errors);
+        Shared::add(&self.stats.counters.request_errors);
         if self.servers[server].mark_down(&self.stats.servers[server]) {
             self.repair.server_down();
         }
@@ -134,12 +134,12 @@ impl Shared {
             if seq == 0 {
                 page.fill(0);
             } else if self.staging.get(slot, seq, page) {
-                Shared::add(&self.stats.pages_read_staged);
+                Shared::add(&self.stats.counters.pages_read_staged);
             } else {
                 pending.push(Pending { page: i, slot, seq, tried: 0, replica: false });
             }
         }
-        FarStats::add(&self.stats.pages_read, (buf.len() / PAGE_SIZE) as u64);
+        FarStats::add(&self.stats.counters.pages_read, (buf.len() / PAGE_SIZE) as u64);
         let mut why = String::new();
         while !pending.is_empty() {
             let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
@@ -174,7 +174,7 @@ impl Shared {
                 batch.iter().for_each(|p| conn.push_get(&self.key(p.slot)));
                 conn.send().map(|()| conn)
             });
-            Shared::add(&self.stats.requests);
+            Shared::add(&self.stats.counters.requests);
             sent.push(conn);
         }
         let mut again = Vec::new();
@@ -198,10 +198,10 @@ impl Shared {
                         if n == crate::VALUE_BYTES && value_is(&header, p.seq, p.slot, page) =>
                     {
                         if p.tried != 0 {
-                            Shared::add(&self.stats.failovers);
+                            Shared::add(&self.stats.counters.failovers);
                         }
                         if p.replica {
-                            Shared::add(&self.stats.replica_reads);
+                            Shared::add(&self.stats.counters.replica_reads);
                         }
                     }
                     Ok(reply) => {
@@ -230,7 +230,7 @@ impl Shared {
 
     /// A server answered for `p` without a good copy: it no longer holds one.
     fn bad_copy(&self, p: &Pending, bit: u32) {
-        Shared::add(&self.stats.bad_copies);
+        Shared::add(&self.stats.counters.bad_copies);
         if let Some(locked) = self.table.lock(p.slot) {
             locked.remove_holders(p.seq, bit);
         }
@@ -240,7 +240,7 @@ impl Shared {
     /// No server returned `slot` good: counts it, says so once in a while, and makes the
     /// error the engine turns into a poisoned page.
     fn lost(&self, slot: u64, why: &str) -> backend::Error {
-        let lost = self.stats.lost_pages.fetch_add(1, Relaxed) + 1;
+        let lost = self.stats.counters.lost_pages.fetch_add(1, Relaxed) + 1;
         let why = if why.is_empty() {
             "no server holds a copy".to_string()
         } else {
@@ -261,7 +261,7 @@ impl Shared {
             let slot = offset + i as u64;
             let seq = self.table.begin_write(slot);
             if self.staging.put(slot, seq, page, self.config.timeout).is_err() {
-                Shared::add(&self.stats.write_refused);
+                Shared::add(&self.stats.counters.write_refused);
                 let why = format!(
                     "no server took writes for {} ms (the write-behind buffer of {} pages is \
                      full; {} of {} servers up)",
@@ -278,7 +278,7 @@ impl Shared {
                 });
             }
         }
-        FarStats::add(&self.stats.pages_written, (data.len() / PAGE_SIZE) as u64);
+        FarStats::add(&self.stats.counters.pages_written, (data.len() / PAGE_SIZE) as u64);
         Ok(())
     }
 
@@ -314,7 +314,7 @@ impl Shared {
                 let sets = mine.iter().map(|&k| (self.key(taken[k].slot), headers[k], page(k)));
                 conn.send_quiet_sets(sets).map(|()| conn)
             });
-            Shared::add(&self.stats.requests);
+            Shared::add(&self.stats.counters.requests);
             sent.push((s, mine, conn));
         }
         for (s, mine, conn) in sent {
@@ -330,7 +330,7 @@ impl Shared {
                         // Refused (out of memory): the pages go round again, placed anew;
                         // a full server that stays up refuses them until it has room
                         // (`-M` evicts nothing), and they wait staged meanwhile.
-                        FarStats::add(&self.stats.sets_refused, errors);
+                        FarStats::add(&self.stats.counters.sets_refused, errors);
                     }
                     self.servers[s].put_back(conn);
                 }
@@ -358,7 +358,7 @@ impl Shared {
             *entry = ledger.enter(self.run);
         }
         let Some(entry) = *entry else {
-            Shared::add(&self.stats.ledger_misses);
+            Shared::add(&self.stats.counters.ledger_misses);
             return;
         };
         let mark = high.div_ceil(crate::REACH_STEP) * crate::REACH_STEP;
@@ -393,14 +393,17 @@ impl Shared {
                         locked.add_holders(t.seq, stored[k]);
                     }
                     self.staging.commit(t.slot, t.seq);
-                    Shared::add(&self.stats.pages_flushed);
-                    FarStats::add(&self.stats.copies_written, u64::from(stored[k].count_ones()));
+                    Shared::add(&self.stats.counters.pages_flushed);
+                    FarStats::add(
+                        &self.stats.counters.copies_written,
+                        u64::from(stored[k].count_ones()),
+                    );
                     if stored[k].count_ones() < self.config.replicas as u32 {
                         self.repair.slot(t.slot); // fewer servers up than replicas
                     }
                 } else {
                     self.staging.retry(t.slot, t.seq);
-                    Shared::add(&self.stats.flush_retries);
+                    Shared::add(&self.stats.counters.flush_retries);
                     retried = true;
                 }
             }
@@ -524,7 +527,7 @@ impl FarBackend {
             shared.repair.wake();
         };
         if !shared.rest.pause(self.threads.len(), deadline, wake) {
-            FarStats::add(&shared.stats.fork_unrested, 1);
+            FarStats::add(&shared.stats.counters.fork_unrested, 1);
         }
     }
 

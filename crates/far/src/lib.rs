@@ -79,7 +79,7 @@ pub mod testing;
 
 pub use crate::backend::FarBackend;
 pub use ledger::{delete_runs, set_ledger, Deleted, Ledger, REACH_STEP};
-pub use stats::FarStats;
+pub use stats::{FarCounts, FarStats};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;

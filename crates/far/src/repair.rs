@@ -126,7 +126,7 @@ impl Shared {
     /// Takes the servers of `lost` (restarted: their copies are gone) out of every slot's
     /// holders.
     fn drop_copies(&self, lost: u32) {
-        FarStats::add(&self.stats.scans, 1);
+        FarStats::add(&self.stats.counters.scans, 1);
         self.table.for_each_written(|slot, snap| {
             if snap.holders & lost != 0 {
                 if let Some(locked) = self.table.lock(slot) {
@@ -248,7 +248,7 @@ impl Shared {
                 server.put_back(conn);
                 Ok(reply)
             });
-            FarStats::add(&self.stats.requests, 1);
+            FarStats::add(&self.stats.counters.requests, 1);
             match done {
                 Ok(Reply::Done) => stored |= server.bit,
                 Ok(_) => {}
@@ -256,7 +256,7 @@ impl Shared {
             }
         }
         if locked.add_holders(snap.seq, stored) {
-            FarStats::add(&self.stats.rereplications, u64::from(stored.count_ones()));
+            FarStats::add(&self.stats.counters.rereplications, u64::from(stored.count_ones()));
         }
     }
 
@@ -270,7 +270,7 @@ impl Shared {
             self.servers[server].put_back(conn);
             Ok(reply)
         });
-        FarStats::add(&self.stats.requests, 1);
+        FarStats::add(&self.stats.counters.requests, 1);
         match got {
             Ok(Reply::Value(n))
                 if n == crate::VALUE_BYTES && value_is(&header, seq, slot, page) =>
@@ -278,7 +278,7 @@ impl Shared {
                 true
             }
             Ok(_) => {
-                FarStats::add(&self.stats.bad_copies, 1);
+                FarStats::add(&self.stats.counters.bad_copies, 1);
                 if let Some(locked) = self.table.lock(slot) {
                     locked.remove_holders(seq, self.servers[server].bit);
                 }

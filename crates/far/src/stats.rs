@@ -1,8 +1,9 @@
 //! The far tier's counters, and a latency histogram of its requests.
 //!
-//! Counters are atomics bumped where things happen; the repairer refreshes the gauges (copies
-//! held per server, servers up) once a second. [`FarStats::each`] hands them out by the names
-//! the stats file uses (`far_*`), which `uswap stat` and `uswap run`'s summary read.
+//! Counters are declared once, in a `counters::table!` (`far_*` in the stats file), and
+//! bumped where things happen; the repairer refreshes the per-server gauges
+//! (copies held, servers up) once a second. [`FarStats::each`] hands everything out by
+//! those names, which `uswap stat` and `uswap run`'s summary read.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -79,51 +80,68 @@ pub struct ServerStats {
     pub restarts: AtomicU64,
 }
 
+counters::table! {
+    /// The far tier's event counters (in the stats file as `far_*`; a counter per failure
+    /// and fallback).
+    pub(crate) struct Counters;
+    /// A snapshot of the far tier's counters.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct FarCounts {
+        prefix "far_";
+        counters {
+            /// Pipelined requests sent (one per server per batch).
+            requests,
+            /// Requests that failed (connection error, timeout, protocol error).
+            request_errors,
+            /// Pages written (staged).
+            pages_written,
+            /// Pages stored (their copies committed).
+            pages_flushed,
+            /// Copies stored by the flusher.
+            copies_written,
+            /// Pages read.
+            pages_read,
+            /// Of the pages read, those served from the write-behind buffer.
+            pages_read_staged,
+            /// Pages whose read moved on from a holder that failed or held no good copy.
+            failovers,
+            /// Pages read from a replica: a holder other than the slot's first-ranked server
+            /// (which was down, or had lost its copy).
+            replica_reads,
+            /// Copies found missing, stale or corrupt on a server that answered.
+            bad_copies,
+            /// Copies re-created by the repairer.
+            rereplications,
+            /// Pages no server returned good (each an error: SIGBUS on access).
+            lost_pages,
+            /// Flushes that could not store every copy and were retried.
+            flush_retries,
+            /// Sets a server refused (an error line in a flush's pipeline: out of memory,
+            /// ...).
+            sets_refused,
+            /// Flushes whose copies left before the run's ledger had an entry for them (the
+            /// process had not joined its run, or the ledger was full): `uswap run` may not
+            /// delete them at the end.
+            ledger_misses,
+            /// Writes refused: the write-behind buffer stayed full (no server took writes).
+            write_refused,
+            /// Full scans of the slot table for a server's copies (down or restarted).
+            scans,
+            /// Forks that went on before every thread of the tier was at rest (one was
+            /// stuck on a server past the timeout): the child may find a lock that thread
+            /// held.
+            fork_unrested,
+        }
+    }
+}
+
 /// Everything counted (module essay).
 #[derive(Debug, Default)]
 pub struct FarStats {
-    /// Pipelined requests sent (one per server per batch).
-    pub requests: AtomicU64,
-    /// Requests that failed (connection error, timeout, protocol error).
-    pub request_errors: AtomicU64,
+    /// The event counters.
+    pub(crate) counters: Counters,
     /// Latency of every request that completed.
     pub latency: Latency,
-    /// Pages written (staged) and pages whose copies were all stored.
-    pub pages_written: AtomicU64,
-    /// Pages stored (their copies committed).
-    pub pages_flushed: AtomicU64,
-    /// Copies stored by the flusher.
-    pub copies_written: AtomicU64,
-    /// Pages read, and of them, served from the write-behind buffer.
-    pub pages_read: AtomicU64,
-    /// Of the pages read, those served from the write-behind buffer.
-    pub pages_read_staged: AtomicU64,
-    /// Pages whose read moved on from a holder that failed or held no good copy.
-    pub failovers: AtomicU64,
-    /// Pages read from a replica: a holder other than the slot's first-ranked server (which
-    /// was down, or had lost its copy).
-    pub replica_reads: AtomicU64,
-    /// Copies found missing, stale or corrupt on a server that answered.
-    pub bad_copies: AtomicU64,
-    /// Copies re-created by the repairer.
-    pub rereplications: AtomicU64,
-    /// Pages no server returned good (each an error: SIGBUS on access).
-    pub lost_pages: AtomicU64,
-    /// Sets a server refused (an error line in a flush's pipeline: out of memory, ...).
-    pub sets_refused: AtomicU64,
-    /// Flushes whose copies left before the run's ledger had an entry for them (the
-    /// process had not joined its run, or the ledger was full): `uswap run` may not delete
-    /// them at the end.
-    pub ledger_misses: AtomicU64,
-    /// Flushes that could not store every copy and were retried.
-    pub flush_retries: AtomicU64,
-    /// Writes refused: the write-behind buffer stayed full (no server took writes).
-    pub write_refused: AtomicU64,
-    /// Full scans of the slot table for a server's copies (down or restarted).
-    pub scans: AtomicU64,
-    /// Forks that went on before every thread of the tier was at rest (one was stuck on a
-    /// server past the timeout): the child may find a lock that thread held.
-    pub fork_unrested: AtomicU64,
     /// Per server, in the order given.
     pub servers: Vec<ServerStats>,
 }
@@ -141,6 +159,13 @@ impl FarStats {
         counter.fetch_add(n, Relaxed);
     }
 
+    /// The counters now.
+    pub fn counts(&self) -> FarCounts {
+        let mut counts = FarCounts::default();
+        self.counters.snapshot_into(&mut counts);
+        counts
+    }
+
     /// Hands out every figure by its stats-file name; `addr_of(i)` is server `i`'s address
     /// as a number (IPv4 << 16 | port, 0 for IPv6), so `uswap stat` can name it.
     pub fn each(&self, addr_of: &dyn Fn(usize) -> u64, out: &mut dyn FnMut(&'static str, u64)) {
@@ -150,28 +175,7 @@ impl FarStats {
         let copies: u64 = self.servers.iter().map(|s| load(&s.copies)).sum();
         out("far_copies", copies);
         out("far_bytes_held", copies * crate::ITEM_BYTES as u64);
-        for (name, value) in [
-            ("far_requests", &self.requests),
-            ("far_request_errors", &self.request_errors),
-            ("far_pages_written", &self.pages_written),
-            ("far_pages_flushed", &self.pages_flushed),
-            ("far_copies_written", &self.copies_written),
-            ("far_pages_read", &self.pages_read),
-            ("far_pages_read_staged", &self.pages_read_staged),
-            ("far_failovers", &self.failovers),
-            ("far_replica_reads", &self.replica_reads),
-            ("far_bad_copies", &self.bad_copies),
-            ("far_rereplications", &self.rereplications),
-            ("far_lost_pages", &self.lost_pages),
-            ("far_flush_retries", &self.flush_retries),
-            ("far_sets_refused", &self.sets_refused),
-            ("far_ledger_misses", &self.ledger_misses),
-            ("far_write_refused", &self.write_refused),
-            ("far_scans", &self.scans),
-            ("far_fork_unrested", &self.fork_unrested),
-        ] {
-            out(name, load(value));
-        }
+        self.counters.each(&mut *out);
         out("far_latency_p50_ns", self.latency.quantile(0.5));
         out("far_latency_p99_ns", self.latency.quantile(0.99));
         out("far_restarts", self.servers.iter().map(|s| load(&s.restarts)).sum());

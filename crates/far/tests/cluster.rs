@@ -84,8 +84,8 @@ fn pages_round_trip_with_two_copies_each() {
     b.read(3, &mut buf).unwrap();
     assert!(buf.iter().all(|&x| x == 0), "discarded slots read zeros");
     let s = b.stats();
-    assert_eq!(s.lost_pages.load(Relaxed), 0);
-    assert_eq!(s.failovers.load(Relaxed), 0);
+    assert_eq!(s.counts().lost_pages, 0);
+    assert_eq!(s.counts().failovers, 0);
     drop(b);
     let left: u64 = servers.iter().map(|s| s.stat("curr_items").unwrap()).sum();
     assert_eq!(left, 2 * 8, "a dropped backend deletes its copies (the discarded stay)");
@@ -99,16 +99,16 @@ fn a_lost_server_is_read_around_and_its_copies_recreated() {
     servers[1].kill();
     check_all(&b, 2048, 1);
     let s = b.stats();
-    assert!(s.failovers.load(Relaxed) > 0, "reads went to the replicas");
+    assert!(s.counts().failovers > 0, "reads went to the replicas");
     // Every slot that had a copy on server 1 gets a second copy on the one left.
     wait_for("re-replication", Duration::from_secs(30), || {
-        s.rereplications.load(Relaxed) >= 1000 && s.servers[0].copies.load(Relaxed) == 2048
+        s.counts().rereplications >= 1000 && s.servers[0].copies.load(Relaxed) == 2048
     });
     assert_eq!(s.servers[2].copies.load(Relaxed), 2048);
     // Now server 0 goes too: everything is still on server 2.
     servers[0].kill();
     check_all(&b, 2048, 1);
-    assert_eq!(s.lost_pages.load(Relaxed), 0);
+    assert_eq!(s.counts().lost_pages, 0);
     // Writes go to the one server up, one copy each.
     write_all(&b, 64, 3);
     check_all(&b, 64, 3);
@@ -129,12 +129,12 @@ fn with_every_server_gone_reads_fail_and_writes_are_refused() {
         Err(Error::Unavailable { tier, op: "read", .. }) => assert!(tier.contains("far tier")),
         other => panic!("a read with no server: {other:?}"),
     }
-    assert!(b.inner().stats().lost_pages.load(Relaxed) >= 1);
+    assert!(b.inner().stats().counts().lost_pages >= 1);
     // No server takes writes: the buffer of 64 pages fills, then writes fail.
     let page = page(9, 9);
     let refused = (100..200).find(|&slot| b.write(slot, &page).is_err());
     assert!(refused.is_some_and(|slot| slot <= 164), "writes failed from {refused:?}");
-    assert!(b.inner().stats().write_refused.load(Relaxed) >= 1);
+    assert!(b.inner().stats().counts().write_refused >= 1);
     // What was staged still reads back (nothing is dropped for want of a server).
     let mut one = vec![0u8; PAGE_SIZE];
     b.read(100, &mut one).unwrap();
@@ -147,19 +147,19 @@ fn a_server_restarted_empty_is_detected_and_its_copies_recreated() {
     let b = far(&servers, 2, 1024);
     write_all(&b, 2048, 1);
     let s = b.stats();
-    let before = s.rereplications.load(Relaxed);
+    let before = s.counts().rereplications;
     servers[2].restart_empty().unwrap();
     wait_for("the restart seen", Duration::from_secs(10), || {
         s.servers[2].restarts.load(Relaxed) + s.servers[2].down_events.load(Relaxed) >= 1
     });
     wait_for("two copies of every page again", Duration::from_secs(30), || {
         let copies: u64 = s.servers.iter().map(|x| x.copies.load(Relaxed)).sum();
-        copies == 2 * 2048 && s.rereplications.load(Relaxed) > before
+        copies == 2 * 2048 && s.counts().rereplications > before
     });
     // The copies made are real: with server 0 gone as well, every page still reads.
     servers[0].kill();
     check_all(&b, 2048, 1);
-    assert_eq!(s.lost_pages.load(Relaxed), 0);
+    assert_eq!(s.counts().lost_pages, 0);
 }
 
 #[test]
@@ -233,12 +233,12 @@ fn a_full_server_refuses_sets_and_no_page_is_dropped() {
     }
     assert!(written < 4096, "a 2 MiB server took 16 MiB");
     let s = b.stats();
-    assert!(s.sets_refused.load(Relaxed) > 0, "the refusals are counted");
-    assert_eq!(s.write_refused.load(Relaxed), 1);
+    assert!(s.counts().sets_refused > 0, "the refusals are counted");
+    assert_eq!(s.counts().write_refused, 1);
     let mut buf = vec![0u8; PAGE_SIZE];
     for slot in 0..written {
         b.read(slot, &mut buf).unwrap();
         assert!(buf == page(slot, 1), "slot {slot} is wrong");
     }
-    assert_eq!(s.lost_pages.load(Relaxed), 0);
+    assert_eq!(s.counts().lost_pages, 0);
 }

@@ -60,7 +60,7 @@ fn the_mark_covers_every_copy_and_the_deletion_leaves_nothing() {
         }
     }
     assert!(b.flush(Duration::from_secs(30)));
-    let misses = b.stats().ledger_misses.load(SeqCst);
+    let misses = b.stats().counts().ledger_misses;
     assert!(misses >= 1, "the first flush found no entry");
     let mark = LEDGER.mark.load(SeqCst);
     assert!(mark >= 3064 && mark.is_multiple_of(far::REACH_STEP), "mark {mark}");

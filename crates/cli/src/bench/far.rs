@@ -145,7 +145,7 @@ fn round(corpus: &Corpus, pages: u64, order: u32, device: &Device) -> anyhow::Re
         anyhow::ensure!(buf == corpus.page(first), "folio {folio} came back wrong");
     }
     if let Some(far) = &far {
-        let lost = far.stats().lost_pages.load(std::sync::atomic::Ordering::Relaxed);
+        let lost = far.stats().counts().lost_pages;
         anyhow::ensure!(lost == 0, "{lost} pages lost");
     }
     Ok(Round {
