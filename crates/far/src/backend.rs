@@ -256,30 +256,47 @@ impl Shared {
     }
 
     /// Stages the pages of a write (crate essay, "Writes").
+    ///
+    /// Every slot gets its new write number first, outside staging's lock (a table stripe
+    /// can be held across a request by the repairer): a write that fails part-way leaves
+    /// the slots past the failure with a write number and no data, as the failed one, and
+    /// the engine reads none of them (it keeps the pages).
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), backend::Error> {
-        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
-            let slot = offset + i as u64;
-            let seq = self.table.begin_write(slot);
-            if self.staging.put(slot, seq, page, self.config.timeout).is_err() {
-                Shared::add(&self.stats.counters.write_refused);
-                let why = format!(
-                    "no server took writes for {} ms (the write-behind buffer of {} pages is \
-                     full; {} of {} servers up)",
-                    self.config.timeout.as_millis(),
-                    self.config.staging_pages,
-                    self.servers_up(),
-                    self.servers.len()
-                );
-                return Err(backend::Error::Unavailable {
-                    tier: TIER,
-                    op: "write",
-                    offset: slot,
-                    why,
-                });
+        let mut seqs = [0u64; crate::BATCH_PAGES];
+        let nr = data.len() / PAGE_SIZE;
+        for chunk in 0..nr.div_ceil(seqs.len()) {
+            let from = chunk * seqs.len();
+            let pages = (nr - from).min(seqs.len());
+            for (i, seq) in seqs[..pages].iter_mut().enumerate() {
+                *seq = self.table.begin_write(offset + (from + i) as u64);
+            }
+            let part = &data[from * PAGE_SIZE..(from + pages) * PAGE_SIZE];
+            let staged = self.staging.put_all(
+                offset + from as u64,
+                part,
+                &seqs[..pages],
+                self.config.timeout,
+            );
+            if let Err(slot) = staged {
+                return Err(self.write_refused(slot));
             }
         }
         FarStats::add(&self.stats.counters.pages_written, (data.len() / PAGE_SIZE) as u64);
         Ok(())
+    }
+
+    /// A write that found the write-behind buffer full for the whole timeout, at `slot`.
+    fn write_refused(&self, slot: u64) -> backend::Error {
+        Shared::add(&self.stats.counters.write_refused);
+        let why = format!(
+            "no server took writes for {} ms (the write-behind buffer of {} pages is full; \
+             {} of {} servers up)",
+            self.config.timeout.as_millis(),
+            self.config.staging_pages,
+            self.servers_up(),
+            self.servers.len()
+        );
+        backend::Error::Unavailable { tier: TIER, op: "write", offset: slot, why }
     }
 
     /// The servers write `seq` of `slot` goes to: the first `replicas` up ones in its
@@ -368,7 +385,7 @@ impl Shared {
 
     /// The flusher's loop: batches of staged pages to their servers, committed when stored.
     pub(crate) fn flusher(&self) {
-        let (mut taken, mut pages) = (Vec::new(), Vec::new());
+        let (mut taken, mut pages, mut committed) = (Vec::new(), Vec::new(), Vec::new());
         while !self.shutdown.load(Relaxed) {
             self.rest.rest_while_paused(&self.shutdown);
             self.staging.take_batch(
@@ -385,6 +402,7 @@ impl Shared {
             let targets: Vec<u32> = taken.iter().map(|t| self.targets(t.slot)).collect();
             let stored = self.store(&taken, &pages, &targets);
             let mut retried = false;
+            committed.clear();
             for (k, t) in taken.iter().enumerate() {
                 // Stored on every target (up ones when it was placed): committed. A target
                 // that refused or failed makes it go round again, placed anew.
@@ -392,7 +410,7 @@ impl Shared {
                     if let Some(locked) = self.table.lock(t.slot) {
                         locked.add_holders(t.seq, stored[k]);
                     }
-                    self.staging.commit(t.slot, t.seq);
+                    committed.push(*t);
                     Shared::add(&self.stats.counters.pages_flushed);
                     FarStats::add(
                         &self.stats.counters.copies_written,
@@ -407,6 +425,7 @@ impl Shared {
                     retried = true;
                 }
             }
+            self.staging.commit_all(&committed);
             if retried {
                 // The servers that failed are down now; give the repairer a moment to
                 // probe them rather than spin.

@@ -2,9 +2,9 @@
 //! stored every copy.
 //!
 //! ```text
-//!   write ── put(slot, seq, page) ──> by_slot[slot] = { index, seq, queued }   pages[index]
-//!                                     queue: slots waiting for the flusher
-//!   flusher ── take_batch ── (store the copies) ── table.add_holders ── commit(slot, seq)
+//!   write ── put_all(slot.., seqs, pages) ──> by_slot[slot] = { index, seq, queued }
+//!                                             pages[index]; queue: slots for the flusher
+//!   flusher ── take_batch ── (store the copies) ── table.add_holders ── commit_all(batch)
 //!   read ── get(slot, seq): the staged page of that very write, or nothing
 //! ```
 //!
@@ -18,8 +18,9 @@
 //! waits for room at most the request timeout, then fails (the caller keeps the page).
 //! A rewrite of a slot already staged reuses its page.
 //!
-//! Lock: one mutex; held for a 4 KiB copy at most per page. Never held while the network is
-//! used.
+//! Lock: one mutex; held for a write's pages (a folio: 16 copies of 4 KiB at order 4) or a
+//! batch's commits at most, so that a batch wakes the writers once, not once per page.
+//! Never held while the network is used.
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
@@ -84,6 +85,7 @@ impl Staging {
     ///
     /// # Errors
     /// `Err(())` when the buffer stayed full (no server takes writes).
+    #[cfg(test)]
     pub(crate) fn put(
         &self,
         slot: u64,
@@ -91,31 +93,65 @@ impl Staging {
         page: &[u8],
         timeout: Duration,
     ) -> Result<(), ()> {
+        self.put_all(slot, page, &[seq], timeout).map_err(|_| ())
+    }
+
+    /// Stages the pages of `data` at slots `first ..` as writes `seqs` under one lock (a
+    /// folio's pages, one wake-up of a flusher). Waits for room at most `timeout` in all.
+    ///
+    /// # Errors
+    /// The first slot not staged, when the buffer stayed full (no server takes writes): the
+    /// pages before it are staged.
+    pub(crate) fn put_all(
+        &self,
+        first: u64,
+        data: &[u8],
+        seqs: &[u64],
+        timeout: Duration,
+    ) -> Result<(), u64> {
         let deadline = Instant::now() + timeout;
         let mut inner = self.inner.lock();
-        let index = match inner.by_slot.get(&slot) {
-            Some(entry) => entry.index,
-            None => loop {
-                if let Some(index) = inner.free.pop() {
-                    break index;
-                }
-                if self.room.wait_until(&mut inner, deadline).timed_out() {
-                    return Err(());
-                }
-                // The slot may have been staged by nobody else meanwhile (the caller owns
-                // it), so only the free list can have changed.
-            },
-        };
-        inner.pages[index * PAGE..(index + 1) * PAGE].copy_from_slice(page);
-        let (queued, in_flight) =
-            inner.by_slot.get(&slot).map_or((false, false), |e| (e.queued, e.in_flight));
-        if !queued {
-            inner.queue.push_back(slot);
+        let mut result = Ok(());
+        for (i, (page, &seq)) in data.chunks_exact(PAGE).zip(seqs).enumerate() {
+            let slot = first + i as u64;
+            let Some(index) = self.room_for(&mut inner, slot, deadline) else {
+                result = Err(slot);
+                break;
+            };
+            inner.pages[index * PAGE..(index + 1) * PAGE].copy_from_slice(page);
+            let (queued, in_flight) =
+                inner.by_slot.get(&slot).map_or((false, false), |e| (e.queued, e.in_flight));
+            if !queued {
+                inner.queue.push_back(slot);
+            }
+            inner.by_slot.insert(slot, Entry { index, seq, queued: true, in_flight });
         }
-        inner.by_slot.insert(slot, Entry { index, seq, queued: true, in_flight });
         drop(inner);
         self.work.notify_one();
-        Ok(())
+        result
+    }
+
+    /// The page `slot` is staged in: its own if staged already, else a free one, waiting
+    /// for one until `deadline`; `None` if none came.
+    fn room_for(
+        &self,
+        inner: &mut parking_lot::MutexGuard<'_, Inner>,
+        slot: u64,
+        deadline: Instant,
+    ) -> Option<usize> {
+        if let Some(entry) = inner.by_slot.get(&slot) {
+            return Some(entry.index);
+        }
+        loop {
+            if let Some(index) = inner.free.pop() {
+                return Some(index);
+            }
+            if self.room.wait_until(inner, deadline).timed_out() {
+                return None;
+            }
+            // The slot may have been staged by nobody else meanwhile (the caller owns it),
+            // so only the free list can have changed.
+        }
     }
 
     /// Copies the staged page of write `seq` of `slot` into `out`; false if it is not here.
@@ -178,17 +214,30 @@ impl Staging {
 
     /// The copies of write `seq` of `slot` are all stored (and committed in the table):
     /// its page leaves, unless the slot was written again meanwhile.
+    #[cfg(test)]
     pub(crate) fn commit(&self, slot: u64, seq: u64) {
+        self.commit_all(&[Taken { slot, seq }]);
+    }
+
+    /// [`Staging::commit`] of a batch's stored writes: one lock, and one wake-up of the
+    /// writers waiting for room (not one per page: a full buffer's writer would be woken,
+    /// find one page of room, and sleep again, for every page of every batch).
+    pub(crate) fn commit_all(&self, stored: &[Taken]) {
         let mut inner = self.inner.lock();
-        if let Some(entry) = inner.by_slot.get_mut(&slot) {
+        let mut freed = false;
+        for &Taken { slot, seq } in stored {
+            let Some(entry) = inner.by_slot.get_mut(&slot) else { continue };
             entry.in_flight = false;
             let entry = *entry;
             if entry.seq == seq && !entry.queued {
                 inner.by_slot.remove(&slot);
                 inner.free.push(entry.index);
-                drop(inner);
-                self.room.notify_all();
+                freed = true;
             }
+        }
+        drop(inner);
+        if freed {
+            self.room.notify_all();
         }
     }
 
