@@ -3,8 +3,8 @@
 //! served (no deadlock against glibc's malloc locks), many short-lived children that exit,
 //! are killed or exec (each hold on the parent's slots released once), `MADV_DONTNEED`
 //! (zero on next touch),
-//! mremap (the data follows), and a refused page-out whose undo fails (orphans, restored
-//! later, never lost).
+//! mremap (the data follows), and a refused page-out whose undo fails (staged pages, put
+//! back later, never lost).
 //!
 //! The child's own code here does little: it reads memory through raw pointers, sums words,
 //! and `_exit`s with a code (its swap's start-up, in the fork handler, is the crate's).

@@ -115,7 +115,7 @@ impl UffdSource {
             // A page is present there (filled meanwhile): it is the newer, ours goes.
             Err(Error::Exists { .. }) => {
                 self.settle(&mut lane, one, true);
-                self.release_settled(&home, &mut lane, one);
+                self.release(&home.lanes, &mut lane, one);
                 Ok(())
             }
             Err(error) => Err(super::source_error(error)),
@@ -131,7 +131,7 @@ impl UffdSource {
         let present = lane.staging.is_present(slot);
         self.settle(&mut lane, one, present);
         if present {
-            self.release_settled(&home, &mut lane, one);
+            self.release(&home.lanes, &mut lane, one);
         }
     }
 
@@ -148,16 +148,11 @@ impl UffdSource {
     }
 
     /// A held slot settled: no longer held; freed now if `has_page` is false (the caller
-    /// releases it otherwise, its page to the drain).
+    /// releases it otherwise, its page to the lane's next drain).
     fn settle(&self, lane: &mut Lane, one: SlotRun, has_page: bool) {
         lane.held = lane.held.saturating_sub(1);
         if !has_page {
             lane.staging.free(one);
         }
-    }
-
-    /// Frees a settled slot that still holds a page: drained with the lane's next batch.
-    fn release_settled(&self, home: &Home, lane: &mut Lane, one: SlotRun) {
-        self.release(&home.lanes, lane, one);
     }
 }
