@@ -282,26 +282,8 @@ fn far_tier_threads_never_call_malloc() {
         return;
     }
     let servers = servers(2);
-    let program = compile("pages_check");
     let check = compile_with("malloc_check", &["-g", "-shared", "-fPIC"]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--verbose", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
-        .args(["--idle-poll", "off", "--"])
-        .arg(&program)
-        .arg("48")
-        .env("USWAP_PRELOAD", shim())
-        .env("LD_PRELOAD", &check)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"check\nexit\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    eprintln!("{err}");
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\nverified\nok\n");
+    let err = pages_check_in_far(&servers, &["--verbose"], Some(&check));
     let report = err
         .lines()
         .find_map(|l| l.strip_prefix("uswap-malloc-check: engine-thread calls "))
@@ -314,32 +296,16 @@ fn far_tier_threads_never_call_malloc() {
     assert!(err.contains("far tier: 2 servers (2 up)"), "{err}");
 }
 
-/// The write-behind buffer is bounded by the budget (an eighth of it): a 16 MiB buffer,
-/// resident once filled and beyond the engine's reach, kept a 16 MiB run at twice its
-/// budget (its peak 33.8 MiB; 19.5 MiB with the buffer bounded to 2 MiB).
+/// The write-behind buffer is bounded by the budget (an eighth of it): a buffer as large
+/// as the budget, resident once filled and beyond the engine's reach, would keep the run
+/// at twice its budget.
 #[test]
 fn a_small_budget_is_not_doubled_by_the_write_behind_buffer() {
     if !can_run() {
         return;
     }
     let servers = servers(2);
-    let program = compile("pages_check");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["run", "--budget", "16M", "--pool-size", "1M", "--far", &url(&servers)])
-        .args(["--idle-poll", "off", "--"])
-        .arg(&program)
-        .arg("48")
-        .env("USWAP_PRELOAD", shim())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"check\nexit\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\nverified\nok\n");
+    let err = pages_check_in_far(&servers, &[], None);
     let peak_mib: f64 = err
         .split(", peak ")
         .nth(1)
@@ -347,6 +313,37 @@ fn a_small_budget_is_not_doubled_by_the_write_behind_buffer() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no peak in the summary: {err}"));
     assert!(peak_mib < 16.0 + 8.0, "peak {peak_mib} MiB under a 16 MiB budget: {err}");
+}
+
+/// `uswap run ARGS` of `pages_check 48` (48 MiB checked and written back) under 16M with a
+/// 1 MiB pool, its far tier on `servers`, with `preload` loaded after the shim; asserts the
+/// program verified every page and exited 0, and returns what `uswap run` printed on
+/// stderr.
+fn pages_check_in_far(servers: &[Memcached], args: &[&str], preload: Option<&Path>) -> String {
+    let program = compile("pages_check");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    command
+        .arg("run")
+        .args(args)
+        .args(["--budget", "16M", "--pool-size", "1M", "--far", &url(servers)])
+        .args(["--idle-poll", "off", "--"])
+        .arg(&program)
+        .arg("48")
+        .env("USWAP_PRELOAD", shim())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(preload) = preload {
+        command.env("LD_PRELOAD", preload);
+    }
+    let mut child = command.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"check\nexit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("{err}");
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\nverified\nok\n");
+    err
 }
 
 fn python() -> Option<String> {

@@ -466,9 +466,7 @@ impl MemorySource {
 
 impl PageSource for MemorySource {
     fn take_each(&self, addr: u64, dst: &mut [&mut [u8]]) -> Result<Taken, SourceError> {
-        let pending = self.inject_retry.load(Ordering::Relaxed);
-        if pending > 0 {
-            self.inject_retry.store(pending - 1, Ordering::Relaxed);
+        if Self::injected(&self.inject_retry) {
             return Err(SourceError::Retry);
         }
         if self.across(addr, (dst.len() * PAGE_SIZE) as u64) {
