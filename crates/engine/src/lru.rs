@@ -104,6 +104,9 @@ struct Record {
     owner: FolioOwner,
     list: ListKind,
     referenced: bool,
+    /// It was on the active list since it was mapped (the kernel's `PG_workingset`): kept
+    /// when it is deactivated, so that its eviction's shadow says a refault is thrashing.
+    workingset: bool,
     generation: u32,
     prev: u32,
     next: u32,
@@ -191,6 +194,7 @@ impl Inner {
         record.prev = NIL;
         record.next = old_head;
         record.list = kind;
+        record.workingset |= kind == ListKind::Active;
     }
 
     fn unlink(&mut self, slot: u32) {
@@ -239,6 +243,7 @@ impl Inner {
             let record = &mut self.records[slot as usize];
             record.owner = owner;
             record.referenced = false;
+            record.workingset = false;
             slot
         } else {
             let slot = u32::try_from(self.records.len()).expect("more than 2^32 resident folios");
@@ -247,6 +252,7 @@ impl Inner {
                 owner,
                 list: ListKind::Free,
                 referenced: false,
+                workingset: false,
                 generation: 0,
                 prev: NIL,
                 next: NIL,
@@ -294,15 +300,22 @@ impl Lru {
     /// Removes a folio (unmapped, freed, or paged out). Returns its owner, or `None` if the
     /// id is stale (already removed).
     pub fn remove(&self, id: LruId) -> Option<FolioOwner> {
+        self.take(id).map(|(owner, _)| owner)
+    }
+
+    /// As [`Lru::remove`], with whether the folio was ever active since it was mapped (a
+    /// page-out records that in the shadow it leaves).
+    pub fn take(&self, id: LruId) -> Option<(FolioOwner, bool)> {
         let mut inner = self.inner.lock();
         if !inner.live(id) {
             return None;
         }
         let slot = id.slot() as u32;
         inner.unlink(slot);
-        let owner = inner.records[slot as usize].owner;
+        let record = &inner.records[slot as usize];
+        let taken = (record.owner, record.workingset);
         inner.free_slot(slot);
-        Some(owner)
+        Some(taken)
     }
 
     /// The folio an id names, if the id is still live.
@@ -410,9 +423,9 @@ impl Lru {
         if !inner.live(id) {
             return None;
         }
-        let (owner, kind) = {
+        let (owner, kind, workingset) = {
             let r = &inner.records[id.slot()];
-            (r.owner, r.list)
+            (r.owner, r.list, r.workingset)
         };
         assert!(new_order < owner.order, "split to order {new_order} of order {}", owner.order);
         let slot = id.slot() as u32;
@@ -423,6 +436,7 @@ impl Lru {
         for piece in 0..pieces {
             let index = owner.index + (piece << new_order);
             let slot = inner.alloc_slot(FolioOwner { index, order: new_order, ..owner });
+            inner.records[slot as usize].workingset = workingset;
             match kind {
                 ListKind::Isolated if keep_isolated => {
                     inner.records[slot as usize].list = ListKind::Isolated;

@@ -653,12 +653,15 @@ impl Core {
         folio: &Arc<Folio>,
     ) -> u64 {
         let (order, nr) = (owner.order, owner.nr_pages());
-        let was_active = self.lru.remove(id).is_some();
+        let taken = self.lru.take(id);
+        let was_active = taken.is_some();
         // The data moves from the program to the folio: so does its charge.
         self.budget.uncharge_resident(nr * PAGE);
         self.budget.charge_swapcache(nr * PAGE);
         folio.charge();
-        let shadow = self.workingset.eviction(false);
+        // A folio that was ever active leaves a workingset shadow: its refault is
+        // thrashing (workingset.rs), the loss `--budget auto` raises the budget for.
+        let shadow = self.workingset.eviction(taken.is_some_and(|(_, workingset)| workingset));
         self.workingset.age(nr);
         debug_assert!(was_active, "an isolated folio vanished while its pages were out");
         let mut notes = WriteNotes::default();

@@ -12,8 +12,11 @@
 //! is the number of pages that were pushed through the lists while this page was out: had
 //! the resident set been larger by `distance` pages, the page would not have been evicted.
 //! If that is no more than the workingset size, the page belongs to the workingset: it
-//! starts on the active list (`workingset_activate_anon`). If the shadow says the folio was
-//! active when evicted, the refault is thrashing (`workingset_restore_anon`).
+//! starts on the active list (`workingset_activate_anon`). If the shadow says the folio had
+//! been on the active list (the LRU keeps that when it is deactivated, as the kernel's
+//! `PG_workingset`), the refault is thrashing (`workingset_restore_anon`): a page known to be
+//! used was pushed out. A first refault of a page evicted from the inactive list is not: it
+//! is how a source without access bits learns that a page is used.
 //!
 //! The workingset size is the caller's. The kernel's, for anonymous pages, is the active
 //! list, which scanning fills with pages whose access bits are set. The engine passes the
@@ -26,7 +29,7 @@
 //! ```text
 //!  62                                           1   0
 //! +----------------------------------------------+---+
-//! |        eviction age (62 bits, wrapping)      | W |   W = folio was active
+//! |        eviction age (62 bits, wrapping)      | W |   W = folio was ever active
 //! +----------------------------------------------+---+
 //! ```
 //!
@@ -46,7 +49,7 @@ const _: () = assert!(AGE_BITS < 63);
 pub struct Shadow {
     /// The non-resident age at eviction (62 bits).
     pub age: u64,
-    /// The folio was on the active list when it was evicted.
+    /// The folio had been on the active list since it was mapped, when it was evicted.
     pub workingset: bool,
 }
 
@@ -69,7 +72,7 @@ pub struct Refault {
     pub distance: u64,
     /// The page is part of the workingset: start it on the active list.
     pub activate: bool,
-    /// It was active when evicted: the workingset is thrashing.
+    /// It had been active before it was evicted: the workingset is thrashing.
     pub restore: bool,
 }
 

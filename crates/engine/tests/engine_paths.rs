@@ -623,6 +623,49 @@ fn quick_refaults_activate_without_access_bits() {
     assert!(c.workingset_activate_anon > 0, "{}", engine.stats().to_vmstat());
 }
 
+/// Thrashing is told from learning (`--budget auto` raises the budget for the one only).
+/// Without access bits the engine learns that a page is used when it comes back after an
+/// eviction: that first refault is not thrashing, however soon it comes. A page that came
+/// back (activated) and is pushed out again keeps its workingset mark through its
+/// deactivation, so its next refault is: `workingset_restore_anon`, which the fault
+/// handler reads around a fault ([`engine::Engine::thrash_refaults`]).
+#[test]
+fn a_used_page_pushed_out_again_thrashes_and_a_first_refault_does_not() {
+    let source = MemorySource::new(common::BASE, 1024).without_access_bits();
+    let (engine, source) = setup_with(source, config(64), 1024);
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    let mut buf = vec![0u8; PAGE];
+    // Each page read once, long after its eviction: learning only.
+    for page in 100..400 {
+        source.read(&engine, addr(page), &mut buf).unwrap();
+        assert_eq!(buf, content(page, 1), "page {page}");
+    }
+    assert_eq!(engine.thrash_refaults(), 0, "{}", engine.stats().to_vmstat());
+    // A hot set of 32 pages, more than half the LRU, read in turn with a cold page after
+    // every second one: activated at their first refault, deactivated as the active list
+    // outgrows the inactive one, evicted and back again. (A hot set under half the LRU
+    // stays active: nothing thrashes.)
+    for round in 0..40 {
+        for hot in 0..32 {
+            source.read(&engine, addr(hot), &mut buf).unwrap();
+            assert_eq!(buf, content(hot, 1), "hot page {hot}");
+            if hot % 2 == 0 {
+                let cold = 400 + (round * 32 + hot) % 600;
+                source.read(&engine, addr(cold), &mut buf).unwrap();
+                assert_eq!(buf, content(cold, 1), "cold page {cold}");
+            }
+        }
+    }
+    engine.check_invariants();
+    let c = engine.stats().counters;
+    assert!(engine.thrash_refaults() > 0, "{}", engine.stats().to_vmstat());
+    assert_eq!(engine.thrash_refaults(), c.workingset_restore_anon);
+    assert!(c.workingset_restore_anon < c.workingset_refault_anon);
+    assert!(c.pgdeactivate > 0);
+}
+
 /// The write-bits-only source (the access_bits example's model of userfaultfd's
 /// asynchronous write-protect mode): a read of a resident page sets no referenced bit, a
 /// write does, and a fault sets one only when asked to.

@@ -240,6 +240,7 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
             context.engine.handle_access_in(MmId::DEFAULT, addr, fault.write, wp)
         }))
     };
+    let restores = context.engine.thrash_refaults();
     let mut outcome = resolve();
     // Maybe a range the engine has not caught up with: an mremap's, an adoption's (see
     // `Control::wait_passes`), or a grown mapping the embedder adopts at its next scan.
@@ -258,8 +259,16 @@ fn on_sigbus(ctx: usize, fault: &SigbusFault) -> Dispatch {
             // its own, which it may have closed and reused before its exec (posix_spawn's
             // file actions), and a hook may write a file (the shim's trace).
             if let (Some(hooks), true) = (&context.hooks, owner) {
-                let ns = start.elapsed().as_nanos() as u64;
-                hooks.fault(MmId::DEFAULT, addr as usize, fault.write, process::gettid(), ns);
+                hooks.fault(&crate::FaultReport {
+                    mm: MmId::DEFAULT,
+                    addr: addr as usize,
+                    write: fault.write,
+                    thread_id: process::gettid(),
+                    wait_ns: start.elapsed().as_nanos() as u64,
+                    // Approximate when threads fault at once: another's restore may land
+                    // between the two reads (a figure for the budget controller only).
+                    thrashing: context.engine.thrash_refaults() != restores,
+                });
             }
             Dispatch::Resolved
         }

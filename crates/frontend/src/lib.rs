@@ -64,6 +64,6 @@ pub use delivery::{bring_in, Delivery, SigbusStats, CATCH_UP_MAX};
 pub use error::Error;
 pub use far::FarConfig;
 pub use fork::inject_child_swap_failure;
-pub use handler::{HandlerOptions, HandlerStats, Hooks, Noted};
+pub use handler::{FaultReport, HandlerOptions, HandlerStats, Hooks, Noted};
 pub use source::{SourceStats, UffdSource};
 pub use uffd::PAGE_SIZE;

@@ -7,7 +7,7 @@ mod common;
 use engine::region::MmId;
 use engine::{Engine, EngineConfig};
 use frontend::handler::Handler;
-use frontend::{HandlerOptions, Hooks, Noted, UffdSource, REQUIRED_FEATURES};
+use frontend::{FaultReport, HandlerOptions, Hooks, Noted, UffdSource, REQUIRED_FEATURES};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,10 +22,10 @@ struct Recorder {
 }
 
 impl Hooks for Recorder {
-    fn fault(&self, mm: MmId, _addr: usize, _write: bool, _thread: u32, wait_ns: u64) {
-        assert_eq!(mm, MmId::DEFAULT);
+    fn fault(&self, fault: &FaultReport) {
+        assert_eq!(fault.mm, MmId::DEFAULT);
         self.faults.fetch_add(1, SeqCst);
-        self.waited_ns.fetch_add(wait_ns, SeqCst);
+        self.waited_ns.fetch_add(fault.wait_ns, SeqCst);
     }
     fn event(&self, _mm: MmId, event: Noted) {
         self.events.lock().unwrap().push(event);

@@ -36,7 +36,7 @@ use engine::hooks::PageOutHook;
 use engine::region::MmId;
 use engine::{Engine, Tier};
 use frontend::handler::Control;
-use frontend::Noted;
+use frontend::{FaultReport, Noted};
 use runstat::trace::{Record, RecordKind, TraceWriter};
 use runstat::{AtomicHistogram, RunConfig, StatsFile};
 use std::io::BufWriter;
@@ -165,6 +165,8 @@ counters::table! {
             shim_trace_errors,
             /// Time the program's threads waited on faults, summed.
             fault_stall_ns,
+            /// Of that, on thrashing faults (frontend's `FaultReport::thrashing`).
+            fault_thrash_ns,
         }
     }
 }
@@ -428,6 +430,7 @@ impl ShimHooks {
             swapped: g.swap_inuse_pages * PAGE as u64,
             refaults: c.workingset_refault_anon,
             stall_ns: self.counters.fault_stall_ns.load(Relaxed),
+            thrash_ns: self.counters.fault_thrash_ns.load(Relaxed),
             faults: self.fault_ns.snapshot().total(),
             out_zero: c.swpout_zero,
             out_pool: c.zswpout,
@@ -539,14 +542,17 @@ impl frontend::Hooks for ShimHooks {
         }
     }
 
-    fn fault(&self, _mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
+    fn fault(&self, fault: &FaultReport) {
         if let Some(idle) = &self.idle {
             idle.note_faults();
         }
-        self.fault_ns.record(wait_ns);
-        self.counters.fault_stall_ns.fetch_add(wait_ns, Relaxed);
-        let kind = if write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
-        self.record(kind, thread_id, addr & !(PAGE - 1), PAGE);
+        self.fault_ns.record(fault.wait_ns);
+        self.counters.fault_stall_ns.fetch_add(fault.wait_ns, Relaxed);
+        if fault.thrashing {
+            self.counters.fault_thrash_ns.fetch_add(fault.wait_ns, Relaxed);
+        }
+        let kind = if fault.write { RecordKind::FaultWrite } else { RecordKind::FaultRead };
+        self.record(kind, fault.thread_id, fault.addr & !(PAGE - 1), PAGE);
     }
 
     fn event(&self, _mm: MmId, event: Noted) {

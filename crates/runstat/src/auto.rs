@@ -8,11 +8,16 @@
 //!
 //! ```text
 //!   every tick (the broker's 50 ms):
-//!     loss = fault stall over the last WINDOW / (WINDOW x members)
-//!     loss > target      and RAISE_GAP since the last raise:
+//!     loss   = fault stall over the last WINDOW / (WINDOW x members)
+//!     thrash = the same, of thrashing faults only (pages known to be used, pushed out)
+//!     (thrash > target, or loss > target and no lowering for ECHO)
+//!                        and RAISE_GAP since the last raise
+//!                        and used within PRESSED of the budget:
 //!                          budget = min(max(budget, used) + max(budget / 4, RAISE_MIN),
 //!                                       2 x used + RAISE_MIN)
 //!                          no lowering for SETTLE
+//!     footprint grew more than GROWING over the window:
+//!                          budget = max(budget, footprint + RAISE_MIN)
 //!     loss < target / 2  and settled:
 //!                          budget = min(budget, used) x (1 - LOWER_PER_SECOND x tick)
 //!     clamp to [floor, ceiling]
@@ -22,15 +27,37 @@
 //!   default of half the machine would take minutes to come down at a few percent a
 //!   second), then goes down [`LOWER_PER_SECOND`] a second: reclaim takes the coldest pages
 //!   first, and while they stay cold nothing is lost.
-//! - **Raising** adds a quarter at once and again every [`RAISE_GAP_NS`] while the loss
-//!   stays over: a phase that suddenly needs all its memory back gets twice the budget
-//!   within about a second (1.25^4), and lowering waits [`SETTLE_NS`] after the last
-//!   raise. Never above twice what the tree uses: past that the faults are pages coming
-//!   back one by one, which more budget would not make faster (without the cap a Zipf-read
-//!   service went from 180 MiB resident to its 11 GiB ceiling in five seconds). The use is
-//!   the members' last reports, up to a second old, so the cap is twice it and not a
-//!   quarter above it: a quarter above a use a second old would hold the second raise of a
-//!   phase that needs its memory back.
+//! - **Raising** adds a quarter at once and again every [`RAISE_GAP_NS`] while the loss stays over:
+//!   a phase that suddenly needs all its memory back gets twice the budget within about two seconds
+//!   ([`ECHO_NS`], then 1.25^4), and lowering waits [`SETTLE_NS`] after the last raise. Never above
+//!   twice what the tree uses: past that the faults are pages coming back one by one, which more
+//!   budget would not make faster (without the cap a Zipf-read service went from 180 MiB resident
+//!   to its 11 GiB ceiling in five seconds). The use is the members' last reports, up to a second
+//!   old, so the cap is twice it and not a quarter above it: a quarter above a use a second old
+//!   would hold the second raise of a phase that needs its memory back.
+//! - **Raised for thrashing, or a loss that outlasts the lowering, and only a tree at its budget.**
+//!   Without access bits the engine learns that a page is used by paging it out and seeing it come
+//!   back: the first refault of a page evicted from the inactive list. Every lowering causes some
+//!   (a fifth of what a Python service with a hot fifth pages out), and raising the budget for them
+//!   gave the room back at once: the budget went down and up every two seconds and the service ran
+//!   1.3x slower for it. A refault of a page that had been active (it came back once already) is
+//!   thrashing: a page known to be used was pushed out, and that is what a raise saves (the
+//!   kernel's pressure measure makes the same cut, it counts a swap-in as a memory stall only for a
+//!   page of the workingset). The learning faults still count in the loss that gates lowering, so
+//!   lowering goes only as fast as the target allows. A loss over the target that outlasts the
+//!   lowering by [`ECHO_NS`] is not its echo: the program needs pages it had not used for long (a
+//!   phase change), and that loss raises the budget too. Pages coming back into room the budget
+//!   already has (a service's first requests after its build) are not raised for either: a raise
+//!   cannot make them faster.
+//! - **A growing tree is not lowered.** While what the tree holds, in memory or paged out, grows by
+//!   more than [`GROWING`] in a window (a build, a load, a cache fill), its first touches cost no
+//!   faults, so a loss-driven controller would lower the budget just under the growth and page out
+//!   everything as it is written, the parts that will be hot with the rest. Each of those comes
+//!   back by a fault later, when the program serves: that debt took a Python service to 76% of its
+//!   time in faults for seconds after its build. While it grows the budget is at least what it
+//!   holds (a budget lowered in a pause before the growth, as the first window's drop to what a
+//!   starting interpreter uses, would otherwise hold the whole build in a few MiB); lowering starts
+//!   when the growth stops, from what the tree then uses.
 //! - **The floor** is what the broker's policy needs to keep every member making progress
 //!   (the members' floors: their memory that cannot be paged out plus 2 MiB each, at least
 //!   4 MiB each) plus the tree's unmanaged memory, and at least [`FLOOR_MIN`]. The
@@ -52,8 +79,15 @@ pub const RAISE_MIN: u64 = 4 << 20;
 pub const RAISE_GAP_NS: u64 = 200_000_000;
 /// No lowering for this long after a raise.
 pub const SETTLE_NS: u64 = 2_000_000_000;
+/// Learning refaults follow a lowering by about this long: a loss past it raises.
+pub const ECHO_NS: u64 = 1_000_000_000;
 /// The lowest budget the controller sets.
 pub const FLOOR_MIN: u64 = 8 << 20;
+/// A tree whose use is within this share of its budget is pressing on it (a raise helps).
+pub const PRESSED: f64 = 1.0 / 16.0;
+/// A tree whose footprint grew by more than this share over the window is growing (not
+/// lowered).
+pub const GROWING: f64 = 0.05;
 
 /// What `--budget auto[:TARGET][,max=SIZE]` asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,6 +159,8 @@ pub enum Reason {
     Floor,
     /// At the ceiling: it cannot go higher.
     Ceiling,
+    /// Held: what the tree holds grew by more than [`GROWING`] over the window.
+    Growing,
 }
 
 impl Reason {
@@ -137,6 +173,10 @@ impl Reason {
             Reason::Held => {
                 "held: the loss is near the target, a raise is settling, or pages are coming \
                  back into room the budget already has"
+            }
+            Reason::Growing => {
+                "held: the processes are growing; lowering now would page out what they just \
+                 wrote"
             }
             Reason::Floor => "at the floor: what the processes cannot page out, and 2 MiB each",
             Reason::Ceiling => "at the ceiling",
@@ -151,13 +191,22 @@ pub struct Tick {
     pub now_ns: u64,
     /// Fault stall of every member since the last tick, summed.
     pub stall_ns: u64,
+    /// Of that, the stall on thrashing faults (module essay).
+    pub thrash_ns: u64,
     /// Members that reported.
     pub members: u32,
     /// What the tree uses now: its members' charges and its unmanaged memory.
     pub used: u64,
+    /// What it holds in all, in memory or paged out (the used memory and what the swap
+    /// holds for it): grows while the program grows, even when the budget holds `used`.
+    pub footprint: u64,
     /// The least budget the policy can divide (module essay).
     pub floor: u64,
 }
+
+/// One tick in the window: when, the stall and the thrashing stall since the last, members,
+/// the tree's footprint.
+type Sample = (u64, u64, u64, u32, u64);
 
 /// The controller (module essay).
 #[derive(Debug, Clone)]
@@ -165,9 +214,10 @@ pub struct Controller {
     target: f64,
     ceiling: u64,
     budget: u64,
-    window: VecDeque<(u64, u64, u32)>,
+    window: VecDeque<Sample>,
     last_ns: Option<u64>,
     last_raise_ns: Option<u64>,
+    last_lower_ns: Option<u64>,
     reason: Reason,
     /// Figures for the summary.
     pub figures: Figures,
@@ -200,6 +250,7 @@ impl Controller {
             window: VecDeque::new(),
             last_ns: None,
             last_raise_ns: None,
+            last_lower_ns: None,
             reason: Reason::Starting,
             figures: Figures { min_bytes: ceiling, max_bytes: ceiling, ..Figures::default() },
         }
@@ -227,14 +278,23 @@ impl Controller {
 
     /// The loss over the last window, a fraction of run time per member.
     pub fn loss(&self) -> f64 {
-        let (Some(&(first, _, _)), Some(&(last, _, _))) = (self.window.front(), self.window.back())
+        self.share(|&(_, stall, ..)| stall)
+    }
+
+    /// The loss to thrashing faults over the last window (module essay).
+    pub fn thrash_loss(&self) -> f64 {
+        self.share(|&(_, _, thrash, ..)| thrash)
+    }
+
+    fn share(&self, stall_of: impl Fn(&Sample) -> u64) -> f64 {
+        let (Some(&(first, ..)), Some(&(last, ..))) = (self.window.front(), self.window.back())
         else {
             return 0.0;
         };
         let span = last.saturating_sub(first).max(1);
         // The oldest entry opens the window: its stall happened before it.
-        let stall: u64 = self.window.iter().skip(1).map(|&(_, s, _)| s).sum();
-        let members = self.window.iter().skip(1).map(|&(_, _, m)| u64::from(m)).max().unwrap_or(1);
+        let stall: u64 = self.window.iter().skip(1).map(stall_of).sum();
+        let members = self.window.iter().skip(1).map(|&(.., m, _)| u64::from(m)).max().unwrap_or(1);
         stall as f64 / (span as f64 * members.max(1) as f64)
     }
 
@@ -242,25 +302,33 @@ impl Controller {
     pub fn tick(&mut self, tick: Tick) -> u64 {
         let dt = self.last_ns.map_or(0, |last| tick.now_ns.saturating_sub(last));
         self.last_ns = Some(tick.now_ns);
-        self.window.push_back((tick.now_ns, tick.stall_ns, tick.members));
+        let thrash_ns = tick.thrash_ns.min(tick.stall_ns);
+        let sample = (tick.now_ns, tick.stall_ns, thrash_ns, tick.members, tick.footprint);
+        self.window.push_back(sample);
         while self.window.len() > 2 && tick.now_ns.saturating_sub(self.window[1].0) >= WINDOW_NS {
             self.window.pop_front();
         }
-        let spanned =
-            self.window.front().is_some_and(|&(t, _, _)| tick.now_ns - t >= WINDOW_NS / 2);
+        let spanned = self.window.front().is_some_and(|&(t, ..)| tick.now_ns - t >= WINDOW_NS / 2);
+        let growing = self.window.front().is_some_and(|&(.., footprint)| {
+            tick.footprint as f64 > footprint as f64 * (1.0 + GROWING) + RAISE_MIN as f64
+        });
+        let pressed = tick.used as f64 >= self.budget as f64 * (1.0 - PRESSED);
         let loss = self.loss();
+        let thrash = self.thrash_loss();
         let floor = tick.floor.max(FLOOR_MIN).min(self.ceiling);
         let since_raise = self.last_raise_ns.map(|t| tick.now_ns.saturating_sub(t));
         let mut budget = self.budget;
+        let echo = self.last_lower_ns.is_some_and(|t| tick.now_ns.saturating_sub(t) < ECHO_NS);
+        let wants_more = thrash > self.target || (loss > self.target && !echo);
         self.reason = if !spanned {
             Reason::Starting
-        } else if loss > self.target {
+        } else if wants_more {
             let raised = budget.max(tick.used).saturating_add((budget / 4).max(RAISE_MIN));
             let cap = tick.used.saturating_mul(2).saturating_add(RAISE_MIN);
             // In whole pages, as the budget is set below: else a budget already raised to
             // the cap would be raised again to the same pages.
             let wanted = raised.min(cap) & !4095;
-            if since_raise.is_some_and(|s| s < RAISE_GAP_NS) || wanted <= budget {
+            if since_raise.is_some_and(|s| s < RAISE_GAP_NS) || wanted <= budget || !pressed {
                 Reason::Held
             } else {
                 self.last_raise_ns = Some(tick.now_ns);
@@ -268,17 +336,23 @@ impl Controller {
                 budget = wanted;
                 Reason::Raised
             }
+        } else if growing {
+            // Room for what it holds: a budget lowered in a pause of the growth (the first
+            // window, an import before a build) would page the build out as it is written.
+            budget = budget.max(tick.footprint.saturating_add(RAISE_MIN));
+            Reason::Growing
         } else if loss < self.target / 2.0 && since_raise.is_none_or(|s| s >= SETTLE_NS) {
             let base = budget.min(tick.used.max(floor)) as f64;
             budget = (base * (1.0 - LOWER_PER_SECOND * dt as f64 / 1e9)) as u64;
             self.figures.lowers += 1;
+            self.last_lower_ns = Some(tick.now_ns);
             Reason::Lowered
         } else {
             Reason::Held
         };
         if budget >= self.ceiling {
             budget = self.ceiling;
-            if spanned && loss > self.target {
+            if spanned && wants_more {
                 self.reason = Reason::Ceiling;
             }
         }
@@ -317,9 +391,18 @@ mod tests {
     fn run(c: &mut Controller, now: &mut u64, ticks: u32, stall: f64, used: u64) -> u64 {
         for _ in 0..ticks {
             *now += TICK_NS;
+            let footprint = used;
             let used = used.min(c.budget());
             let stall_ns = (stall * TICK_NS as f64) as u64;
-            c.tick(Tick { now_ns: *now, stall_ns, members: 1, used, floor: 12 * MIB });
+            c.tick(Tick {
+                now_ns: *now,
+                stall_ns,
+                thrash_ns: stall_ns,
+                members: 1,
+                used,
+                footprint,
+                floor: 12 * MIB,
+            });
         }
         c.budget()
     }
@@ -393,10 +476,11 @@ mod tests {
     }
 
     /// A service read Zipf brings its hot pages back one fault at a time: the loss stays
-    /// over the target for seconds while what it uses grows slowly. Raising by a quarter of
-    /// the budget each time took it to its ceiling; a budget twice the use holds.
+    /// over the target for seconds while what it uses grows slowly. Raising on that loss
+    /// took it to twice what it used (and, before that cap, to its ceiling); the budget
+    /// already has room for those pages, so it holds after the raise that made the room.
     #[test]
-    fn a_budget_twice_what_is_used_is_not_raised() {
+    fn pages_coming_back_into_room_the_budget_has_do_not_raise_it() {
         let mut c = Controller::new(spec(1.0), 8 << 30);
         let mut now = 0;
         run(&mut c, &mut now, 800, 0.0, 200 * MIB);
@@ -407,13 +491,146 @@ mod tests {
         // It keeps stalling for five seconds while using only a little more.
         for _ in 0..100 {
             now += TICK_NS;
-            let used = low + 8 * MIB;
+            let used = low + 2 * MIB;
             let stall_ns = TICK_NS / 2;
-            c.tick(Tick { now_ns: now, stall_ns, members: 1, used, floor: 12 * MIB });
+            let thrash_ns = stall_ns;
+            c.tick(Tick {
+                now_ns: now,
+                stall_ns,
+                thrash_ns,
+                members: 1,
+                used,
+                footprint: used,
+                floor: 12 * MIB,
+            });
         }
-        let cap = 2 * (low + 8 * MIB) + RAISE_MIN;
-        assert!(c.budget() <= cap && c.budget() > cap - 8192, "{low} -> {}", c.budget());
+        assert_eq!(c.budget(), raised);
         assert_eq!(c.reason(), Reason::Held);
+        // Once it fills the room and still stalls, it is raised again.
+        for _ in 0..5 {
+            now += TICK_NS;
+            let used = raised;
+            let (stall_ns, thrash_ns) = (TICK_NS / 2, TICK_NS / 2);
+            c.tick(Tick {
+                now_ns: now,
+                stall_ns,
+                thrash_ns,
+                members: 1,
+                used,
+                footprint: used,
+                floor: 0,
+            });
+        }
+        assert!(c.budget() > raised, "{raised} -> {}", c.budget());
+        // Pressing and stalling for five seconds: never past twice what it uses.
+        run(&mut c, &mut now, 100, 0.5, 200 * MIB);
+        assert!(c.budget() <= 2 * 200 * MIB + RAISE_MIN, "{}", c.budget());
+        assert!(c.budget() > 200 * MIB, "{}", c.budget());
+    }
+
+    /// A service's build touches its memory first: no faults, so no loss. Lowered under
+    /// the growth, it paged out everything as it was written and then waited on faults for
+    /// seconds when it served. Lowering waits for the growth to stop; a budget that already
+    /// holds the use (a lowering in a pause of the growth) sees the growth in the footprint.
+    #[test]
+    fn growth_under_a_budget_that_holds_the_use_is_seen() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        run(&mut c, &mut now, 100, 0.0, 64 * MIB);
+        let held = c.budget();
+        let mut footprint = 64 * MIB;
+        for _ in 0..40 {
+            now += TICK_NS;
+            footprint += 4 * MIB;
+            let used = held;
+            let (stall_ns, thrash_ns) = (0, 0);
+            c.tick(Tick {
+                now_ns: now,
+                stall_ns,
+                thrash_ns,
+                members: 1,
+                used,
+                footprint,
+                floor: 0,
+            });
+        }
+        assert_eq!(c.reason(), Reason::Growing);
+        assert!(c.budget() >= footprint, "{held} -> {} under {footprint}", c.budget());
+    }
+
+    #[test]
+    fn a_growing_program_is_not_lowered_until_it_stops_growing() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        let mut used = 10 * MIB;
+        for _ in 0..200 {
+            now += TICK_NS;
+            used += 4 * MIB; // 80 MiB a second
+            c.tick(Tick {
+                now_ns: now,
+                stall_ns: 0,
+                thrash_ns: 0,
+                members: 1,
+                used,
+                footprint: used,
+                floor: 12 * MIB,
+            });
+            assert!(c.budget() >= used, "{} under {used}", c.budget());
+        }
+        assert_eq!(c.reason(), Reason::Growing);
+        // It stops: lowered from what it then uses within the next window.
+        let later = run(&mut c, &mut now, 40, 0.0, used);
+        assert!(later < used, "{later} {used}");
+        assert_eq!(c.reason(), Reason::Lowered);
+    }
+
+    /// Lowering pages out used pages along with cold ones, and each comes back once: how
+    /// the engine learns what is used. Those faults hold the lowering while they cost more
+    /// than half the target, and never raise the budget (raising for them gave the room
+    /// back every two seconds); a second refault of such a page, thrashing, does.
+    #[test]
+    fn learning_refaults_hold_the_lowering_and_thrashing_raises() {
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        let mut now = 0;
+        run(&mut c, &mut now, 100, 0.0, 400 * MIB);
+        let lowered = c.budget();
+        assert!(lowered < 400 * MIB, "{lowered}");
+        let tick = |c: &mut Controller, now: &mut u64, stall: f64, thrash: f64| {
+            *now += TICK_NS;
+            let (stall_ns, thrash_ns) =
+                ((stall * TICK_NS as f64) as u64, (thrash * TICK_NS as f64) as u64);
+            let used = c.budget();
+            c.tick(Tick {
+                now_ns: *now,
+                stall_ns,
+                thrash_ns,
+                members: 1,
+                used,
+                footprint: used,
+                floor: 0,
+            })
+        };
+        // Learning refaults at 5% of the time for most of a second: held, not raised.
+        for _ in 0..18 {
+            tick(&mut c, &mut now, 0.05, 0.0);
+        }
+        assert!(c.budget() <= lowered, "{lowered} -> {}", c.budget());
+        assert_eq!(c.figures.raises, 0);
+        assert_eq!(c.reason(), Reason::Held);
+        // The same stall, thrashing: raised within a few ticks.
+        for _ in 0..6 {
+            tick(&mut c, &mut now, 0.05, 0.05);
+        }
+        assert!(c.budget() > lowered, "{lowered} -> {}", c.budget());
+        assert!(c.figures.raises >= 1);
+        // Learning refaults that outlast the lowering by a second are a phase change:
+        // they raise too.
+        let mut c = Controller::new(spec(1.0), 8 << 30);
+        run(&mut c, &mut now, 100, 0.0, 400 * MIB);
+        for _ in 0..30 {
+            tick(&mut c, &mut now, 0.05, 0.0);
+        }
+        assert!(c.figures.raises >= 1, "{:?}", c.figures);
     }
 
     #[test]
@@ -433,8 +650,10 @@ mod tests {
             let tick = Tick {
                 now_ns: i * TICK_NS,
                 stall_ns: TICK_NS / 50,
+                thrash_ns: TICK_NS / 50,
                 members: 4,
                 used: 100 * MIB,
+                footprint: 100 * MIB,
                 floor: 0,
             };
             c.tick(tick);

@@ -99,6 +99,9 @@ pub struct Report {
     pub refaults: u64,
     /// Time the program's threads waited on faults, in nanoseconds.
     pub stall_ns: u64,
+    /// Of that, the wait on thrashing faults: pages brought back that had been on the
+    /// active list before they were paged out (frontend's `FaultReport::thrashing`).
+    pub thrash_ns: u64,
     /// Faults served.
     pub faults: u64,
     /// Pages out by tier: zero, compressed pool, disk.
@@ -116,13 +119,28 @@ pub struct Report {
 }
 
 /// The report's fields by name, in wire order (one table for both directions).
-const REPORT_FIELDS: [&str; 16] = [
-    "budget", "charged", "held", "resident", "rss", "fixed", "swapped", "refaults", "stall_ns",
-    "faults", "oz", "op", "of", "iz", "ip", "if",
+const REPORT_FIELDS: [&str; 17] = [
+    "budget",
+    "charged",
+    "held",
+    "resident",
+    "rss",
+    "fixed",
+    "swapped",
+    "refaults",
+    "stall_ns",
+    "faults",
+    "oz",
+    "op",
+    "of",
+    "iz",
+    "ip",
+    "if",
+    "thrash_ns",
 ];
 
 impl Report {
-    fn values(&self) -> [u64; 16] {
+    fn values(&self) -> [u64; 17] {
         [
             self.budget,
             self.charged,
@@ -140,6 +158,7 @@ impl Report {
             self.in_zero,
             self.in_pool,
             self.in_file,
+            self.thrash_ns,
         ]
     }
 
@@ -160,7 +179,8 @@ impl Report {
             12 => &mut self.out_file,
             13 => &mut self.in_zero,
             14 => &mut self.in_pool,
-            _ => &mut self.in_file,
+            15 => &mut self.in_file,
+            _ => &mut self.thrash_ns,
         };
         *slot = value;
     }
@@ -386,6 +406,7 @@ mod tests {
             in_zero: 12,
             in_pool: 13,
             in_file: u64::MAX,
+            thrash_ns: 14,
         };
         round_trip(Message::Report(report));
         let mut buf = [0u8; LINE_MAX];

@@ -1,9 +1,9 @@
 //! The trace `uswap run --record FILE` writes: the simulator's format, byte for byte.
 //!
-//! The format is defined by the simulator (branch `sim`, `crates/sim/src/trace.rs`, not yet
-//! merged): a 32-byte header, then 32-byte little-endian records. This module is a copy of
-//! that format's *writer* (and a decoder for tests), so the shim can record before the
-//! simulator is merged; when it is, one of the two should re-export the other.
+//! The format the simulator replays (`uswap sim --trace`): a 32-byte header, then 32-byte
+//! little-endian records. This module holds the records' types, the writer the shim uses
+//! and a decoder for tests; the simulator re-exports them and adds its checked, bounded
+//! reader (`crates/sim/src/trace.rs`).
 //!
 //! ```text
 //!   header: magic "USWPTRC\0" | version u16 (2) | record size u16 (32) | page size u32

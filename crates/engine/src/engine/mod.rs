@@ -620,6 +620,15 @@ impl Engine {
         self.core.storage.device.forget_cluster_hints();
     }
 
+    /// Refaults of pages that had been active before they were evicted, so far (the
+    /// `workingset_restore_anon` counter): a fault handler reads it around a fault to tell
+    /// thrashing from a first refault ([`crate::workingset`]).
+    ///
+    /// Context: one relaxed load; any thread.
+    pub fn thrash_refaults(&self) -> u64 {
+        self.core.stats.counters.workingset_restore_anon.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A snapshot of every counter and gauge.
     ///
     /// Context: takes the pool's class locks in turn (its compressed bytes); for reports,

@@ -150,6 +150,28 @@ counters::table! {
 /// only kind handed on (faults are told by [`Hooks::fault`], a fork by [`Hooks::forked`]).
 pub use uffd::RangeEvent as Noted;
 
+/// A handled fault, as [`Hooks::fault`] is told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultReport {
+    /// The address space.
+    pub mm: MmId,
+    /// The faulting address.
+    pub addr: usize,
+    /// A write fault.
+    pub write: bool,
+    /// The faulting thread (0 without `UFFD_FEATURE_THREAD_ID`).
+    pub thread_id: u32,
+    /// How long the thread waited: from the message's read (handler delivery) or the signal
+    /// (SIGBUS delivery) to its wake-up.
+    pub wait_ns: u64,
+    /// The fault brought back a page that had been on the active list before it was
+    /// evicted (the engine's `workingset_restore_anon`): a page known to be used was pushed
+    /// out, the loss a larger budget saves. A page's first refault after it left the
+    /// inactive list is not one: that is how the engine learns, without access bits, that
+    /// the page is used.
+    pub thrashing: bool,
+}
+
 /// What the handler reports to, and asks of, the program that runs it (module essay).
 ///
 /// Context: `fault`, `event` and `work` run on the handler thread, in normal mode (never
@@ -158,10 +180,9 @@ pub use uffd::RangeEvent as Noted;
 /// nor wait for a lock that a thread faulting on managed memory may hold: either would wait
 /// for this very thread.
 pub trait Hooks: Send + Sync + std::fmt::Debug {
-    /// A fault of `thread_id` (0 without `UFFD_FEATURE_THREAD_ID`) at `addr` was handled,
-    /// `wait_ns` after its message was read.
-    fn fault(&self, mm: MmId, addr: usize, write: bool, thread_id: u32, wait_ns: u64) {
-        let _ = (mm, addr, write, thread_id, wait_ns);
+    /// A fault was handled.
+    fn fault(&self, fault: &FaultReport) {
+        let _ = fault;
     }
 
     /// An event was processed.
@@ -529,10 +550,20 @@ impl Reader {
 
     fn fault(&self, fault: Retained) -> Attempt {
         self.control.counters.faults.fetch_add(1, Relaxed);
+        let restores = self.engine.thrash_refaults();
         let attempt = self.attempt(fault);
         if let (Attempt::Done, Some(hooks)) = (&attempt, &self.hooks) {
-            let wait_ns = fault.read_at.elapsed().as_nanos() as u64;
-            hooks.fault(MmId::DEFAULT, fault.addr, fault.write, fault.thread_id, wait_ns);
+            hooks.fault(&FaultReport {
+                mm: MmId::DEFAULT,
+                addr: fault.addr,
+                write: fault.write,
+                thread_id: fault.thread_id,
+                wait_ns: fault.read_at.elapsed().as_nanos() as u64,
+                // Only a swap-in counts a restore, and this thread resolves its faults one
+                // at a time: the count moved for this fault (or a page its readahead
+                // brought back). A figure for the budget controller, not for safety.
+                thrashing: self.engine.thrash_refaults() != restores,
+            });
         }
         attempt
     }

@@ -82,7 +82,9 @@ impl MemoryProbe for SenpaiProbe<'_> {
         let (orig, compr, used) = (fields.next(), fields.next(), fields.next());
         let text = machine.read(&self.pressure).unwrap_or_default();
         let total_us = psi_some_total_us(&text);
-        self.steer(usage, total_us);
+        // What the group holds in all: its usage and what it swapped to zram (the device
+        // is the run's alone), for the controller's growth test.
+        self.steer(usage, usage + orig.unwrap_or(0), total_us);
         Sample {
             charged_bytes: usage,
             outside_bytes: used.unwrap_or(0),
@@ -94,7 +96,7 @@ impl MemoryProbe for SenpaiProbe<'_> {
 }
 
 impl SenpaiProbe<'_> {
-    fn steer(&self, usage: u64, total_us: Option<u64>) {
+    fn steer(&self, usage: u64, footprint: u64, total_us: Option<u64>) {
         let mut state = self.state.borrow_mut();
         let stall_us = match (state.last_total_us, total_us) {
             (Some(last), Some(now)) => now.saturating_sub(last),
@@ -104,8 +106,12 @@ impl SenpaiProbe<'_> {
         let tick = Tick {
             now_ns: self.start.elapsed().as_nanos() as u64,
             stall_ns: stall_us * 1000,
+            // The kernel's memory pressure counts a swap-in as a stall only for a page of
+            // the workingset: all of it is the thrashing the controller raises for.
+            thrash_ns: stall_us * 1000,
             members: 1,
             used: usage,
+            footprint,
             floor: 0,
         };
         let budget = state.controller.tick(tick);

@@ -129,8 +129,10 @@ struct State {
     view_due: bool,
     /// `--budget auto`'s controller.
     auto: Option<runstat::auto::Controller>,
-    /// Fault stall the members reported since the last tick, summed.
+    /// Fault stall the members reported since the last tick, summed (`budget_stall`).
     stall_pending_ns: u64,
+    /// Of that, on thrashing faults.
+    thrash_pending_ns: u64,
     /// `--plot`'s points.
     recording: Option<Recording>,
     /// When the broker started.
@@ -167,6 +169,7 @@ impl Broker {
             view_due: true,
             auto: None,
             stall_pending_ns: 0,
+            thrash_pending_ns: 0,
             recording: None,
             started: Instant::now(),
         };
@@ -309,6 +312,8 @@ impl State {
             (Ok(Message::Report(report)), true) => {
                 let Some(m) = self.conns[i].member.as_mut() else { return };
                 self.stall_pending_ns += budget_stall(m.report.as_ref(), &report);
+                let thrash_before = m.report.as_ref().map_or(0, |r| r.thrash_ns);
+                self.thrash_pending_ns += report.thrash_ns.saturating_sub(thrash_before);
                 m.report = Some(report);
                 let sample = Sample {
                     held: report.held,
@@ -448,7 +453,8 @@ impl State {
         self.scan();
         self.forget();
         let stall_ns = std::mem::take(&mut self.stall_pending_ns);
-        self.steer(stall_ns);
+        let thrash_ns = std::mem::take(&mut self.thrash_pending_ns);
+        self.steer(stall_ns, thrash_ns);
         self.record(stall_ns);
         let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         if outcome.overcommitted {
@@ -471,16 +477,19 @@ impl State {
 
     /// `--budget auto`: the controller sets the tree's budget from the members' fault
     /// stall (runstat's `auto`). A change of a tenth or more rewrites the tree file at once.
-    fn steer(&mut self, stall_ns: u64) {
+    fn steer(&mut self, stall_ns: u64, thrash_ns: u64) {
         let Some(auto) = self.auto.as_mut() else { return };
         let reports = || self.conns.iter().filter_map(|c| c.member.as_ref()?.report);
         let charged: u64 = reports().map(|r| r.charged).sum();
+        let held: u64 = reports().map(|r| r.resident + r.swapped).sum();
         let floors = self.policy.outcome().floors;
         let tick = runstat::auto::Tick {
             now_ns: self.started.elapsed().as_nanos() as u64,
             stall_ns,
+            thrash_ns,
             members: reports().count() as u32,
             used: charged + self.unmanaged_now,
+            footprint: held + self.unmanaged_now,
             floor: floors + self.unmanaged_now,
         };
         let before = self.settings.budget_bytes;
