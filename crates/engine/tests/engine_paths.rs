@@ -592,6 +592,23 @@ fn a_pool_beside_the_budget_is_not_charged_to_it() {
     );
 }
 
+/// 1024 pages written through a 64-page budget by a source without access bits.
+fn written_without_access_bits() -> (engine::Engine, std::sync::Arc<MemorySource>) {
+    let source = MemorySource::new(common::BASE, 1024).without_access_bits();
+    let (engine, source) = setup_with(source, config(64), 1024);
+    for page in 0..1024 {
+        source.write(&engine, addr(page), &content(page, 1)).unwrap();
+    }
+    (engine, source)
+}
+
+/// Reads `page` and checks it holds what [`written_without_access_bits`] wrote.
+fn read_checked(engine: &engine::Engine, source: &MemorySource, page: u64) {
+    let mut buf = vec![0u8; PAGE];
+    source.read(engine, addr(page), &mut buf).unwrap();
+    assert_eq!(buf, content(page, 1), "page {page}");
+}
+
 /// Refaults activate without access bits. Under userfaultfd reclaim sees no access to a
 /// resident page, so none is activated by scanning and the active list stays empty; a
 /// page that comes back within a resident set's worth of evictions must still start
@@ -599,21 +616,13 @@ fn a_pool_beside_the_budget_is_not_charged_to_it() {
 /// list), or reclaim is first in, first out and a hot page goes as soon as a cold one.
 #[test]
 fn quick_refaults_activate_without_access_bits() {
-    let source = MemorySource::new(common::BASE, 1024).without_access_bits();
-    let (engine, source) = setup_with(source, config(64), 1024);
-    for page in 0..1024 {
-        source.write(&engine, addr(page), &content(page, 1)).unwrap();
-    }
-    let mut buf = vec![0u8; PAGE];
+    let (engine, source) = written_without_access_bits();
     // Eight hot pages read in turn, a cold page between each two: without access bits a hot
     // page is evicted when it reaches the tail, and refaults a few evictions later.
     for round in 0..40 {
         for hot in 0..8 {
-            source.read(&engine, addr(hot), &mut buf).unwrap();
-            assert_eq!(buf, content(hot, 1), "hot page {hot}");
-            let cold = 100 + round * 8 + hot;
-            source.read(&engine, addr(cold), &mut buf).unwrap();
-            assert_eq!(buf, content(cold, 1), "cold page {cold}");
+            read_checked(&engine, &source, hot);
+            read_checked(&engine, &source, 100 + round * 8 + hot);
         }
     }
     engine.check_invariants();
@@ -631,16 +640,10 @@ fn quick_refaults_activate_without_access_bits() {
 /// handler reads around a fault ([`engine::Engine::thrash_refaults`]).
 #[test]
 fn a_used_page_pushed_out_again_thrashes_and_a_first_refault_does_not() {
-    let source = MemorySource::new(common::BASE, 1024).without_access_bits();
-    let (engine, source) = setup_with(source, config(64), 1024);
-    for page in 0..1024 {
-        source.write(&engine, addr(page), &content(page, 1)).unwrap();
-    }
-    let mut buf = vec![0u8; PAGE];
+    let (engine, source) = written_without_access_bits();
     // Each page read once, long after its eviction: learning only.
     for page in 100..400 {
-        source.read(&engine, addr(page), &mut buf).unwrap();
-        assert_eq!(buf, content(page, 1), "page {page}");
+        read_checked(&engine, &source, page);
     }
     assert_eq!(engine.thrash_refaults(), 0, "{}", engine.stats().to_vmstat());
     // A hot set of 32 pages, more than half the LRU, read in turn with a cold page after
@@ -649,12 +652,9 @@ fn a_used_page_pushed_out_again_thrashes_and_a_first_refault_does_not() {
     // stays active: nothing thrashes.)
     for round in 0..40 {
         for hot in 0..32 {
-            source.read(&engine, addr(hot), &mut buf).unwrap();
-            assert_eq!(buf, content(hot, 1), "hot page {hot}");
+            read_checked(&engine, &source, hot);
             if hot % 2 == 0 {
-                let cold = 400 + (round * 32 + hot) % 600;
-                source.read(&engine, addr(cold), &mut buf).unwrap();
-                assert_eq!(buf, content(cold, 1), "cold page {cold}");
+                read_checked(&engine, &source, 400 + (round * 32 + hot) % 600);
             }
         }
     }

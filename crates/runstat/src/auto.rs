@@ -387,24 +387,23 @@ mod tests {
     }
 
     /// Drives `c` for `ticks` ticks from `*now`, the program stalling `stall` of each
-    /// tick, using `used` (or the budget, if less).
+    /// tick (all of it thrashing), holding `used` and using it (or the budget, if less).
     fn run(c: &mut Controller, now: &mut u64, ticks: u32, stall: f64, used: u64) -> u64 {
         for _ in 0..ticks {
-            *now += TICK_NS;
-            let footprint = used;
-            let used = used.min(c.budget());
-            let stall_ns = (stall * TICK_NS as f64) as u64;
-            c.tick(Tick {
-                now_ns: *now,
-                stall_ns,
-                thrash_ns: stall_ns,
-                members: 1,
-                used,
-                footprint,
-                floor: 12 * MIB,
-            });
+            let charged = used.min(c.budget());
+            step(c, now, (stall, stall), charged, used);
         }
         c.budget()
+    }
+
+    /// One tick of one member: `(stall, thrashing stall)` as shares of the tick, what it
+    /// uses and what it holds.
+    fn step(c: &mut Controller, now: &mut u64, stall: (f64, f64), used: u64, footprint: u64) {
+        *now += TICK_NS;
+        let ns = |share: f64| (share * TICK_NS as f64) as u64;
+        let (stall_ns, thrash_ns) = (ns(stall.0), ns(stall.1));
+        let floor = 12 * MIB;
+        c.tick(Tick { now_ns: *now, stall_ns, thrash_ns, members: 1, used, footprint, floor });
     }
 
     #[test]
@@ -490,36 +489,13 @@ mod tests {
         assert!(raised > low && raised <= low + low / 4 + RAISE_MIN, "{low} -> {raised}");
         // It keeps stalling for five seconds while using only a little more.
         for _ in 0..100 {
-            now += TICK_NS;
-            let used = low + 2 * MIB;
-            let stall_ns = TICK_NS / 2;
-            let thrash_ns = stall_ns;
-            c.tick(Tick {
-                now_ns: now,
-                stall_ns,
-                thrash_ns,
-                members: 1,
-                used,
-                footprint: used,
-                floor: 12 * MIB,
-            });
+            step(&mut c, &mut now, (0.5, 0.5), low + 2 * MIB, low + 2 * MIB);
         }
         assert_eq!(c.budget(), raised);
         assert_eq!(c.reason(), Reason::Held);
         // Once it fills the room and still stalls, it is raised again.
         for _ in 0..5 {
-            now += TICK_NS;
-            let used = raised;
-            let (stall_ns, thrash_ns) = (TICK_NS / 2, TICK_NS / 2);
-            c.tick(Tick {
-                now_ns: now,
-                stall_ns,
-                thrash_ns,
-                members: 1,
-                used,
-                footprint: used,
-                floor: 0,
-            });
+            step(&mut c, &mut now, (0.5, 0.5), raised, raised);
         }
         assert!(c.budget() > raised, "{raised} -> {}", c.budget());
         // Pressing and stalling for five seconds: never past twice what it uses.
@@ -540,19 +516,8 @@ mod tests {
         let held = c.budget();
         let mut footprint = 64 * MIB;
         for _ in 0..40 {
-            now += TICK_NS;
             footprint += 4 * MIB;
-            let used = held;
-            let (stall_ns, thrash_ns) = (0, 0);
-            c.tick(Tick {
-                now_ns: now,
-                stall_ns,
-                thrash_ns,
-                members: 1,
-                used,
-                footprint,
-                floor: 0,
-            });
+            step(&mut c, &mut now, (0.0, 0.0), held, footprint);
         }
         assert_eq!(c.reason(), Reason::Growing);
         assert!(c.budget() >= footprint, "{held} -> {} under {footprint}", c.budget());
@@ -564,17 +529,8 @@ mod tests {
         let mut now = 0;
         let mut used = 10 * MIB;
         for _ in 0..200 {
-            now += TICK_NS;
             used += 4 * MIB; // 80 MiB a second
-            c.tick(Tick {
-                now_ns: now,
-                stall_ns: 0,
-                thrash_ns: 0,
-                members: 1,
-                used,
-                footprint: used,
-                floor: 12 * MIB,
-            });
+            step(&mut c, &mut now, (0.0, 0.0), used, used);
             assert!(c.budget() >= used, "{} under {used}", c.budget());
         }
         assert_eq!(c.reason(), Reason::Growing);
@@ -596,19 +552,8 @@ mod tests {
         let lowered = c.budget();
         assert!(lowered < 400 * MIB, "{lowered}");
         let tick = |c: &mut Controller, now: &mut u64, stall: f64, thrash: f64| {
-            *now += TICK_NS;
-            let (stall_ns, thrash_ns) =
-                ((stall * TICK_NS as f64) as u64, (thrash * TICK_NS as f64) as u64);
             let used = c.budget();
-            c.tick(Tick {
-                now_ns: *now,
-                stall_ns,
-                thrash_ns,
-                members: 1,
-                used,
-                footprint: used,
-                floor: 0,
-            })
+            step(c, now, (stall, thrash), used, used);
         };
         // Learning refaults at 5% of the time for most of a second: held, not raised.
         for _ in 0..18 {
