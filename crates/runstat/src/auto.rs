@@ -218,6 +218,9 @@ pub struct Controller {
     last_ns: Option<u64>,
     last_raise_ns: Option<u64>,
     last_lower_ns: Option<u64>,
+    /// The first tick's time, and the stall per member summed since.
+    first_ns: Option<u64>,
+    stall_sum_ns: f64,
     reason: Reason,
     /// Figures for the summary.
     pub figures: Figures,
@@ -238,6 +241,9 @@ pub struct Figures {
     pub loss_ppm: u64,
     /// The highest loss over a window, parts per million.
     pub loss_peak_ppm: u64,
+    /// The loss over the whole run so far (stall per member over the time since the first
+    /// tick), parts per million.
+    pub loss_run_ppm: u64,
 }
 
 impl Controller {
@@ -251,6 +257,8 @@ impl Controller {
             last_ns: None,
             last_raise_ns: None,
             last_lower_ns: None,
+            first_ns: None,
+            stall_sum_ns: 0.0,
             reason: Reason::Starting,
             figures: Figures { min_bytes: ceiling, max_bytes: ceiling, ..Figures::default() },
         }
@@ -301,6 +309,10 @@ impl Controller {
     /// One tick (module essay); returns the budget to divide.
     pub fn tick(&mut self, tick: Tick) -> u64 {
         let dt = self.last_ns.map_or(0, |last| tick.now_ns.saturating_sub(last));
+        let first_ns = *self.first_ns.get_or_insert(tick.now_ns);
+        if tick.now_ns > first_ns {
+            self.stall_sum_ns += tick.stall_ns as f64 / f64::from(tick.members.max(1));
+        }
         self.last_ns = Some(tick.now_ns);
         let thrash_ns = tick.thrash_ns.min(tick.stall_ns);
         let sample = (tick.now_ns, tick.stall_ns, thrash_ns, tick.members, tick.footprint);
@@ -370,6 +382,10 @@ impl Controller {
         f.loss_ppm = (loss * 1e6) as u64;
         if spanned {
             f.loss_peak_ppm = f.loss_peak_ppm.max(f.loss_ppm);
+        }
+        let run_ns = tick.now_ns.saturating_sub(first_ns);
+        if run_ns > 0 {
+            f.loss_run_ppm = (self.stall_sum_ns / run_ns as f64 * 1e6) as u64;
         }
         self.budget
     }
@@ -576,6 +592,21 @@ mod tests {
             tick(&mut c, &mut now, 0.05, 0.0);
         }
         assert!(c.figures.raises >= 1, "{:?}", c.figures);
+    }
+
+    /// The summary's loss is the whole run's, not the last second's (a program's exit
+    /// faults its memory back to free it: its last second says little of the run).
+    #[test]
+    fn the_run_loss_averages_every_tick() {
+        let mut c = Controller::new(spec(1.0), 1 << 30);
+        let mut now = 0;
+        run(&mut c, &mut now, 100, 0.02, 100 * MIB);
+        run(&mut c, &mut now, 100, 0.0, 100 * MIB);
+        run(&mut c, &mut now, 20, 0.8, 100 * MIB);
+        let run_ppm = c.figures.loss_run_ppm as f64;
+        // (100 x 2% + 20 x 80%) / 219 ticks after the first: 8.2%.
+        assert!((run_ppm - 82_200.0).abs() < 1_000.0, "{run_ppm}");
+        assert!(c.figures.loss_ppm > 700_000, "{:?}", c.figures);
     }
 
     #[test]

@@ -131,7 +131,9 @@ pub fn lines(ending: &Ending, view: &TreeView, files: &Files, verbose: bool) -> 
 
 /// `--budget auto`'s line: where the budget went, the tree's mean resident memory against
 /// what it would have held (its sampled peak of resident and paged-out memory), and the
-/// time lost to faults against the target.
+/// time lost to faults against the target: over the whole run, and in its worst second (the
+/// last second would often be the program's exit, which faults its memory back to free
+/// it).
 fn auto_line(view: &TreeView) -> Option<String> {
     let target = view.get("auto_target_ppm");
     if target == 0 {
@@ -143,14 +145,13 @@ fn auto_line(view: &TreeView) -> Option<String> {
     let percent = |ppm: u64| ppm as f64 / 1e4;
     Some(format!(
         "budget auto: from {} to {} (mean {}), mean resident {} of {} held at most; faults \
-         cost {:.2}% of the run in its last second, {:.2}% at most (target {}%), raised {} \
-         times",
+         cost {:.2}% of the run, {:.2}% in its worst second (target {}%), raised {} times",
         size(view.get("budget_ceiling_bytes")),
         size(view.get("budget_min_bytes")),
         size(mean_budget),
         size(mean_resident),
         size(view.get("footprint_peak_bytes")),
-        percent(view.get("auto_loss_ppm")),
+        percent(view.get("auto_loss_run_ppm")),
         percent(view.get("auto_loss_peak_ppm")),
         percent(target),
         view.get("auto_raises"),

@@ -505,6 +505,7 @@ impl State {
             ("auto_lowers", f.lowers),
             ("auto_loss_ppm", f.loss_ppm),
             ("auto_loss_peak_ppm", f.loss_peak_ppm),
+            ("auto_loss_run_ppm", f.loss_run_ppm),
             ("budget_min_bytes", f.min_bytes),
             ("budget_max_bytes", f.max_bytes),
             ("budget_ceiling_bytes", auto.ceiling()),
