@@ -6,8 +6,9 @@
 //!        |  resident  ~~~~~~~~~~~~~~~~~        (the tree's resident memory, as the broker
 //!        +------------------------> s           charges it)
 //!   %    ^  fault stall  _/\__/\___            (fault stall of refaulted pages per member
-//!        |  target     - - - - - - -            over the last second, as a share of it:
-//!        +------------------------> s           --budget auto's loss)
+//!        |  thrashing    __/\______            over the last second, as a share of it:
+//!        |  target     - - - - - - -            --budget auto's loss; of it, the stall on
+//!        +------------------------> s           thrashing faults, what raises the budget)
 //! ```
 //!
 //! The broker adds a point every tick. The stall is drawn as the controller sees it, over
@@ -36,11 +37,15 @@ pub struct Point {
     pub span_ns: u64,
     /// Fault stall of refaulted pages reported in it, summed over the members.
     pub stall_ns: u64,
+    /// Of that, on thrashing faults (runstat's `auto` module essay).
+    pub thrash_ns: u64,
     /// The most members that reported in it.
     pub members: u32,
     /// The share of the time each member lost to faults over the window that ends with
     /// it (a mean over the point, once merged); set by [`Recording::push`].
     pub loss: f64,
+    /// The same, of the thrashing stall.
+    pub thrash_loss: f64,
     /// The budget at its end.
     pub budget_bytes: u64,
     /// The tree's resident memory at its end.
@@ -51,13 +56,22 @@ impl Point {
     /// `self` followed by `later`, as one point.
     fn merge(self, later: Point) -> Point {
         let span_ns = self.span_ns + later.span_ns;
-        let weighted = self.loss * self.span_ns as f64 + later.loss * later.span_ns as f64;
+        let mean = |a: f64, b: f64| {
+            let weighted = a * self.span_ns as f64 + b * later.span_ns as f64;
+            if span_ns == 0 {
+                b
+            } else {
+                weighted / span_ns as f64
+            }
+        };
         Point {
             end_ns: later.end_ns,
             span_ns,
             stall_ns: self.stall_ns + later.stall_ns,
+            thrash_ns: self.thrash_ns + later.thrash_ns,
             members: self.members.max(later.members),
-            loss: if span_ns == 0 { later.loss } else { weighted / span_ns as f64 },
+            loss: mean(self.loss, later.loss),
+            thrash_loss: mean(self.thrash_loss, later.thrash_loss),
             ..later
         }
     }
@@ -67,8 +81,9 @@ impl Point {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recording {
     points: Vec<Point>,
-    /// The stall of the last [`WINDOW_NS`]: (end, stall) of each tick in it.
-    window: std::collections::VecDeque<(u64, u64)>,
+    /// The stall of the last [`WINDOW_NS`]: (end, stall, thrashing stall) of each tick in
+    /// it.
+    window: std::collections::VecDeque<(u64, u64, u64)>,
     /// `--budget auto`'s target, percent, drawn as a line.
     pub target_percent: Option<f64>,
 }
@@ -84,13 +99,16 @@ impl Recording {
     pub fn push(&mut self, mut point: Point) {
         let last_end = self.points.last().map_or(0, |p| p.end_ns);
         point.span_ns = point.end_ns.saturating_sub(last_end);
-        self.window.push_back((point.end_ns, point.stall_ns));
-        while self.window.front().is_some_and(|&(end, _)| end + WINDOW_NS <= point.end_ns) {
+        self.window.push_back((point.end_ns, point.stall_ns, point.thrash_ns));
+        while self.window.front().is_some_and(|&(end, ..)| end + WINDOW_NS <= point.end_ns) {
             self.window.pop_front();
         }
-        let stall: u64 = self.window.iter().map(|&(_, stall)| stall).sum();
-        let span = WINDOW_NS.min(point.end_ns).max(1);
-        point.loss = stall as f64 / (span as f64 * f64::from(point.members.max(1)));
+        let stall: u64 = self.window.iter().map(|&(_, stall, _)| stall).sum();
+        let thrash: u64 = self.window.iter().map(|&(.., thrash)| thrash).sum();
+        let per_member =
+            WINDOW_NS.min(point.end_ns).max(1) as f64 * f64::from(point.members.max(1));
+        point.loss = stall as f64 / per_member;
+        point.thrash_loss = thrash as f64 / per_member;
         if self.points.len() == POINTS_MAX {
             let pairs = self.points.chunks(2);
             let merged = pairs.filter_map(|pair| pair.iter().copied().reduce(Point::merge));
@@ -134,6 +152,7 @@ impl Recording {
             series: vec![line("fault stall", &|p| 100.0 * p.loss)],
         };
         if let Some(target) = self.target_percent {
+            stall.series.push(line("thrashing", &|p| 100.0 * p.thrash_loss));
             stall.series.push(line("target", &|_| target));
         }
         [memory, stall]
@@ -155,6 +174,7 @@ mod tests {
         Point {
             end_ns: end_ms * MS,
             stall_ns: stall_ms * MS,
+            thrash_ns: stall_ms / 2 * MS,
             members: 1,
             budget_bytes: budget_mib << 20,
             resident_bytes: (budget_mib - 1) << 20,
@@ -171,6 +191,7 @@ mod tests {
         r.push(Point { members: 2, ..point(1000, 100, 90) });
         assert_eq!(r.points()[1].span_ns, 950 * MS);
         assert!((r.points()[1].loss - 0.05).abs() < 1e-12, "{}", r.points()[1].loss);
+        assert!((r.points()[1].thrash_loss - 0.025).abs() < 1e-12, "half of it thrashing");
         r.push(Point { members: 2, ..point(1050, 0, 90) });
         assert!((r.points()[2].loss - 0.05).abs() < 1e-12, "still in the window");
         r.push(Point { members: 2, ..point(2050, 0, 90) });
@@ -190,6 +211,8 @@ mod tests {
         assert_eq!(span, n * 50 * MS, "every stretch of time is in one point");
         let stall: u64 = points.iter().map(|p| p.stall_ns).sum();
         assert_eq!(stall, (1..=n).map(|i| i % 3).sum::<u64>() * MS, "and all the stall");
+        let thrash: u64 = points.iter().map(|p| p.thrash_ns).sum();
+        assert_eq!(thrash, (1..=n).map(|i| i % 3 / 2).sum::<u64>() * MS, "and the thrashing");
         assert!(points.windows(2).all(|w| w[0].end_ns < w[1].end_ns));
         assert_eq!(points.last().unwrap().end_ns, n * 50 * MS);
     }
@@ -203,10 +226,10 @@ mod tests {
         let svg = r.render("python3 <demo>");
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.contains("python3 &lt;demo&gt;: budget and resident memory"));
-        for name in ["budget", "resident", "fault stall", "target"] {
+        for name in ["budget", "resident", "fault stall", "thrashing", "target"] {
             assert!(svg.contains(&format!(">{name}</text>")), "{name}");
         }
-        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert_eq!(svg.matches("<polyline").count(), 5);
         let budget = svg.lines().find(|l| l.starts_with("<polyline")).unwrap();
         assert_eq!(budget.split("points=\"").nth(1).unwrap().split_whitespace().count(), 40);
         assert_eq!(crate::svg::check_well_formed(&svg), Ok(()));

@@ -455,7 +455,7 @@ impl State {
         let stall_ns = std::mem::take(&mut self.stall_pending_ns);
         let thrash_ns = std::mem::take(&mut self.thrash_pending_ns);
         self.steer(stall_ns, thrash_ns);
-        self.record(stall_ns);
+        self.record(stall_ns, thrash_ns);
         let outcome = self.policy.rebalance(self.settings.budget_bytes, self.unmanaged_now);
         if outcome.overcommitted {
             *self.figures.entry("overcommitted_ticks").or_insert(0) += 1;
@@ -519,13 +519,14 @@ impl State {
     }
 
     /// `--plot`: one point of the budget, the tree's resident memory and the stall.
-    fn record(&mut self, stall_ns: u64) {
+    fn record(&mut self, stall_ns: u64, thrash_ns: u64) {
         let Some(recording) = self.recording.as_mut() else { return };
         let members =
             self.conns.iter().filter(|c| c.member.as_ref().is_some_and(|m| m.report.is_some()));
         recording.push(Point {
             end_ns: self.started.elapsed().as_nanos() as u64,
             stall_ns,
+            thrash_ns,
             members: members.count() as u32,
             budget_bytes: self.settings.budget_bytes,
             resident_bytes: self.figures.get("now_bytes").copied().unwrap_or(0),
