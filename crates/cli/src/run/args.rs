@@ -34,7 +34,8 @@ pub struct RunArgs {
     ///
     /// Resident pages and the compressed pool of every process of the tree together.
     /// `auto[:TARGET][,max=SIZE]` lowers it while faults cost the programs under TARGET
-    /// percent of their run (default 1) and raises it at once when they cost more, never
+    /// percent of their run (default 1) and they are not growing, and raises it when pages
+    /// they use are pushed out again or the loss outlasts a lowering by a second, never
     /// above SIZE (default: the default budget). The default is half of what the memory
     /// cgroup has left under its limit where one is set, else half of MemAvailable.
     #[arg(long, value_name = "SIZE|auto")]
