@@ -57,12 +57,10 @@
 //!   time in faults for seconds after its build. While it grows the budget is at least what it
 //!   held at its members' last reports (a budget lowered in a pause before the growth would
 //!   otherwise hold the whole build in a few MiB); lowering starts when the growth stops,
-//!   from what the tree then uses. The reports come once a second, so the budget trails the
-//!   growth by up to a second: the oldest pages go at the pace it grows, and the hot among
-//!   them come back while it still builds. A budget a window's growth ahead kept the build
-//!   whole and moved all that learning into the serving: pyservice served 1.27-1.43x slower
-//!   than alone, against 1.12-1.25x (`uswap bench auto --repeat 3`). No decision is taken
-//!   before a whole window: a growth shows only between two reports.
+//!   from what the tree then uses. A growth from the start keeps the budget at its ceiling.
+//!   One that follows a lowering has the budget trail it by up to a report's age (once a
+//!   second): the oldest pages go as it grows. No decision is taken before a whole window:
+//!   a growth shows only between two reports.
 //! - **The floor** is what the broker's policy needs to keep every member making progress
 //!   (the members' floors: their memory that cannot be paged out plus 2 MiB each, at least
 //!   4 MiB each) plus the tree's unmanaged memory, and at least [`FLOOR_MIN`]. The
@@ -356,9 +354,8 @@ impl Controller {
                 Reason::Raised
             }
         } else if growing {
-            // Room for what it held at its members' last reports (up to a second old): the
-            // oldest pages go at the pace it grows, and the hot among them come back while
-            // it still builds (module essay).
+            // Room for what it held at its members' last reports, up to a second old
+            // (module essay).
             budget = budget.max(tick.footprint.saturating_add(RAISE_MIN));
             Reason::Growing
         } else if loss < self.target / 2.0 && since_raise.is_none_or(|s| s >= SETTLE_NS) {
