@@ -37,10 +37,9 @@
 //!   would hold the second raise of a phase that needs its memory back.
 //! - **Raised for thrashing, or a loss that outlasts the lowering, and only a tree at its budget.**
 //!   Without access bits the engine learns that a page is used by paging it out and seeing it come
-//!   back: the first refault of a page evicted from the inactive list. Every lowering causes some
-//!   (a fifth of what a Python service with a hot fifth pages out), and raising the budget for them
-//!   gave the room back at once: the budget went down and up every two seconds and the service ran
-//!   1.3x slower for it. A refault of a page that had been active (it came back once already) is
+//!   back: the first refault of a page evicted from the inactive list. Every lowering causes some,
+//!   and raising the budget for them would give the room back at once, so the budget would only
+//!   go down and up. A refault of a page that had been active (it came back once already) is
 //!   thrashing: a page known to be used was pushed out, and that is what a raise saves (the
 //!   kernel's pressure measure makes the same cut, it counts a swap-in as a memory stall only for a
 //!   page of the workingset). The learning faults still count in the loss that gates lowering, so
@@ -53,8 +52,7 @@
 //!   more than [`GROWING`] in a window (a build, a load, a cache fill), its first touches cost no
 //!   faults, so a loss-driven controller would lower the budget just under the growth and page out
 //!   everything as it is written, the parts that will be hot with the rest. Each of those comes
-//!   back by a fault later, when the program serves: that debt took a Python service to 76% of its
-//!   time in faults for seconds after its build. While it grows the budget is at least what it
+//!   back by a fault later, when the program serves. While it grows the budget is at least what it
 //!   held at its members' last reports (a budget lowered in a pause before the growth would
 //!   otherwise hold the whole build in a few MiB); lowering starts when the growth stops,
 //!   from what the tree then uses. A growth from the start keeps the budget at its ceiling.
