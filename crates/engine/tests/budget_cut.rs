@@ -14,7 +14,7 @@ const PAGES: u64 = 8192;
 
 /// The budget of a forked child given its first share: the pool full of entries stored
 /// since its last writeback pass (every one referenced), within its new limit after the
-/// first passes, and the outside charge taking nine tenths of the budget. What the budget
+/// first passes, and the outside charge taking four fifths of the budget. What the budget
 /// lacks is then in the pool alone: a shrinker that stopped at the pool's own limit, or
 /// at a pass that only cleared referenced bits, left the charge over the budget for good,
 /// and each page a fault brought in was the reclaimer's next victim.
@@ -31,10 +31,16 @@ fn a_budget_cut_under_an_outside_charge_is_met_by_the_pools_writeback() {
         for page in 0..PAGES {
             source.write(&engine, addr(page), &content(page, 1)).unwrap();
         }
-        let pool = engine.stats().gauges.pool_bytes;
-        assert!(pool > 512 * PAGE_BYTES, "{background_reclaim}: the pool holds {pool} bytes");
         let budget = 1024 * PAGE_BYTES;
-        engine.set_outside_room(budget / 10);
+        // The room the outside charge leaves holds the working floor (a sixteenth of the
+        // budget) and the pool's fixed bytes, so the charge can come under the budget with
+        // the floor resident (in a tenth those two alone may not fit, and reclaim then
+        // rightly stops at the floor, over the budget).
+        let room = budget / 5;
+        let pool = engine.stats().gauges.pool_bytes;
+        assert!(pool > 2 * room, "{background_reclaim}: the pool holds {pool} bytes");
+        let written_back = engine.stats().counters.zswpwb;
+        engine.set_outside_room(room);
         engine.set_budget(budget).unwrap();
         engine.set_outside_charge(budget);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -56,7 +62,8 @@ fn a_budget_cut_under_an_outside_charge_is_met_by_the_pools_writeback() {
                 next += 1;
             }
         }
-        assert!(engine.stats().counters.zswpwb > 0, "{background_reclaim}");
+        // The pool wrote back after the cut, not only while it filled.
+        assert!(engine.stats().counters.zswpwb > written_back, "{background_reclaim}");
         check_pages(&engine, &source, 0..PAGES, 1);
         engine.check_invariants();
     }

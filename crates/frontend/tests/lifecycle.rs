@@ -556,8 +556,12 @@ fn refused_page_out(how: Refusal) {
         let intact = page_is(&pages[..PAGE_SIZE], (folio * 16) as u64, 4);
         assert!(intact, "folio {folio}: page 0 came back intact");
     }
-    // The queued copy-on-write breaks make the folios movable.
-    assert_eq!(region.pageout(0, region.len()).unwrap(), (how.folios * 16) as u64);
+    // The queued copy-on-write breaks make the folios movable: every page goes out. A
+    // page may go out twice: the breaker thread's populate, racing the first pass, faults
+    // back in a page of its range the pass had just taken.
+    let paged = region.pageout(0, region.len()).unwrap();
+    let resident = swap.stats().unwrap().engine.gauges.resident_pages;
+    assert!(paged >= (how.folios * 16) as u64 && resident == 0, "{paged} out, {resident} in");
     // SAFETY: close the pipe ends we own; the child sees EOF and exits.
     unsafe {
         libc::close(pipe[1]);
