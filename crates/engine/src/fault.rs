@@ -321,6 +321,9 @@ impl Core {
                 // page by page while it was being read, a fault and two switches a page.
                 if order == 0 && region.managed() {
                     self.readahead(region, index);
+                    if self.storage.zeromap.test(entry.offset()) {
+                        self.zero_around(region, index);
+                    }
                 }
                 let in_place = (region.managed() && region.source().fills_in_place())
                     .then(|| self.swapin_in_place(at, &folio, shadow))

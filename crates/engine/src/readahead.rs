@@ -60,6 +60,26 @@ impl Core {
         }
     }
 
+    /// After a fault on a zero-map page at `index` (order 0): maps the zero page over the
+    /// other zero-map pages of its aligned block of 2^`folio_order` pages, the large folio
+    /// it was most likely paged out in, so that their reads do not fault one by one. They
+    /// go in write-protected and uncharged, so no budget check: a write makes a page
+    /// resident as any zero page's does. Only where the source protects zero pages
+    /// (charged, they would push out pages that hold data).
+    pub(crate) fn zero_around(&self, region: &Region, index: u64) {
+        let block = 1u64 << self.config.folio_order;
+        if block == 1 || !crate::fault::protects_zero(region) {
+            return;
+        }
+        let first = index & !(block - 1);
+        let end = (first + block).min(region.nr_pages());
+        for neighbour in (first..end).filter(|&i| i != index) {
+            if self.swapin_one(region, neighbour, true) == Ahead::Read {
+                Stats::add(&self.stats.counters.zero_around, 1);
+            }
+        }
+    }
+
     /// Swaps in one page for readahead if it is swapped, order 0, nobody is on it, and the
     /// budget has room above min; passes over a page that is mapped or untouched.
     fn readahead_one(&self, region: &Region, index: u64) -> Ahead {
@@ -67,6 +87,12 @@ impl Core {
         if self.budget.pressure(self.pool_charge(), 2 * PAGE) >= Pressure::BelowMin {
             return Ahead::Stop;
         }
+        self.swapin_one(region, index, false)
+    }
+
+    /// Swaps in page `index` without a fault if it is swapped, order 0 (and, if
+    /// `zero_only`, a zero-map page), and nobody is on it.
+    fn swapin_one(&self, region: &Region, index: u64, zero_only: bool) -> Ahead {
         let found = region.lock_span(index).lookup(index);
         let (first, entry) = match found {
             Some(Found { order: 0, pte: Pte::Swap(entry), first }) => (first, entry),
@@ -75,6 +101,9 @@ impl Core {
             // A large swapped folio: its own fault takes it whole.
             Some(_) => return Ahead::Stop,
         };
+        if zero_only && !self.storage.zeromap.test(entry.offset()) {
+            return Ahead::Passed;
+        }
         let folio = Folio::new_locked(entry.offset(), 0);
         let device = &self.storage.device;
         let pin = || device.try_pin_cache_range(entry, 1).is_ok();

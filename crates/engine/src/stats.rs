@@ -63,6 +63,9 @@ counters::table! {
             zero_mapped_written,
             /// Of `zero_mapped`, pages of folios paged out as zero and mapped straight back so.
             zero_remapped,
+            /// Of `zero_mapped`, zero-map pages mapped so around a fault on one of them: the
+            /// rest of the zero pages of its old large folio, whose reads then do not fault.
+            zero_around,
             /// Faults whose swap entry changed under them (re-validation after an unlock failed).
             swapin_raced,
             /// Faults that waited on a folio another thread was reading or writing.

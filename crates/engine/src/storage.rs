@@ -1,11 +1,12 @@
 //! Where a swapped-out folio's data goes, tier by tier: the zero map, the compressed pool,
 //! the swap device's backend (ARCHITECTURE.md, page-out step 5 and page-in step 3).
 //!
-//! Write order, per folio: a zero check of the whole folio (the last word of each page
-//! first); all zero → set the zero-map bits and store nothing. Otherwise clear the bits
-//! *first* (a stale bit must never survive a non-zero write), then offer every page to the
-//! pool; if the pool takes them all, done; if it refuses any, drop the pages it took (a
-//! failed store invalidates every older copy) and write the folio to the backend.
+//! Write order, per folio: a zero check of each page (the last word of each first); all
+//! zero → set the zero-map bits and store nothing. Otherwise clear the bits *first* (a
+//! stale bit must never survive a non-zero write), then offer every non-zero page to the
+//! pool; if the pool takes them all, set the zero pages' bits, done; if it refuses any,
+//! drop the pages it took (a failed store invalidates every older copy) and write the whole
+//! folio to the backend.
 //!
 //! Read order, per page: zero-map bit → zeros; the pool holds it → decompress; else the
 //! backend. A failure anywhere is an error for the whole read: the caller never maps a folio
@@ -20,7 +21,7 @@
 
 use crate::stats::Stats;
 use crate::zeromap::{is_zero_filled, ZeroMap};
-use crate::PAGE_SIZE;
+use crate::{MAX_ORDER, PAGE_SIZE};
 use slots::{SlotFreeHook, SwapDevice, SwapEntry};
 use std::sync::Arc;
 use zswap::{Reject, Zswap};
@@ -77,14 +78,29 @@ impl Storage {
     ) -> Result<Tier, String> {
         let nr = (data.len() / PAGE_SIZE) as u64;
         let c = &stats.counters;
-        if data.chunks(PAGE_SIZE).all(is_zero_filled) {
+        // One bit a page, in words of 64: a folio has at most 2^MAX_ORDER pages.
+        let mut zero = [0u64; (1 << MAX_ORDER) / 64];
+        for (i, page) in data.chunks(PAGE_SIZE).enumerate() {
+            if is_zero_filled(page) {
+                zero[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let is_zero = |i: u64| zero[i as usize / 64] & (1 << (i % 64)) != 0;
+        let zeros = zero.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
+        if zeros == nr {
             self.zeromap.set(first.offset(), nr);
             Stats::add(&c.swpout_zero, nr);
             return Ok(Tier::Zero);
         }
         self.zeromap.clear(first.offset(), nr);
-        if self.pool_write(first, data, notes) {
-            Stats::add(&c.zswpout, nr);
+        if self.pool_write(first, data, &is_zero, notes) {
+            // The zero pages of a large folio cost a bit each, not a pool entry, and read
+            // back as the zero page where the folio is read back a page at a time.
+            for i in (0..nr).filter(|&i| is_zero(i)) {
+                self.zeromap.set(first.offset() + i, 1);
+            }
+            Stats::add(&c.swpout_zero, zeros);
+            Stats::add(&c.zswpout, nr - zeros);
             return Ok(Tier::Pool);
         }
         match self.device.backend().write(first.offset(), data) {
@@ -99,17 +115,27 @@ impl Storage {
         }
     }
 
-    /// Offers every page of the folio to the pool; all or nothing. A refusal drops the
-    /// pages already stored (a failed store invalidates every older copy: the pool's
-    /// copies of this folio must never outlive the device copy about to be written).
-    fn pool_write(&self, first: SwapEntry, data: &[u8], notes: &mut WriteNotes) -> bool {
+    /// Offers every page of the folio but the zero ones to the pool; all or nothing. A
+    /// refusal drops the pages already stored (a failed store invalidates every older copy:
+    /// the pool's copies of this folio must never outlive the device copy about to be
+    /// written).
+    fn pool_write(
+        &self,
+        first: SwapEntry,
+        data: &[u8],
+        is_zero: &dyn Fn(u64) -> bool,
+        notes: &mut WriteNotes,
+    ) -> bool {
         let Some(zswap) = &self.zswap else { return false };
         for (i, page) in data.chunks(PAGE_SIZE).enumerate() {
-            let entry = first.add(i as u64);
+            let i = i as u64;
+            if is_zero(i) {
+                continue;
+            }
             let page: &[u8; PAGE_SIZE] = page.try_into().expect("whole pages");
-            if let Err(reject) = zswap.store(entry, page) {
+            if let Err(reject) = zswap.store(first.add(i), page) {
                 notes.pool_full |= reject == Reject::PoolLimit;
-                for stored in 0..i as u64 {
+                for stored in (0..i).filter(|&j| !is_zero(j)) {
                     zswap.invalidate(first.add(stored));
                 }
                 return false;
@@ -233,19 +259,20 @@ impl Storage {
         }
     }
 
-    /// Are the `nr` slots from `first` all of one kind (all zero, all pool, or all device),
-    /// so a large folio can be read back as one?
+    /// Are the `nr` slots from `first` of one kind but for zero pages (all zero, or every
+    /// other one in the pool, or every other one on the device), so a large folio can be
+    /// read back as one? A folio the pool took leaves its zero pages in the zero map.
     pub(crate) fn uniform(&self, first: SwapEntry, nr: u64) -> bool {
-        let (same, zero) = self.zeromap.batch(first.offset(), nr);
-        if same != nr {
-            return false;
-        }
-        if zero {
-            return true;
+        let mut zeros = 0;
+        let mut slot = first.offset();
+        while slot < first.offset() + nr {
+            let (run, zero) = self.zeromap.batch(slot, first.offset() + nr - slot);
+            zeros += if zero { run } else { 0 };
+            slot += run;
         }
         let Some(zswap) = &self.zswap else { return true };
         let in_pool = zswap.count_range(first, nr);
-        in_pool == 0 || in_pool == nr
+        in_pool == 0 || in_pool + zeros == nr
     }
 
     /// Bytes the pool holds (its resident pages, the free ones it keeps included, and its
