@@ -319,16 +319,22 @@ impl Core {
                 // Read ahead before mapping the faulting page, whose map wakes the faulting
                 // thread: woken first, a thread walking through memory ran into the window
                 // page by page while it was being read, a fault and two switches a page.
+                // A zero page's neighbours go in after it, the faulting thread woken: a
+                // scattered reader has no use for them at once.
+                let mut zero_around = false;
                 if order == 0 && region.managed() {
                     self.readahead(region, index);
-                    if self.storage.zeromap.test(entry.offset()) {
-                        self.zero_around(region, index);
-                    }
+                    zero_around = self.storage.zeromap.test(entry.offset());
                 }
                 let in_place = (region.managed() && region.source().fills_in_place())
                     .then(|| self.swapin_in_place(at, &folio, shadow))
                     .flatten();
-                in_place.unwrap_or_else(|| self.swapin_read_and_map(at, &folio, shadow, write))
+                let step =
+                    in_place.unwrap_or_else(|| self.swapin_read_and_map(at, &folio, shadow, write));
+                if zero_around {
+                    self.zero_around(region, index);
+                }
+                step
             }
             AddOrGet::Exists(existing) => self.swapin_wait_and_map(at, &existing, write),
             AddOrGet::Conflict => {

@@ -60,12 +60,14 @@ impl Core {
         }
     }
 
-    /// After a fault on a zero-map page at `index` (order 0): maps the zero page over the
-    /// other zero-map pages of its aligned block of 2^`folio_order` pages, the large folio
-    /// it was most likely paged out in, so that their reads do not fault one by one. They
-    /// go in write-protected and uncharged, so no budget check: a write makes a page
-    /// resident as any zero page's does. Only where the source protects zero pages
-    /// (charged, they would push out pages that hold data).
+    /// After a fault on a zero-map page at `index` (order 0), once that page is mapped and
+    /// its thread woken: maps the zero page over the other zero-map pages of its aligned
+    /// block of 2^`folio_order` pages, the large folio it was most likely paged out in, so
+    /// that their reads do not fault one by one. They go in write-protected and uncharged,
+    /// so no budget check: a write makes a page resident as any zero page's does. Only where
+    /// the source protects zero pages (charged, they would push out pages that hold data).
+    /// Each page goes in on its own (a folio, a map and a protect call): batching a run is
+    /// left undone.
     pub(crate) fn zero_around(&self, region: &Region, index: u64) {
         let block = 1u64 << self.config.folio_order;
         if block == 1 || !crate::fault::protects_zero(region) {

@@ -393,9 +393,9 @@ mod tests {
         assert!(verbose.iter().any(|l| l == "budget source: --budget"));
     }
 
-    /// A pool beside the budget is not over it: a lone process's VmHWM holds the pool's
-    /// pages, which the budget leaves out by design (a uniform run under `--budget 256M
-    /// --pool-size 1600M` was warned "went 317 MiB (124%) over its budget", its pool).
+    /// A pool beside the budget is not over it: the peak (a lone process's VmHWM, the
+    /// members' resident memory) holds the pool's pages, which the budget leaves out by
+    /// design.
     #[test]
     fn a_pool_beside_the_budget_is_not_over_it() {
         let mut beside = files();
