@@ -438,6 +438,7 @@ impl ShimHooks {
             in_zero: c.swpin_zero,
             in_pool: c.zswpin,
             in_file: c.pswpin,
+            beside: engine.beside_bytes(),
         }
     }
 

@@ -116,10 +116,13 @@ pub struct Report {
     pub in_pool: u64,
     /// Pages read from the swap file.
     pub in_file: u64,
+    /// Memory the engine holds beside the budget (`Engine::beside_bytes`: a pool of its
+    /// own), in `rss` but charged to no share.
+    pub beside: u64,
 }
 
 /// The report's fields by name, in wire order (one table for both directions).
-const REPORT_FIELDS: [&str; 17] = [
+const REPORT_FIELDS: [&str; 18] = [
     "budget",
     "charged",
     "held",
@@ -137,10 +140,11 @@ const REPORT_FIELDS: [&str; 17] = [
     "ip",
     "if",
     "thrash_ns",
+    "beside",
 ];
 
 impl Report {
-    fn values(&self) -> [u64; 17] {
+    fn values(&self) -> [u64; 18] {
         [
             self.budget,
             self.charged,
@@ -159,6 +163,7 @@ impl Report {
             self.in_pool,
             self.in_file,
             self.thrash_ns,
+            self.beside,
         ]
     }
 
@@ -180,7 +185,8 @@ impl Report {
             13 => &mut self.in_zero,
             14 => &mut self.in_pool,
             15 => &mut self.in_file,
-            _ => &mut self.thrash_ns,
+            16 => &mut self.thrash_ns,
+            _ => &mut self.beside,
         };
         *slot = value;
     }
@@ -407,6 +413,7 @@ mod tests {
             in_pool: 13,
             in_file: u64::MAX,
             thrash_ns: 14,
+            beside: 15,
         };
         round_trip(Message::Report(report));
         let mut buf = [0u8; LINE_MAX];

@@ -104,6 +104,10 @@ pub struct Sample {
     pub footprint: u64,
     /// Pages refaulted since it started (a counter).
     pub refaults: u64,
+    /// Memory its engine holds beside the budget (a pool of its own, `uswap run
+    /// --pool-size`): in the resident set the broker measures ([`Policy::set_usage`]), in
+    /// no share.
+    pub beside: u64,
 }
 
 /// Samples of `fixed` a floor looks back over (the least of them counts).
@@ -127,9 +131,12 @@ struct Member {
 }
 
 impl Member {
-    /// What it occupies now: as last told, or as its sample says, or nothing yet.
+    /// What it occupies of the budget now: as last told less its memory beside the
+    /// budget, or as its sample says, or nothing yet.
     fn usage(&self) -> u64 {
-        self.usage.or(self.last.map(|s| s.held + s.fixed)).unwrap_or(0)
+        let beside = self.last.map_or(0, |s| s.beside);
+        let told = self.usage.map(|u| u.saturating_sub(beside));
+        told.or(self.last.map(|s| s.held + s.fixed)).unwrap_or(0)
     }
 }
 
@@ -373,7 +380,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn sample(held: u64, refaults: u64) -> Sample {
-        Sample { held, fixed: 8 * MIB, footprint: held, refaults }
+        Sample { held, fixed: 8 * MIB, footprint: held, refaults, beside: 0 }
     }
 
     #[test]
@@ -422,11 +429,47 @@ mod tests {
         assert!(p.outcome().withheld > 0 && b < 64 * MIB - a, "{a} {b} {:?}", p.outcome());
     }
 
+    /// Under `uswap run --pool-size` each member's pool lies beside the budget but in the
+    /// resident set the broker measures. Counted as usage, a member's pool was an excess
+    /// over its share that the policy withheld from the members growing beside it.
+    #[test]
+    fn a_pool_beside_the_budget_is_not_withheld_from_a_growing_member() {
+        let pool = 40 * MIB;
+        // Member 1 holds what it is given, with `beside` bytes of pool measured with it;
+        // member 2 grows. Returns the withheld bytes and member 2's share, tick by tick.
+        let run = |measured_pool: u64, beside: u64| {
+            let mut p = Policy::new();
+            for id in [1, 2] {
+                p.join(id);
+            }
+            p.rebalance(64 * MIB, 0);
+            let mut seen = Vec::new();
+            for tick in 1..=6 {
+                let (a, b) = (p.share(1).unwrap(), p.share(2).unwrap());
+                p.observe(1, Sample { beside, ..holding(96 * MIB, a, 0) });
+                p.set_usage(1, a + measured_pool);
+                p.observe(2, holding(tick * 16 * MIB, b, tick * 1024));
+                p.set_usage(2, b - 8 * MIB);
+                let outcome = p.rebalance(64 * MIB, 0);
+                p.check();
+                seen.push((outcome.withheld, p.share(2).unwrap()));
+            }
+            seen
+        };
+        let without_pool = run(0, 0);
+        assert_eq!(run(pool, pool), without_pool, "the pool beside changes nothing");
+        // Counted as usage, the pool is withheld tick after tick: the growing member stays
+        // where it started while the other pages out.
+        let counted = run(pool, 0);
+        let last = |seen: &[(u64, u64)]| seen.last().unwrap().1;
+        assert!(last(&counted) + 16 * MIB < last(&without_pool), "{counted:?} {without_pool:?}");
+    }
+
     /// A member whose memory is `footprint` bytes (besides 8 MiB fixed) under `share`:
     /// what does not fit is paged out.
     fn holding(footprint: u64, share: u64, refaults: u64) -> Sample {
         let held = footprint.min(share - 8 * MIB);
-        Sample { held, fixed: 8 * MIB, footprint, refaults }
+        Sample { held, fixed: 8 * MIB, footprint, refaults, beside: 0 }
     }
 
     #[test]
@@ -487,7 +530,10 @@ mod tests {
         let mut p = Policy::new();
         for id in 0..10 {
             p.join(id);
-            p.observe(id, Sample { held: MIB, fixed: 12 * MIB, footprint: MIB, refaults: 0 });
+            p.observe(
+                id,
+                Sample { held: MIB, fixed: 12 * MIB, footprint: MIB, refaults: 0, beside: 0 },
+            );
         }
         let outcome = p.rebalance(96 * MIB, 0);
         p.check();
@@ -507,7 +553,10 @@ mod tests {
         let mut p = Policy::new();
         p.join(1);
         for fixed in [2 * MIB, 2 * MIB, 7 * MIB, 2 * MIB] {
-            p.observe(1, Sample { held: 5 * MIB, fixed, footprint: 5 * MIB, refaults: 0 });
+            p.observe(
+                1,
+                Sample { held: 5 * MIB, fixed, footprint: 5 * MIB, refaults: 0, beside: 0 },
+            );
             p.rebalance(8 * MIB, 0);
             p.check();
             let floor = MIN_SHARE_BYTES.max(2 * MIB + WORKING_MIN_BYTES);
@@ -515,7 +564,10 @@ mod tests {
             assert_eq!(p.share(1), Some(8 * MIB));
         }
         for _ in 0..FIXED_WINDOW_TICKS {
-            p.observe(1, Sample { held: MIB, fixed: 8 * MIB, footprint: MIB, refaults: 0 });
+            p.observe(
+                1,
+                Sample { held: MIB, fixed: 8 * MIB, footprint: MIB, refaults: 0, beside: 0 },
+            );
         }
         let outcome = p.rebalance(8 * MIB, 0);
         p.check();
@@ -579,7 +631,7 @@ mod tests {
                         let total = refaults.entry(id).or_insert(0u64);
                         *total += more;
                         let sample = Sample { held: held * MIB, fixed: fixed * MIB,
-                            footprint: held * MIB, refaults: *total };
+                            footprint: held * MIB, refaults: *total, beside: 0 };
                         p.observe(id, sample);
                     }
                     Step::Rebalance(budget, unmanaged) => {

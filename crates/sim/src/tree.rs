@@ -357,7 +357,9 @@ impl Tree {
             let (c, g) = (&stats.counters, &stats.gauges);
             let held = p.engine.charged_bytes();
             let footprint = (g.resident_pages + g.swap_inuse_pages) * PAGE;
-            let sample = Sample { held, fixed: 0, footprint, refaults: c.workingset_refault_anon };
+            let refaults = c.workingset_refault_anon;
+            let beside = p.engine.beside_bytes();
+            let sample = Sample { held, fixed: 0, footprint, refaults, beside };
             self.policy.observe(p.id, sample);
             self.policy.set_usage(p.id, held);
         }

@@ -320,6 +320,7 @@ impl State {
                     fixed: report.fixed,
                     footprint: report.resident + report.swapped,
                     refaults: report.refaults,
+                    beside: report.beside,
                 };
                 self.policy.observe(m.id, sample);
             }
