@@ -53,6 +53,25 @@ fn assert_game_kept_everything(mode: &str) {
     assert!(pages_in > 1000, "{mode}: pages came back from the swap file after the game: {err}");
 }
 
+/// A shell's `echo x >> file` frees fd 1 and takes it back with `dup2`. The engine's file
+/// work (the stats files, /proc reads) opened descriptors for a moment in the program's
+/// table, took the freed number, and its `close` then closed the program's file: a build's
+/// `echo ... >> .make-settings` failed with "I/O error" in one run of three.
+#[test]
+fn a_number_the_program_frees_and_takes_back_stays_its_own() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("fd_reuse");
+    let dir = TempDir::new("fd-reuse");
+    let program = exe.to_str().unwrap();
+    let args = ["run", "--budget", "16M", "--stats-every", "0.01", "--", program];
+    let out = uswap(&[&args[..], &[dir.path(), "3"]].concat());
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}{err}");
+    assert!(err.contains("fd_reuse: bad 0 of"), "{text}{err}");
+}
+
 #[test]
 fn closefrom_3_keeps_the_programs_data() {
     assert_game_kept_everything("closefrom");

@@ -41,9 +41,11 @@
 //! ```
 //!
 //! Transient descriptors are avoided: /proc files are opened once and read with `pread`
-//! from offset 0 ([`ProcFile`]). A descriptor the kernel or a system call makes after the
-//! program started (a forked child's userfaultfd, a stats file) sits at a low number until
-//! it is placed; it is registered at once as a *transient* (a close of it is ignored, a dup
+//! from offset 0 ([`ProcFile`]); the shim's files written or read whole (its stats files,
+//! every thread's stat) are opened in a descriptor table of their own (the preload crate's
+//! `files`). A descriptor the kernel or a system call makes after the program started (a
+//! forked child's userfaultfd, a follower's stat file) sits at a low number until it is
+//! placed; it is registered at once as a *transient* (a close of it is ignored, a dup
 //! onto it waits), but not before the call that made it returns: that window, a few
 //! instructions, is open to a program thread that puts a file at exactly that number.
 //!

@@ -196,7 +196,7 @@ pub struct ShimHooks {
     pool_peak: PoolPeak,
     t0: Instant,
     /// The live and final stats files.
-    stats_files: StatsFiles,
+    stats_files: crate::files::StatsFiles,
     /// `uswap run`'s idle pollers' page (told of every fault), if they run.
     idle: Option<frontend::idle::IdlePage>,
 }
@@ -244,7 +244,7 @@ impl ShimHooks {
             counters: Counters::new(),
             pool_peak: PoolPeak::default(),
             t0: Instant::now(),
-            stats_files: StatsFiles::default(),
+            stats_files: crate::files::StatsFiles::default(),
             idle,
         })
     }
@@ -474,7 +474,8 @@ impl ShimHooks {
         fds::stats().each(&mut set);
         set("pool_peak_bytes", self.pool_peak.bytes.load(Relaxed));
         set("pool_peak_stored_pages", self.pool_peak.stored_pages.load(Relaxed));
-        set("engine_cpu_ns", engine_cpu_ns());
+        set("engine_cpu_ns", crate::files::engine_cpu_ns());
+        set("shim_files_shared", crate::files::SHARED.load(Relaxed));
         let arena = crate::ARENA.stats();
         file.set("arena_bumped_bytes", arena.bumped_bytes as u64);
         file.set("arena_free_bytes", arena.free_bytes as u64);
@@ -695,8 +696,6 @@ static STATUS: fds::Kind = fds::Kind {
 };
 static TRACE: fds::Kind =
     fds::Kind { what: "trace file", if_lost: "the trace (--record) ends there", keep: false };
-static STATS_FILE: fds::Kind =
-    fds::Kind { what: "stats file", if_lost: "that stats file is not written", keep: false };
 
 /// The process's memory counters, from /proc/self/status kept open out of the program's
 /// way (crate `fds`) and read from offset 0.
@@ -707,21 +706,6 @@ fn mem_status() -> Option<uffd::MemStatus> {
     let mut text = Vec::with_capacity(4096);
     FILE.read(&mut text).ok()?;
     Some(uffd::MemStatus::parse(&String::from_utf8_lossy(&text)))
-}
-
-/// Writes `text` to a new file at `path` (replaced if there; not through a symbolic link).
-/// The descriptor is placed out of the program's way at once, and checked to be the file
-/// now at `path` before a byte is written: a program thread that put a file of its own at
-/// the number in the moment after the open gets nothing written to it (crate `fds`).
-fn write_file(path: &std::path::Path, text: &[u8]) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::MetadataExt;
-    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
-    let Ok(fd) = fds::Fd::open(&name, flags, 0o600, &STATS_FILE) else { return false };
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
-    let id = fd.identity();
-    (meta.dev(), meta.ino()) == (id.dev, id.ino) && fd.write_all(text).is_ok()
 }
 
 /// Opens the trace `uswap run` made at `path` (docs/RUN.md, "Stats and traces"): by name,
@@ -759,73 +743,8 @@ impl std::io::Write for TraceFile {
     }
 }
 
-/// CPU time of the engine's threads (named `uswap-*`) so far, in nanoseconds: what the
-/// summary takes off the program's own CPU time. From /proc/self/task/*/stat (utime and
-/// stime, in clock ticks of 10 ms); the threads are listed without `opendir`, which calls
-/// glibc's malloc (crate essay).
-///
-/// Context: any thread; allocates from the shim's arena.
-fn engine_cpu_ns() -> u64 {
-    let mut tids = [0u32; 512];
-    let n = crate::member::task_ids(&mut tids);
-    let mut ticks = 0u64;
-    for tid in &tids[..n] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else { continue };
-        if !text[open + 1..close].starts_with("uswap-") {
-            continue;
-        }
-        // After the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt
-        // cmajflt utime stime (fields 3 to 15 of proc(5)).
-        let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
-        let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-        ticks += number(11) + number(12);
-    }
-    ticks * 10_000_000
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A process's stats files: `live-PID`, replaced while it runs, then `final-PID-NS`.
-#[derive(Debug, Default)]
-struct StatsFiles {
-    /// Held while a file is written (live and final share the temporary name); true once
-    /// the final one is. A live file renamed in after the final one would be counted
-    /// twice by the summary.
-    finished: Mutex<bool>,
-}
-
-impl StatsFiles {
-    /// Writes `pid`'s live file, or its final one (a new name, and the live file
-    /// removed); nothing once the final one is written.
-    fn write(&self, dir: &std::path::Path, pid: i32, final_: bool, text: impl FnOnce() -> String) {
-        let mut finished = lock(&self.finished);
-        if *finished {
-            return;
-        }
-        let text = text();
-        let live = dir.join(format!("live-{pid}"));
-        let tmp = dir.join(format!(".live-{pid}"));
-        if final_ {
-            let name = format!("final-{pid}-{}", unique_ns());
-            if write_file(&tmp, text.as_bytes()) {
-                let _ = std::fs::rename(&tmp, dir.join(name));
-                let _ = std::fs::remove_file(&live);
-            }
-            *finished = true;
-        } else if write_file(&tmp, text.as_bytes()) {
-            let _ = std::fs::rename(&tmp, &live);
-        }
-    }
-}
-
-/// A number that orders final files of one pid (exec'd images): ns since the epoch.
-pub fn unique_ns() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
 
 #[cfg(test)]
@@ -843,24 +762,5 @@ mod tests {
         assert!((later as i64 - (4 << 20)).abs() < 4096, "halved after one half-life: {later}");
         assert_eq!(burst.note(6 << 20, t0 + BURST_HALF_LIFE), 6 << 20, "a larger one wins");
         assert!(burst.note(0, t0 + 20 * BURST_HALF_LIFE) < 16, "forgotten");
-    }
-
-    /// The summary once added a live file renamed in after the final one, and printed
-    /// every far server twice with their addresses summed.
-    #[test]
-    fn a_live_stats_write_after_the_final_one_leaves_one_file() {
-        let scratch = tempfile::Builder::new().prefix("uswap-stats-test-").tempdir().unwrap();
-        let dir = scratch.path();
-        let files = StatsFiles::default();
-        files.write(dir, 7, false, || "final 0\n".into());
-        files.write(dir, 7, true, || "final 1\n".into());
-        files.write(dir, 7, false, || "final 0\n".into());
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names.len(), 1, "{names:?}");
-        assert!(names[0].starts_with("final-7-"), "{names:?}");
     }
 }

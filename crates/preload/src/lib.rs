@@ -57,6 +57,7 @@
 
 mod altstack;
 mod fdcalls;
+mod files;
 mod hooks;
 mod interpose;
 mod io;

@@ -150,7 +150,7 @@ fn run_unmanaged(config: &RunConfig, pid: i32, error: &frontend::Error) -> Refus
     stats.set("shim_unmanaged_images", 1);
     let dir = std::path::Path::new(&config.run_dir);
     let _ = std::fs::write(
-        dir.join(format!("final-{pid}-{}", crate::hooks::unique_ns())),
+        dir.join(format!("final-{pid}-{}", crate::files::unique_ns())),
         stats.to_text(),
     );
     let program = std::env::args().next().unwrap_or_default();
@@ -338,6 +338,9 @@ fn start() -> Result<(), Refusal> {
         Err(Built::Lost(error)) => return Err(run_unmanaged(&config, pid, &error)),
         Err(Built::Failed(message)) => return Err(Refusal::Fatal(message)),
     };
+    // The shim's file thread, started before the engine's mappings are noted: its stack
+    // is one of them (src/files.rs).
+    crate::files::start();
     let text = settled_maps()?;
     let exclusions = exclusions(&text);
     // glibc grows the brk heap by its internal sbrk, which only the periodic scan sees;
@@ -577,7 +580,7 @@ fn retire_previous_image(config: &RunConfig, pid: i32) {
     let live = dir.join(format!("live-{pid}"));
     if live.exists() {
         let _ =
-            std::fs::rename(&live, dir.join(format!("final-{pid}-{}", crate::hooks::unique_ns())));
+            std::fs::rename(&live, dir.join(format!("final-{pid}-{}", crate::files::unique_ns())));
     }
 }
 

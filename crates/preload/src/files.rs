@@ -1,0 +1,267 @@
+//! The shim's file work while the program runs (its stats files, the engine threads' CPU
+//! time from /proc), done in a descriptor table of its own.
+//!
+//! Why: a descriptor opened for a moment by an engine thread takes the lowest free number
+//! of the program's table. A shell's redirection frees a number and takes it back
+//! (`close(1)`, then `dup2(file, 1)`), and `close(0); open(...)` expects 0 again. An open
+//! between the two got the program's number: the program's `dup2` replaced the engine's
+//! file, and the engine's `close` that followed closed the program's (an `echo >> file`
+//! then failed with EBADF, a build's settings file lost a line), or the program's `open`
+//! got another number than the one it freed. Long-lived descriptors avoid this by living
+//! high (crate `fds`); these are opened, used and closed at once, many a second.
+//!
+//! How: one thread per process (`uswap-files`) leaves the shared table at its start
+//! (`unshare(CLONE_FILES)`) and closes its copies of every descriptor, so that it holds no
+//! file of the program's open (a pipe's write end would keep its reader from seeing the
+//! end). Work is sent to it as a closure and waited for. Its opens take numbers of its own
+//! table, which no thread of the program sees. The thread is started at the shim's set-up
+//! ([`start`]), before the mappings the engine must never manage are noted, so that its
+//! stack is one of them: an engine thread that faulted on it would wait for itself. Where
+//! there is no such thread, the work runs on the calling thread, in the shared table, and
+//! `shim_files_shared` counts it: where `unshare` is refused (a seccomp filter), and in a
+//! forked child that has not exec'd (one started in the child's fork hook left the child's
+//! fault handler waiting on a fault in the hand-off, in a bash subshell under 8 MiB; not
+//! yet understood, so a child keeps the shared table).
+//!
+//! Context: engine threads and the exiting thread; allocates from the shim's arena; the
+//! caller waits for one cross-thread wake-up and back, so nothing on the fault path comes
+//! here.
+//!
+//! Unsafe code: the worker is a leaked box behind an atomic pointer (a lock held across a
+//! fork would stay held in the child), and two system calls with integer arguments.
+
+#![allow(unsafe_code)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::SeqCst};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Mutex;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The private-table thread of one process.
+struct Worker {
+    pid: i32,
+    jobs: Mutex<Sender<Job>>,
+}
+
+/// This process's worker (a forked child's copy names its parent's pid, and is replaced);
+/// leaked, one per process that did file work.
+static WORKER: AtomicPtr<Worker> = AtomicPtr::new(std::ptr::null_mut());
+
+/// File work done on the calling thread, in the shared table, because no private one could
+/// be made.
+pub static SHARED: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `work` in the private descriptor table and returns what it returns; on the calling
+/// thread where there is none (counted in [`SHARED`]).
+pub fn in_own_table<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
+    let Some(worker) = worker() else {
+        SHARED.fetch_add(1, SeqCst);
+        return work();
+    };
+    let (done, result) = channel();
+    let job: Job = Box::new(move || {
+        let _ = done.send(work());
+    });
+    let sent = worker.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).send(job);
+    match sent {
+        Ok(()) => match result.recv() {
+            Ok(value) => value,
+            // The job panicked on the worker: nothing more to run there.
+            Err(_) => panic!("the shim's file thread failed"),
+        },
+        Err(returned) => {
+            SHARED.fetch_add(1, SeqCst);
+            (returned.0)();
+            result.recv().expect("the work just ran here")
+        }
+    }
+}
+
+/// This process's worker, if [`start`] made one.
+fn worker() -> Option<&'static Worker> {
+    let pid = std::process::id() as i32;
+    // SAFETY: a non-null pointer is a leaked `Worker`, never freed.
+    unsafe { WORKER.load(SeqCst).as_ref() }.filter(|w| w.pid == pid)
+}
+
+/// Starts this process's worker (module essay: before the engine's own mappings are
+/// noted); false if the kernel refused it a table of its own.
+pub fn start() -> bool {
+    let pid = std::process::id() as i32;
+    if worker().is_some() {
+        return true;
+    }
+    let current = WORKER.load(SeqCst);
+    let (jobs, queue) = channel::<Job>();
+    let (ready, started) = channel();
+    let spawned = std::thread::Builder::new()
+        .name("uswap-files".into())
+        .spawn(move || {
+            let own = leave_shared_table();
+            let _ = ready.send(own);
+            if own {
+                for job in queue {
+                    job();
+                }
+            }
+        })
+        .is_ok();
+    if !spawned || !started.recv().unwrap_or(false) {
+        return false;
+    }
+    let fresh = Box::into_raw(Box::new(Worker { pid, jobs: Mutex::new(jobs) }));
+    if WORKER.compare_exchange(current, fresh, SeqCst, SeqCst).is_err() {
+        // Another thread started one first (this one's thread ends with its queue).
+        // SAFETY: `fresh` was leaked just above and published nowhere.
+        drop(unsafe { Box::from_raw(fresh) });
+    }
+    true
+}
+
+/// Gives the calling thread a descriptor table of its own and closes every descriptor in
+/// it; false if the kernel refused.
+fn leave_shared_table() -> bool {
+    // SAFETY: plain system calls with integer arguments, on this thread's own table.
+    unsafe {
+        libc::unshare(libc::CLONE_FILES) == 0
+            && libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) == 0
+    }
+}
+
+/// Writes `text` to a new file at `path` (replaced if there; not through a symbolic link).
+pub fn write_file(path: &Path, text: &[u8]) -> bool {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    file.and_then(|mut f| f.write_all(text)).is_ok()
+}
+
+/// A process's stats files: `live-PID`, replaced while it runs, then `final-PID-NS`.
+#[derive(Debug, Default)]
+pub struct StatsFiles {
+    /// Held while a file is written (live and final share the temporary name); true once
+    /// the final one is. A live file renamed in after the final one would be counted
+    /// twice by the summary.
+    finished: Mutex<bool>,
+}
+
+impl StatsFiles {
+    /// Writes `text()`, the live file or the final one, in the private table.
+    pub fn write(&self, dir: &Path, pid: i32, final_: bool, text: impl FnOnce() -> String) {
+        let mut finished = self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *finished {
+            return;
+        }
+        let text = text();
+        let dir = dir.to_path_buf();
+        let final_name = final_.then(|| format!("final-{pid}-{}", unique_ns()));
+        in_own_table(move || {
+            let live = dir.join(format!("live-{pid}"));
+            let tmp = dir.join(format!(".live-{pid}"));
+            if !write_file(&tmp, text.as_bytes()) {
+                return;
+            }
+            match final_name {
+                Some(name) => {
+                    let _ = std::fs::rename(&tmp, dir.join(name));
+                    let _ = std::fs::remove_file(&live);
+                }
+                None => {
+                    let _ = std::fs::rename(&tmp, &live);
+                }
+            }
+        });
+        *finished |= final_;
+    }
+}
+
+/// A number that orders final files of one pid (exec'd images): ns since the epoch.
+pub fn unique_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+/// CPU time of the engine's threads (named `uswap-*`) so far, in nanoseconds: what the
+/// summary takes off the program's own CPU time. From /proc/self/task/*/stat (utime and
+/// stime, in clock ticks of 10 ms), read in the private table; the threads are listed
+/// without `opendir`, which calls glibc's malloc (crate essay).
+pub fn engine_cpu_ns() -> u64 {
+    in_own_table(|| {
+        let mut tids = [0u32; 512];
+        let n = crate::member::task_ids(&mut tids);
+        let mut ticks = 0u64;
+        for tid in &tids[..n] {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+                continue;
+            };
+            let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else { continue };
+            if !text[open + 1..close].starts_with("uswap-") {
+                continue;
+            }
+            // After the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+            // cmajflt utime stime (fields 3 to 15 of proc(5)).
+            let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+            let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            ticks += number(11).unwrap_or(0) + number(12).unwrap_or(0);
+        }
+        ticks * 10_000_000
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary once added a live file renamed in after the final one, and printed
+    /// every far server twice with their addresses summed.
+    #[test]
+    fn a_live_stats_write_after_the_final_one_leaves_one_file() {
+        let scratch = tempfile::Builder::new().prefix("uswap-stats-test-").tempdir().unwrap();
+        let dir = scratch.path();
+        let files = StatsFiles::default();
+        files.write(dir, 7, false, || "final 0\n".into());
+        files.write(dir, 7, true, || "final 1\n".into());
+        files.write(dir, 7, false, || "final 0\n".into());
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].starts_with("final-7-"), "{names:?}");
+    }
+
+    /// The work runs in a table of its own: a file it opens takes no number of this
+    /// thread's table, and the numbers this thread frees are free for it alone.
+    #[test]
+    fn file_work_takes_no_number_of_the_shared_table() {
+        let scratch = tempfile::Builder::new().prefix("uswap-files-test-").tempdir().unwrap();
+        let path = scratch.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let held = std::fs::File::open(&path).unwrap();
+        let lowest_free = || {
+            let probe = std::fs::File::open("/dev/null").unwrap();
+            std::os::fd::AsRawFd::as_raw_fd(&probe)
+        };
+        let private = start();
+        let before = lowest_free();
+        let (inside, other) = in_own_table(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            let number = std::os::fd::AsRawFd::as_raw_fd(&file);
+            (number, std::fs::File::open("/dev/null").is_ok())
+        });
+        assert!(other);
+        assert_eq!(lowest_free(), before, "nothing left open in this table");
+        if private {
+            assert_eq!(inside, 0, "every number of its table was closed at its start");
+        }
+        drop(held);
+    }
+}
