@@ -4,11 +4,11 @@
 //! Why: a descriptor opened for a moment by an engine thread takes the lowest free number
 //! of the program's table. A shell's redirection frees a number and takes it back
 //! (`close(1)`, then `dup2(file, 1)`), and `close(0); open(...)` expects 0 again. An open
-//! between the two got the program's number: the program's `dup2` replaced the engine's
-//! file, and the engine's `close` that followed closed the program's (an `echo >> file`
-//! then failed with EBADF, a build's settings file lost a line), or the program's `open`
-//! got another number than the one it freed. Long-lived descriptors avoid this by living
-//! high (crate `fds`); these are opened, used and closed at once, many a second.
+//! between the two gets the program's number: the program's `dup2` replaces the engine's
+//! file, and the engine's `close` that follows closes the program's (the `echo >> file`
+//! fails with EBADF), or the program's `open` gets another number than the one it freed.
+//! Long-lived descriptors avoid this by living high (crate `fds`); these are opened, used
+//! and closed at once, many a second.
 //!
 //! How: one thread per process (`uswap-files`) leaves the shared table at its start
 //! (`unshare(CLONE_FILES)`) and closes its copies of every descriptor, so that it holds no
@@ -17,11 +17,12 @@
 //! table, which no thread of the program sees. The thread is started at the shim's set-up
 //! ([`start`]), before the mappings the engine must never manage are noted, so that its
 //! stack is one of them: an engine thread that faulted on it would wait for itself. Where
-//! there is no such thread, the work runs on the calling thread, in the shared table, and
-//! `shim_files_shared` counts it: where `unshare` is refused (a seccomp filter), and in a
-//! forked child that has not exec'd (one started in the child's fork hook left the child's
-//! fault handler waiting on a fault in the hand-off, in a bash subshell under 8 MiB; not
-//! yet understood, so a child keeps the shared table).
+//! there is no such thread, the work runs on the calling thread, in the shared table (a
+//! file it writes placed and checked as crate `fds` does), and `shim_files_shared` counts
+//! it: where `unshare` is refused (a seccomp filter), and in a forked child that has not
+//! exec'd. A worker started in a child's fork hook can leave the child's fault handler
+//! waiting on a fault inside the hand-off (a bash command substitution under 8 MiB), for a
+//! reason not found yet.
 //!
 //! Context: engine threads and the exiting thread; allocates from the shim's arena; the
 //! caller waits for one cross-thread wake-up and back, so nothing on the fault path comes
@@ -50,33 +51,40 @@ struct Worker {
 static WORKER: AtomicPtr<Worker> = AtomicPtr::new(std::ptr::null_mut());
 
 /// File work done on the calling thread, in the shared table, because no private one could
-/// be made.
+/// be made (or dropped, because the worker is gone).
 pub static SHARED: AtomicU64 = AtomicU64::new(0);
 
+/// The descriptor table a piece of work runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// The worker's own: nobody else sees its numbers.
+    Own,
+    /// The program's, shared (no worker in this process): a descriptor kept past one call
+    /// must be placed and checked (crate `fds`).
+    Shared,
+}
+
 /// Runs `work` in the private descriptor table and returns what it returns; on the calling
-/// thread where there is none (counted in [`SHARED`]).
-pub fn in_own_table<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
+/// thread where there is none (counted in [`SHARED`]). `None` if it panicked on the worker.
+pub fn in_own_table<R: Send + 'static>(
+    work: impl FnOnce(Table) -> R + Send + 'static,
+) -> Option<R> {
     let Some(worker) = worker() else {
         SHARED.fetch_add(1, SeqCst);
-        return work();
+        return Some(work(Table::Shared));
     };
     let (done, result) = channel();
     let job: Job = Box::new(move || {
-        let _ = done.send(work());
+        let _ = done.send(work(Table::Own));
     });
     let sent = worker.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).send(job);
-    match sent {
-        Ok(()) => match result.recv() {
-            Ok(value) => value,
-            // The job panicked on the worker: nothing more to run there.
-            Err(_) => panic!("the shim's file thread failed"),
-        },
-        Err(returned) => {
-            SHARED.fetch_add(1, SeqCst);
-            (returned.0)();
-            result.recv().expect("the work just ran here")
-        }
+    if sent.is_err() {
+        // The worker is gone (a job of its panicked): the work is dropped with the error,
+        // and the caller goes without.
+        SHARED.fetch_add(1, SeqCst);
+        return None;
     }
+    result.recv().ok()
 }
 
 /// This process's worker, if [`start`] made one.
@@ -130,18 +138,28 @@ fn leave_shared_table() -> bool {
     }
 }
 
+static STATS_FILE: fds::Kind =
+    fds::Kind { what: "stats file", if_lost: "that stats file is not written", keep: false };
+
 /// Writes `text` to a new file at `path` (replaced if there; not through a symbolic link).
-pub fn write_file(path: &Path, text: &[u8]) -> bool {
+/// In the shared table the descriptor is placed out of the program's way at once, and
+/// checked to be the file now at `path` before a byte is written: a program thread that put
+/// a file of its own at the number in the moment after the open gets nothing written to it.
+fn write_file(path: &Path, text: &[u8], table: Table) -> bool {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path);
-    file.and_then(|mut f| f.write_all(text)).is_ok()
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    if table == Table::Own {
+        let mut open = std::fs::OpenOptions::new();
+        open.write(true).create(true).truncate(true).mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        return open.open(path).and_then(|mut f| f.write_all(text)).is_ok();
+    }
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
+    let Ok(fd) = fds::Fd::open(&name, flags, 0o600, &STATS_FILE) else { return false };
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
+    let id = fd.identity();
+    (meta.dev(), meta.ino()) == (id.dev, id.ino) && fd.write_all(text).is_ok()
 }
 
 /// A process's stats files: `live-PID`, replaced while it runs, then `final-PID-NS`.
@@ -163,10 +181,10 @@ impl StatsFiles {
         let text = text();
         let dir = dir.to_path_buf();
         let final_name = final_.then(|| format!("final-{pid}-{}", unique_ns()));
-        in_own_table(move || {
+        in_own_table(move |table| {
             let live = dir.join(format!("live-{pid}"));
             let tmp = dir.join(format!(".live-{pid}"));
-            if !write_file(&tmp, text.as_bytes()) {
+            if !write_file(&tmp, text.as_bytes(), table) {
                 return;
             }
             match final_name {
@@ -193,7 +211,7 @@ pub fn unique_ns() -> u128 {
 /// stime, in clock ticks of 10 ms), read in the private table; the threads are listed
 /// without `opendir`, which calls glibc's malloc (crate essay).
 pub fn engine_cpu_ns() -> u64 {
-    in_own_table(|| {
+    in_own_table(|_| {
         let mut tids = [0u32; 512];
         let n = crate::member::task_ids(&mut tids);
         let mut ticks = 0u64;
@@ -213,6 +231,7 @@ pub fn engine_cpu_ns() -> u64 {
         }
         ticks * 10_000_000
     })
+    .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -252,11 +271,12 @@ mod tests {
         };
         let private = start();
         let before = lowest_free();
-        let (inside, other) = in_own_table(move || {
+        let (inside, other) = in_own_table(move |_| {
             let file = std::fs::File::open(&path).unwrap();
             let number = std::os::fd::AsRawFd::as_raw_fd(&file);
             (number, std::fs::File::open("/dev/null").is_ok())
-        });
+        })
+        .unwrap();
         assert!(other);
         assert_eq!(lowest_free(), before, "nothing left open in this table");
         if private {
