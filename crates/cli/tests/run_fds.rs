@@ -72,6 +72,46 @@ fn a_number_the_program_frees_and_takes_back_stays_its_own() {
     assert!(err.contains("fd_reuse: bad 0 of"), "{text}{err}");
 }
 
+/// The same in a forked child that does not exec (a shell's subshell), paging out all
+/// along under a small budget. Its file work ran in the shared table: the child's first
+/// private-table thread, woken through a std channel, made its fault handler write the
+/// thread's handle, on glibc's heap, paged out, and wait for itself.
+#[test]
+fn a_forked_child_under_pressure_keeps_its_numbers_and_runs_on() {
+    if !can_run() {
+        return;
+    }
+    let exe = compile("fd_reuse");
+    let dir = TempDir::new("fd-reuse-fork");
+    let program = exe.to_str().unwrap();
+    let args = ["run", "--budget", "8M", "--stats-every", "0.01", "--", program];
+    let out = uswap(&[&args[..], &[dir.path(), "3", "fork"]].concat());
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}{err}");
+    assert!(err.contains("fd_reuse: bad 0 of"), "{text}{err}");
+}
+
+/// Command substitutions of a shell holding more than its budget: each is a forked child
+/// that starts its own file thread. That thread's first hand-off went through a std
+/// channel, which wakes the receiving thread through its handle, allocated on glibc's heap:
+/// in the child a managed page, paged out, and the child's fault handler that wrote it
+/// waited for itself (the shell hung at its first few substitutions).
+#[test]
+fn a_shells_command_substitutions_under_a_small_budget_finish() {
+    if !can_run() {
+        return;
+    }
+    let script = "big=$(head -c 3000000 /dev/zero | tr '\\0' a); a=(); \
+                  for i in $(seq 20000); do a+=(item$i); done; \
+                  for i in $(seq 30); do x=$(echo ${#big} $i); y=$(echo ${a[$((i*50))]}); done; \
+                  echo done $x $y";
+    let args = ["run", "--budget", "8M", "--stats-every", "0.01", "--", "bash", "-c", script];
+    let out = uswap(&args);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}{err}");
+    assert_eq!(text.trim(), "done 3000000 30 item1501", "{err}");
+}
+
 #[test]
 fn closefrom_3_keeps_the_programs_data() {
     assert_game_kept_everything("closefrom");

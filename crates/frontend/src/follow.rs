@@ -83,7 +83,10 @@ impl Follower {
     /// A follower, unless the process may use fewer than two CPUs (nothing to choose).
     pub(crate) fn new() -> Option<Follower> {
         let allowed = process::allowed_cpus().ok()?;
-        (allowed.len() >= 2).then(|| Follower {
+        if allowed.len() < 2 {
+            return None;
+        }
+        let mut follower = Follower {
             others: Vec::with_capacity(allowed.len()),
             allowed,
             threads: [(0, 0); SLOTS],
@@ -91,16 +94,31 @@ impl Follower {
             since: Instant::now(),
             held: None,
             stat: None,
-        })
+        };
+        // The thread that starts a handler is the program's (the shim's set-up before its
+        // main, a forked child's fork hook), the one most often followed after. Its stat file
+        // is opened now, while no program code runs beside: an open later, from the handler
+        // thread, sits at the lowest free number until it is placed, and a program thread
+        // that frees a number and takes it back (a subshell's redirection) can lose its file
+        // in that moment (`run_fds.rs`, the forked child's test).
+        follower.open_stat(process::gettid());
+        Some(follower)
+    }
+
+    /// Opens thread `tid`'s stat file (out of the program's way: crate `fds`), in place of
+    /// the one held.
+    fn open_stat(&mut self, tid: u32) -> Option<()> {
+        self.stat = None;
+        let path = std::ffi::CString::new(format!("/proc/self/task/{tid}/stat")).ok()?;
+        self.stat = Some((tid, fds::ProcFile::open(&path, &TASK_STAT).ok()?));
+        Some(())
     }
 
     /// The CPU thread `tid` last ran on, from its stat file, kept open (out of the
     /// program's way: crate `fds`) while the same thread is followed, and read from offset 0.
     fn thread_cpu(&mut self, tid: u32) -> Option<usize> {
         if self.stat.as_ref().is_none_or(|(held, _)| *held != tid) {
-            self.stat = None;
-            let path = std::ffi::CString::new(format!("/proc/self/task/{tid}/stat")).ok()?;
-            self.stat = Some((tid, fds::ProcFile::open(&path, &TASK_STAT).ok()?));
+            self.open_stat(tid)?;
         }
         let mut buf = [0u8; 1024];
         let n = self.stat.as_ref()?.1.read_into(&mut buf).ok()?;

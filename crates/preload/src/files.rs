@@ -15,14 +15,12 @@
 //! file of the program's open (a pipe's write end would keep its reader from seeing the
 //! end). Work is sent to it as a closure and waited for. Its opens take numbers of its own
 //! table, which no thread of the program sees. The thread is started at the shim's set-up
-//! ([`start`]), before the mappings the engine must never manage are noted, so that its
-//! stack is one of them: an engine thread that faulted on it would wait for itself. Where
-//! there is no such thread, the work runs on the calling thread, in the shared table (a
-//! file it writes placed and checked as crate `fds` does), and `shim_files_shared` counts
-//! it: where `unshare` is refused (a seccomp filter), and in a forked child that has not
-//! exec'd. A worker started in a child's fork hook can leave the child's fault handler
-//! waiting on a fault inside the hand-off (a bash command substitution under 8 MiB), for a
-//! reason not found yet.
+//! ([`start`]), and in a forked child at its fork hook, before the mappings the engine must
+//! never manage are noted, so that its stack is one of them: an engine thread that faulted
+//! on it would wait for itself. The hand-off wakes through futex words in the shim's arena
+//! only ([`Worker`]). Where `unshare` is refused (a seccomp filter), the work runs on the
+//! calling thread, in the shared table (a file it writes placed and checked as crate `fds`
+//! does), and `shim_files_shared` counts it.
 //!
 //! Context: engine threads and the exiting thread; allocates from the shim's arena; the
 //! caller waits for one cross-thread wake-up and back, so nothing on the fault path comes
@@ -33,17 +31,34 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::SeqCst};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The private-table thread of one process.
+///
+/// Jobs and answers pass through mutexes and condition variables in the shim's arena,
+/// never through std's channels: a channel wakes its receiver by unparking the receiving
+/// thread, which writes that thread's handle, and std allocates thread handles from glibc's
+/// heap. In a forked child the worker is started after the heap is managed, so its handle
+/// lies in a page the engine may have paged out, and the handler thread that unparked it
+/// faulted on a page only it could bring back (a bash command substitution under 8 MiB
+/// hung). A futex word in the arena is never paged out.
 struct Worker {
     pid: i32,
-    jobs: Mutex<Sender<Job>>,
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+/// One job's answer: `None` until it ran, then `Some(None)` if it panicked.
+type Answer<R> = Arc<(Mutex<Option<Option<R>>>, Condvar)>;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// This process's worker (a forked child's copy names its parent's pid, and is replaced);
@@ -51,7 +66,7 @@ struct Worker {
 static WORKER: AtomicPtr<Worker> = AtomicPtr::new(std::ptr::null_mut());
 
 /// File work done on the calling thread, in the shared table, because no private one could
-/// be made (or dropped, because the worker is gone).
+/// be made.
 pub static SHARED: AtomicU64 = AtomicU64::new(0);
 
 /// The descriptor table a piece of work runs in.
@@ -73,18 +88,23 @@ pub fn in_own_table<R: Send + 'static>(
         SHARED.fetch_add(1, SeqCst);
         return Some(work(Table::Shared));
     };
-    let (done, result) = channel();
+    let answer: Answer<R> = Arc::new((Mutex::new(None), Condvar::new()));
+    let theirs = answer.clone();
     let job: Job = Box::new(move || {
-        let _ = done.send(work(Table::Own));
+        let result = catch_unwind(AssertUnwindSafe(|| work(Table::Own))).ok();
+        *lock(&theirs.0) = Some(result);
+        theirs.1.notify_one();
     });
-    let sent = worker.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).send(job);
-    if sent.is_err() {
-        // The worker is gone (a job of its panicked): the work is dropped with the error,
-        // and the caller goes without.
-        SHARED.fetch_add(1, SeqCst);
-        return None;
+    lock(&worker.jobs).push_back(job);
+    worker.ready.notify_one();
+    let mut slot = lock(&answer.0);
+    // Bounded: the worker answers every job it takes, a panicking one included.
+    loop {
+        if let Some(result) = slot.take() {
+            return result;
+        }
+        slot = answer.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
     }
-    result.recv().ok()
 }
 
 /// This process's worker, if [`start`] made one.
@@ -94,38 +114,66 @@ fn worker() -> Option<&'static Worker> {
     unsafe { WORKER.load(SeqCst).as_ref() }.filter(|w| w.pid == pid)
 }
 
-/// Starts this process's worker (module essay: before the engine's own mappings are
-/// noted); false if the kernel refused it a table of its own.
+/// Starts this process's worker, in the shim's set-up and in a forked child's fork hook
+/// (module essay: before the mappings the engine must never manage are noted); false if
+/// the kernel refused it a table of its own.
 pub fn start() -> bool {
     let pid = std::process::id() as i32;
     if worker().is_some() {
         return true;
     }
     let current = WORKER.load(SeqCst);
-    let (jobs, queue) = channel::<Job>();
-    let (ready, started) = channel();
+    let fresh: &'static Worker = Box::leak(Box::new(Worker {
+        pid,
+        jobs: Mutex::new(VecDeque::new()),
+        ready: Condvar::new(),
+    }));
+    let started: Answer<bool> = Arc::new((Mutex::new(None), Condvar::new()));
+    let theirs = started.clone();
     let spawned = std::thread::Builder::new()
         .name("uswap-files".into())
         .spawn(move || {
             let own = leave_shared_table();
-            let _ = ready.send(own);
+            *lock(&theirs.0) = Some(Some(own));
+            theirs.1.notify_one();
             if own {
-                for job in queue {
-                    job();
-                }
+                serve(fresh);
             }
         })
         .is_ok();
-    if !spawned || !started.recv().unwrap_or(false) {
+    let own = spawned && {
+        let mut slot = lock(&started.0);
+        loop {
+            if let Some(own) = slot.take() {
+                break own == Some(true);
+            }
+            slot = started.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
+        }
+    };
+    // A worker that could not leave the shared table ended; its `Worker` stays leaked,
+    // unpublished (a few words, once per process).
+    if !own {
         return false;
     }
-    let fresh = Box::into_raw(Box::new(Worker { pid, jobs: Mutex::new(jobs) }));
-    if WORKER.compare_exchange(current, fresh, SeqCst, SeqCst).is_err() {
-        // Another thread started one first (this one's thread ends with its queue).
-        // SAFETY: `fresh` was leaked just above and published nowhere.
-        drop(unsafe { Box::from_raw(fresh) });
-    }
+    // Another thread may have published one first: theirs serves, this one waits forever
+    // on an empty queue.
+    let _ = WORKER.compare_exchange(current, std::ptr::from_ref(fresh).cast_mut(), SeqCst, SeqCst);
     true
+}
+
+/// The worker's loop: each job in turn, forever.
+fn serve(worker: &Worker) {
+    let mut jobs = lock(&worker.jobs);
+    loop {
+        match jobs.pop_front() {
+            Some(job) => {
+                drop(jobs);
+                job();
+                jobs = lock(&worker.jobs);
+            }
+            None => jobs = worker.ready.wait(jobs).unwrap_or_else(PoisonError::into_inner),
+        }
+    }
 }
 
 /// Gives the calling thread a descriptor table of its own and closes every descriptor in
@@ -283,5 +331,19 @@ mod tests {
             assert_eq!(inside, 0, "every number of its table was closed at its start");
         }
         drop(held);
+    }
+
+    /// A job that panics answers `None`; the worker lives on and serves the next job.
+    #[test]
+    fn a_panicking_job_answers_none_and_the_worker_serves_on() {
+        if !start() {
+            return;
+        }
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let panicked = in_own_table(|_| -> u32 { panic!("a job's bug") });
+        std::panic::set_hook(hook);
+        assert_eq!(panicked, None);
+        assert_eq!(in_own_table(|table| (table, 7)), Some((Table::Own, 7)));
     }
 }

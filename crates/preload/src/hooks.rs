@@ -517,6 +517,11 @@ impl ShimHooks {
     /// parent's exclusions, the counters count the child's own, and the trace, which is
     /// the parent's image's, records nothing more here.
     pub fn restart_in_child(&self, started: Started) {
+        // The child's own /proc/self/status, opened here while no program code runs
+        // beside: opened at the handler's first read instead, it sat at the lowest free
+        // number until placed, which a subshell's redirection could take back in that
+        // moment (`run_fds.rs`, the forked child's test).
+        let _ = mem_status();
         self.tracing.store(false, Relaxed);
         self.fault_ns.reset();
         self.counters.reset();

@@ -181,6 +181,9 @@ pub fn forked_child() {
     else {
         return;
     };
+    // The child's file thread, before its own mappings are noted just below: its stack is
+    // one of them (src/files.rs).
+    crate::files::start();
     let Some(mut exclusions) = state.hooks.exclusions() else { return };
     if let Ok(engine) = state.swap.engine() {
         exclude_own_swap(&engine, &mut exclusions);

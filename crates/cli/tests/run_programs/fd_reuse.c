@@ -1,6 +1,6 @@
 /* Frees a low descriptor and takes the number back, as shells and daemons do, again and
  * again for SECONDS, while uswap's threads do their file work (the stats files every
- * 10 ms under `--stats-every 0.01`): `fd_reuse DIR SECONDS`.
+ * 10 ms under `--stats-every 0.01`): `fd_reuse DIR SECONDS [fork]`.
  *
  *   redirect   a shell's `echo x >> DIR/out`: fd 1 saved above 10, closed, the file
  *              dup2'd onto 1, one byte written through 1, fd 1 restored
@@ -9,12 +9,16 @@
  * Each number stays free for 50 us, so a descriptor opened by another thread of the
  * process in that moment takes it. Prints "fd_reuse: bad N of M" (a write through 1 that
  * failed or went elsewhere, an open that did not return 0) on stderr, and exits 0 when N is 0 and
- * DIR/out holds one byte a round. */
+ * DIR/out holds one byte a round. With `fork`, a forked child (a shell's subshell) does the
+ * rounds, writing through 16 MiB of its heap (malloc's brk heap) between them so that its engine pages out
+ * all along, and the parent exits with the child's status. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,9 +40,34 @@ static int same_file(int fd, const struct stat *want) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: fd_reuse DIR SECONDS\n");
+    int forked = argc == 4 && strcmp(argv[3], "fork") == 0;
+    if (argc != 3 && !forked) {
+        fprintf(stderr, "usage: fd_reuse DIR SECONDS [fork]\n");
         return 2;
+    }
+    /* The child's data, in chunks small enough for malloc's brk heap, where glibc also
+     * puts what a new thread needs. */
+    enum { CHUNKS = 4096, CHUNK = 4000 };
+    char **heap = NULL;
+    size_t cursor = 0;
+    if (forked) {
+        pid_t child = fork();
+        if (child < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (child > 0) {
+            int status;
+            if (waitpid(child, &status, 0) != child || !WIFEXITED(status))
+                return 2;
+            return WEXITSTATUS(status);
+        }
+        heap = calloc(CHUNKS, sizeof *heap);
+        for (size_t i = 0; heap != NULL && i < CHUNKS; i++)
+            if ((heap[i] = malloc(CHUNK)) == NULL)
+                return 2;
+        if (heap == NULL)
+            return 2;
     }
     char out_path[4096], in_path[4096];
     snprintf(out_path, sizeof out_path, "%s/out", argv[1]);
@@ -81,6 +110,8 @@ int main(int argc, char **argv) {
         dup2(saved, 0);
         close(saved);
         rounds++;
+        for (size_t i = 0; heap != NULL && i < 64; i++, cursor = (cursor + 1) % CHUNKS)
+            heap[cursor][0] = (char)rounds;
     }
     struct stat st;
     if (stat(out_path, &st) != 0 || st.st_size != rounds)
