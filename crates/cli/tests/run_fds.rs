@@ -59,33 +59,29 @@ fn assert_game_kept_everything(mode: &str) {
 /// `echo ... >> .make-settings` failed with "I/O error" in one run of three.
 #[test]
 fn a_number_the_program_frees_and_takes_back_stays_its_own() {
+    assert_fd_reuse_clean("16M", &[]);
+}
+
+/// The same in a forked child that does not exec (a shell's subshell), paging out all
+/// along under a small budget. Its file work ran in the shared table, and its handler
+/// opened /proc/self/status and the followed thread's stat file at their first read: each
+/// sat at a freed number for a moment.
+#[test]
+fn a_forked_child_under_pressure_keeps_its_numbers_and_runs_on() {
+    assert_fd_reuse_clean("8M", &["fork"]);
+}
+
+/// `run_programs/fd_reuse.c` for 3 s under `budget` and `--stats-every 0.01`, with
+/// `extra` arguments: no round went wrong.
+fn assert_fd_reuse_clean(budget: &str, extra: &[&str]) {
     if !can_run() {
         return;
     }
     let exe = compile("fd_reuse");
     let dir = TempDir::new("fd-reuse");
     let program = exe.to_str().unwrap();
-    let args = ["run", "--budget", "16M", "--stats-every", "0.01", "--", program];
-    let out = uswap(&[&args[..], &[dir.path(), "3"]].concat());
-    let (text, err) = (stdout(&out), stderr(&out));
-    assert!(out.status.success(), "{text}{err}");
-    assert!(err.contains("fd_reuse: bad 0 of"), "{text}{err}");
-}
-
-/// The same in a forked child that does not exec (a shell's subshell), paging out all
-/// along under a small budget. Its file work ran in the shared table: the child's first
-/// private-table thread, woken through a std channel, made its fault handler write the
-/// thread's handle, on glibc's heap, paged out, and wait for itself.
-#[test]
-fn a_forked_child_under_pressure_keeps_its_numbers_and_runs_on() {
-    if !can_run() {
-        return;
-    }
-    let exe = compile("fd_reuse");
-    let dir = TempDir::new("fd-reuse-fork");
-    let program = exe.to_str().unwrap();
-    let args = ["run", "--budget", "8M", "--stats-every", "0.01", "--", program];
-    let out = uswap(&[&args[..], &[dir.path(), "3", "fork"]].concat());
+    let args = ["run", "--budget", budget, "--stats-every", "0.01", "--", program, dir.path()];
+    let out = uswap(&[&args[..], &["3"], extra].concat());
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "{text}{err}");
     assert!(err.contains("fd_reuse: bad 0 of"), "{text}{err}");
