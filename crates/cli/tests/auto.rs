@@ -112,3 +112,28 @@ fn bench_auto_reports_saved_memory_and_slowdown_per_workload() {
         assert!(!std::fs::read_to_string("/proc/swaps").unwrap().contains("zram0"));
     }
 }
+
+/// The uswap side's folio order and delivery reach its runs and the report; a folio order
+/// `uswap run` would refuse is one line before any run.
+#[test]
+fn bench_auto_passes_the_folio_order_and_the_delivery_on() {
+    if !can_run() || common::workload_binary().is_none() {
+        return;
+    }
+    let bench = ["bench", "auto", "--quick", "--json", "--no-kernel", "--workloads", "zipf"];
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    command.args(bench).args(["--size", "8M", "--folio-order", "0", "--delivery", "sigbus"]);
+    let out = common::output_within(command.env("USWAP_PRELOAD", shim()), Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["uswap_folio_order"], 0, "{json}");
+    assert_eq!(json["uswap_delivery"], "sigbus", "{json}");
+    let row = &json["workloads"][0];
+    assert!(row["rounds"][0]["uswap"]["mean_resident_bytes"].as_u64().unwrap() > 0, "{json}");
+    let mut bad = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    let out = common::bounded(bad.args(bench).args(["--folio-order", "12"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -75,6 +75,13 @@ pub struct AutoArgs {
     /// (`keep`, run's default), which would count what was paged out to disk as resident.
     #[arg(long, value_name = "MODE", value_parser = ["keep", "drop"], default_value = "drop")]
     pub swap_file_cache: String,
+    /// The uswap side's `--folio-order` (run's default when not given).
+    #[arg(long, value_name = "N")]
+    pub folio_order: Option<u32>,
+    /// The uswap side's `--delivery` (run's default when not given): under SIGBUS the
+    /// faulting thread serves and times its own fault (docs/RUN.md, "Fault delivery").
+    #[arg(long, value_name = "MODE", value_parser = ["handler", "sigbus"])]
+    pub delivery: Option<String>,
     /// Skip the kernel side.
     #[arg(long)]
     pub no_kernel: bool,
@@ -138,10 +145,16 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
         budget_bytes: 0,
         seed: args.seed,
         timeout: Duration::from_secs(args.timeout_s),
-        uswap_folios: None,
+        uswap_folios: match args.folio_order {
+            Some(order) => {
+                let policy = crate::run::check_folios(order, "sequential")?;
+                Some((order, policy.name().to_string()))
+            }
+            None => None,
+        },
         uswap_idle_poll: None,
         uswap_zero_pages: None,
-        uswap_delivery: None,
+        uswap_delivery: args.delivery.clone(),
         uswap_pool_bytes: (args.uswap_pool == "beside").then(|| swap_bytes(size_bytes)),
         uswap_swap_file_cache: Some(args.swap_file_cache.clone()),
         uswap_reclaim_cpus: None,
@@ -472,6 +485,12 @@ fn describe(report: &mut Report, ctx: &RunContext, args: &AutoArgs, env: &Result
     report.field("seed", ctx.seed);
     report.field("uswap_pool", args.uswap_pool.clone());
     report.field("uswap_swap_file_cache", args.swap_file_cache.clone());
+    if let Some(order) = args.folio_order {
+        report.field("uswap_folio_order", order);
+    }
+    if let Some(delivery) = &args.delivery {
+        report.field("uswap_delivery", delivery.clone());
+    }
     let table = report.table("Run", &["what", "value"]);
     table.row(["data size per workload".to_string(), format_size(ctx.size_bytes)]);
     table.row(["services serve for".to_string(), format!("{} s", ctx.serve_s)]);
@@ -480,8 +499,12 @@ fn describe(report: &mut Report, ctx: &RunContext, args: &AutoArgs, env: &Result
     let pool = ctx.uswap_pool_bytes.map_or(String::new(), |b| {
         format!(" --pool-size {} (beside the budget, as large as zram's device)", format_size(b))
     });
+    let mut order = args.folio_order.map_or(String::new(), |o| format!(" --folio-order {o}"));
+    if let Some(delivery) = &args.delivery {
+        order.push_str(&format!(" --delivery {delivery}"));
+    }
     let side = format!(
-        "uswap run --budget auto:{} --swap-file-cache {}{pool}",
+        "uswap run --budget auto:{} --swap-file-cache {}{pool}{order}",
         args.target, args.swap_file_cache
     );
     table.row(["uswap side".to_string(), side]);
