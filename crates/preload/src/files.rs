@@ -10,24 +10,25 @@
 //! Long-lived descriptors avoid this by living high (crate `fds`); these are opened, used
 //! and closed at once, many a second.
 //!
-//! How: one thread per process (`uswap-files`) leaves the shared table at its start
-//! (`unshare(CLONE_FILES)`) and closes its copies of every descriptor, so that it holds no
-//! file of the program's open (a pipe's write end would keep its reader from seeing the
-//! end). Work is sent to it as a closure and waited for. Its opens take numbers of its own
-//! table, which no thread of the program sees. The thread is started at the shim's set-up
-//! ([`start`]), and in a forked child at its fork hook, before the mappings the engine must
-//! never manage are noted, so that its stack is one of them: an engine thread that faulted
-//! on it would wait for itself. The hand-off wakes through futex words in the shim's arena
-//! only ([`Worker`]). Where `unshare` is refused (a seccomp filter), the work runs on the
-//! calling thread, in the shared table (a file it writes placed and checked as crate `fds`
-//! does), and `shim_files_shared` counts it.
+//! How: one thread per process (`uswap-files`) leaves the shared table at its start for an
+//! empty one of its own (`close_range` with `CLOSE_RANGE_UNSHARE` over every number), so
+//! that it holds no file of the program's open (a pipe's write end would keep its reader
+//! from seeing the end). Work is sent to it as a closure and waited for. Its opens take
+//! numbers of its own table, which no thread of the program sees. The thread is started at
+//! the shim's set-up ([`start`]), and in a forked child at its fork hook, before the
+//! mappings the engine must never manage are noted, so that its stack is one of them: an
+//! engine thread that faulted on it would wait for itself. The hand-off wakes through futex
+//! words in the shim's arena only ([`Worker`]). Where the kernel refuses the thread a table
+//! of its own (a seccomp filter), the work runs on the calling thread, in the shared table
+//! (a file it writes placed and checked as crate `fds` does), and `shim_files_shared`
+//! counts it.
 //!
 //! Context: engine threads and the exiting thread; allocates from the shim's arena; the
 //! caller waits for one cross-thread wake-up and back, so nothing on the fault path comes
 //! here.
 //!
 //! Unsafe code: the worker is a leaked box behind an atomic pointer (a lock held across a
-//! fork would stay held in the child), and two system calls with integer arguments.
+//! fork would stay held in the child), and a system call with integer arguments.
 
 #![allow(unsafe_code)]
 
@@ -179,11 +180,13 @@ fn serve(worker: &Worker) {
 /// Gives the calling thread a descriptor table of its own and closes every descriptor in
 /// it; false if the kernel refused.
 fn leave_shared_table() -> bool {
-    // SAFETY: plain system calls with integer arguments, on this thread's own table.
-    unsafe {
-        libc::unshare(libc::CLONE_FILES) == 0
-            && libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) == 0
-    }
+    // One call: with CLOSE_RANGE_UNSHARE over every number the kernel gives the thread a
+    // new, empty table instead of copying the shared one (as large as the highest number
+    // open, which crate `fds` keeps high) to close every entry of the copy after. A fork
+    // of the program starts one such thread in each child.
+    let flags = libc::CLOSE_RANGE_UNSHARE;
+    // SAFETY: a plain system call with integer arguments, on this thread's own table.
+    unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, flags) == 0 }
 }
 
 static STATS_FILE: fds::Kind =
