@@ -494,6 +494,17 @@ impl OwnProcFile {
     ///
     /// Context: takes a lock for the read; never call it across a fork.
     pub fn read(&self, buf: &mut Vec<u8>) -> Result<(), Error> {
+        self.with_own(|opened| opened.as_ref().map_err(Clone::clone)?.read(buf))
+    }
+
+    /// Opens this process's file now if it is not open yet: a forked child calls it on its
+    /// only thread, while no program code runs beside, so that its first read, on an engine
+    /// thread, finds it placed (an open sits at the lowest free number until it is).
+    pub fn open_here(&self) {
+        self.with_own(|_| ());
+    }
+
+    fn with_own<R>(&self, f: impl FnOnce(&Result<ProcFile, Error>) -> R) -> R {
         let pid = sys::getpid();
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if file.as_ref().is_some_and(|(owner, _)| *owner != pid) {
@@ -502,6 +513,6 @@ impl OwnProcFile {
             }
         }
         let (_, opened) = file.get_or_insert_with(|| (pid, ProcFile::open(self.path, self.kind)));
-        opened.as_ref().map_err(Clone::clone)?.read(buf)
+        f(opened)
     }
 }

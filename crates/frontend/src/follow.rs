@@ -97,10 +97,9 @@ impl Follower {
         };
         // The thread that starts a handler is the program's (the shim's set-up before its
         // main, a forked child's fork hook), the one most often followed after. Its stat file
-        // is opened now, while no program code runs beside: an open later, from the handler
-        // thread, sits at the lowest free number until it is placed, and a program thread
-        // that frees a number and takes it back (a subshell's redirection) can lose its file
-        // in that moment (`run_fds.rs`, the forked child's test).
+        // is opened now, while no program code runs beside: an open from the handler thread
+        // sits at the lowest free number until it is placed, where a program thread that
+        // frees a number and takes it back (a subshell's redirection) can lose its file.
         follower.open_stat(process::gettid());
         Some(follower)
     }

@@ -46,17 +46,36 @@ type Job = Box<dyn FnOnce() + Send>;
 /// never through std's channels: a channel wakes its receiver by unparking the receiving
 /// thread, which writes that thread's handle, and std allocates thread handles from glibc's
 /// heap. In a forked child the worker is started after the heap is managed, so its handle
-/// lies in a page the engine may have paged out, and the handler thread that unparked it
-/// faulted on a page only it could bring back (a bash command substitution under 8 MiB
-/// hung). A futex word in the arena is never paged out.
+/// lies in a page the engine may page out, and a handler thread that unparks it then
+/// faults on a page only it can bring back. A futex word in the arena is never paged out.
 struct Worker {
     pid: i32,
     jobs: Mutex<VecDeque<Job>>,
     ready: Condvar,
 }
 
-/// One job's answer: `None` until it ran, then `Some(None)` if it panicked.
-type Answer<R> = Arc<(Mutex<Option<Option<R>>>, Condvar)>;
+/// One answer, handed from the thread that makes it to the one waiting for it.
+type Answer<R> = Arc<(Mutex<Option<R>>, Condvar)>;
+
+fn answer<R>() -> Answer<R> {
+    Arc::new((Mutex::new(None), Condvar::new()))
+}
+
+fn give<R>(answer: &Answer<R>, value: R) {
+    *lock(&answer.0) = Some(value);
+    answer.1.notify_one();
+}
+
+/// Waits for `answer`. Bounded: every answer awaited is given, a panicking job's included.
+fn wait<R>(answer: &Answer<R>) -> R {
+    let mut slot = lock(&answer.0);
+    loop {
+        if let Some(value) = slot.take() {
+            return value;
+        }
+        slot = answer.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
+    }
+}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -89,23 +108,14 @@ pub fn in_own_table<R: Send + 'static>(
         SHARED.fetch_add(1, SeqCst);
         return Some(work(Table::Shared));
     };
-    let answer: Answer<R> = Arc::new((Mutex::new(None), Condvar::new()));
-    let theirs = answer.clone();
+    let result: Answer<Option<R>> = answer();
+    let theirs = result.clone();
     let job: Job = Box::new(move || {
-        let result = catch_unwind(AssertUnwindSafe(|| work(Table::Own))).ok();
-        *lock(&theirs.0) = Some(result);
-        theirs.1.notify_one();
+        give(&theirs, catch_unwind(AssertUnwindSafe(|| work(Table::Own))).ok());
     });
     lock(&worker.jobs).push_back(job);
     worker.ready.notify_one();
-    let mut slot = lock(&answer.0);
-    // Bounded: the worker answers every job it takes, a panicking one included.
-    loop {
-        if let Some(result) = slot.take() {
-            return result;
-        }
-        slot = answer.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
-    }
+    wait(&result)
 }
 
 /// This process's worker, if [`start`] made one.
@@ -129,28 +139,19 @@ pub fn start() -> bool {
         jobs: Mutex::new(VecDeque::new()),
         ready: Condvar::new(),
     }));
-    let started: Answer<bool> = Arc::new((Mutex::new(None), Condvar::new()));
+    let started: Answer<bool> = answer();
     let theirs = started.clone();
     let spawned = std::thread::Builder::new()
         .name("uswap-files".into())
         .spawn(move || {
             let own = leave_shared_table();
-            *lock(&theirs.0) = Some(Some(own));
-            theirs.1.notify_one();
+            give(&theirs, own);
             if own {
                 serve(fresh);
             }
         })
         .is_ok();
-    let own = spawned && {
-        let mut slot = lock(&started.0);
-        loop {
-            if let Some(own) = slot.take() {
-                break own == Some(true);
-            }
-            slot = started.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
-        }
-    };
+    let own = spawned && wait(&started);
     // A worker that could not leave the shared table ended; its `Worker` stays leaked,
     // unpublished (a few words, once per process).
     if !own {

@@ -517,11 +517,9 @@ impl ShimHooks {
     /// parent's exclusions, the counters count the child's own, and the trace, which is
     /// the parent's image's, records nothing more here.
     pub fn restart_in_child(&self, started: Started) {
-        // The child's own /proc/self/status, opened here while no program code runs
-        // beside: opened at the handler's first read instead, it sat at the lowest free
-        // number until placed, which a subshell's redirection could take back in that
-        // moment (`run_fds.rs`, the forked child's test).
-        let _ = mem_status();
+        // The child's own /proc/self/status, opened while no program code runs beside
+        // (`fds::OwnProcFile::open_here`).
+        STATUS_FILE.open_here();
         self.tracing.store(false, Relaxed);
         self.fault_ns.reset();
         self.counters.reset();
@@ -699,6 +697,8 @@ static STATUS: fds::Kind = fds::Kind {
     if_lost: "the budget no longer counts memory outside the managed set",
     keep: false,
 };
+/// /proc/self/status, kept open out of the program's way.
+static STATUS_FILE: fds::OwnProcFile = fds::OwnProcFile::new(c"/proc/self/status", &STATUS);
 static TRACE: fds::Kind =
     fds::Kind { what: "trace file", if_lost: "the trace (--record) ends there", keep: false };
 
@@ -707,9 +707,8 @@ static TRACE: fds::Kind =
 ///
 /// Context: the handler thread, or the exiting thread; allocates from the shim's arena.
 fn mem_status() -> Option<uffd::MemStatus> {
-    static FILE: fds::OwnProcFile = fds::OwnProcFile::new(c"/proc/self/status", &STATUS);
     let mut text = Vec::with_capacity(4096);
-    FILE.read(&mut text).ok()?;
+    STATUS_FILE.read(&mut text).ok()?;
     Some(uffd::MemStatus::parse(&String::from_utf8_lossy(&text)))
 }
 

@@ -145,13 +145,7 @@ pub fn run(args: &AutoArgs, common: &CommonOpts) -> Result<Report> {
         budget_bytes: 0,
         seed: args.seed,
         timeout: Duration::from_secs(args.timeout_s),
-        uswap_folios: match args.folio_order {
-            Some(order) => {
-                let policy = crate::run::check_folios(order, "sequential")?;
-                Some((order, policy.name().to_string()))
-            }
-            None => None,
-        },
+        uswap_folios: super::compare::folio_flags(args.folio_order, None)?,
         uswap_idle_poll: None,
         uswap_zero_pages: None,
         uswap_delivery: args.delivery.clone(),

@@ -359,11 +359,16 @@ fn default_timeout_s(specs: &[WorkloadSpec]) -> u64 {
 
 /// The uswap side's folio flags, checked here so a typo fails before minutes of runs.
 fn uswap_folios(args: &CompareArgs) -> Result<Option<(u32, String)>> {
-    if args.folio_order.is_none() && args.large_folios.is_none() {
+    folio_flags(args.folio_order, args.large_folios.as_deref())
+}
+
+/// A uswap side's `--folio-order` and `--large-folios`, checked (`None`: run's defaults).
+pub fn folio_flags(order: Option<u32>, policy: Option<&str>) -> Result<Option<(u32, String)>> {
+    if order.is_none() && policy.is_none() {
         return Ok(None);
     }
-    let order = args.folio_order.unwrap_or(4);
-    let policy = args.large_folios.as_deref().unwrap_or("sequential");
+    let order = order.unwrap_or(4);
+    let policy = policy.unwrap_or("sequential");
     let policy = crate::run::check_folios(order, policy)?;
     Ok(Some((order, policy.name().to_string())))
 }
