@@ -317,20 +317,29 @@ mod tests {
         let path = scratch.path().join("f");
         std::fs::write(&path, b"x").unwrap();
         let held = std::fs::File::open(&path).unwrap();
-        let lowest_free = || {
-            let probe = std::fs::File::open("/dev/null").unwrap();
-            std::os::fd::AsRawFd::as_raw_fd(&probe)
+        // The calling thread's table's descriptors of the file (other tests open files of
+        // their own beside this one, so the file is named rather than the lowest free
+        // number probed).
+        let open_here = |path: &Path| {
+            std::fs::read_dir("/proc/thread-self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|target| target == path)
+                .count()
         };
         let private = start();
-        let before = lowest_free();
-        let (inside, other) = in_own_table(move |_| {
-            let file = std::fs::File::open(&path).unwrap();
+        let theirs = path.clone();
+        let (inside, other, seen) = in_own_table(move |_| {
+            let file = std::fs::File::open(&theirs).unwrap();
             let number = std::os::fd::AsRawFd::as_raw_fd(&file);
-            (number, std::fs::File::open("/dev/null").is_ok())
+            (number, std::fs::File::open("/dev/null").is_ok(), open_here(&theirs))
         })
         .unwrap();
         assert!(other);
-        assert_eq!(lowest_free(), before, "nothing left open in this table");
+        if private {
+            assert_eq!(seen, 1, "its table holds its own descriptor of the file only");
+        }
+        assert_eq!(open_here(&path), 1, "nothing left open in this table");
         if private {
             assert_eq!(inside, 0, "every number of its table was closed at its start");
         }
